@@ -1,0 +1,64 @@
+# TaiInstall.cmake - what `cmake --install` puts under the prefix:
+#   include/tai/...                  public headers, detail/ headers they include, config.hpp
+#   include/tai/engines/<name>/*.hpp the headers of the engines this build contains
+#   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
+#   lib/cmake/tai/                   find_package(tai) -> tai::tai, plus the Find modules it needs
+#   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
+# test/cmake_smoke checks all three ways of consuming it.
+include(CMakePackageConfigHelpers)
+
+set(TAI_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tai)
+
+install(TARGETS tai EXPORT taiTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY include/tai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/tai/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai)
+# Only the engines compiled into this libtai: a header of an engine that is not built would
+# declare a factory the library does not define.
+foreach(engine IN LISTS TAI_ENGINES)
+  install(DIRECTORY engines/${engine} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines
+          FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+
+# CMake package. A static libtai carries its private dependencies (libaio, liburing, PAPI) as
+# link-only items of the exported target; taiConfig.cmake finds them with the same Find modules.
+install(FILES cmake/FindJemalloc.cmake cmake/FindPAPI.cmake cmake/FindLibAIO.cmake cmake/FindLibURing.cmake
+        DESTINATION ${TAI_INSTALL_CMAKEDIR})
+install(EXPORT taiTargets NAMESPACE tai:: DESTINATION ${TAI_INSTALL_CMAKEDIR})
+configure_package_config_file(cmake/taiConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/taiConfig.cmake
+                              INSTALL_DESTINATION ${TAI_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/taiConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/taiConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/taiConfigVersion.cmake
+        DESTINATION ${TAI_INSTALL_CMAKEDIR})
+
+# pkg-config. The libraries libtai needs go to Libs for a static libtai (the linker must see them)
+# and to Libs.private for a shared one. The prefix is computed from the .pc file's own location
+# (${pcfiledir}), so an installed tree can be moved.
+set(tai_pc_deps "")
+if(TAI_WITH_LIBAIO)
+  string(APPEND tai_pc_deps " -laio")
+endif()
+if(TAI_WITH_URING)
+  string(APPEND tai_pc_deps " -luring")
+endif()
+if(TAI_WITH_PAPI)
+  string(APPEND tai_pc_deps " -lpapi")
+endif()
+string(APPEND tai_pc_deps " -pthread")
+if(TAI_SANITIZE)
+  string(APPEND tai_pc_deps " -fsanitize=${TAI_SANITIZE}")
+endif()
+get_target_property(tai_type tai TYPE)
+if(tai_type STREQUAL "STATIC_LIBRARY")
+  set(TAI_PC_LIBS "-ltai${tai_pc_deps}")
+  set(TAI_PC_LIBS_PRIVATE "")
+else()
+  set(TAI_PC_LIBS "-ltai")
+  set(TAI_PC_LIBS_PRIVATE "${tai_pc_deps}")
+endif()
+file(RELATIVE_PATH TAI_PC_PREFIX_FROM_PCDIR
+     ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+configure_file(cmake/tai.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tai.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tai.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -264,6 +264,12 @@ class Engine {
   static std::size_t native_reap(Engine& e, Completion* out, std::size_t max, std::size_t min, Timeout t) {
     return e.do_reap(out, max, min, t);
   }
+  /// For wrappers (fault): the inner engine opens and closes the files natively, so that only
+  /// the wrapper's base class (validation, bouncing, open/closed state) handles them.
+  static Result<std::unique_ptr<EngineFile>> native_open(Engine& e, const std::string& path, OpenMode mode) {
+    return e.do_open(path, mode);
+  }
+  static std::error_code native_close(Engine& e, EngineFile& f) { return e.do_close(f); }
 
   Capabilities& mutable_capabilities() noexcept { return caps_; }
 

@@ -1,0 +1,621 @@
+// bench/tai_bench/randread.cpp - `tai-bench randread`: seed 001's random-read benchmark through
+// tai::IoQueue, with fio on the same file, engine, block size and depth, interleaved.
+//
+// For each engine and block size: random reads of bs bytes at random bs-aligned offsets of one
+// O_DIRECT file, issued with the seed's loop (pread, then reap(0) while below depth, reap(1) at
+// depth). Times: steady_clock and getrusage(RUSAGE_SELF) deltas around the loop, the final drain
+// included, so the thread pool's worker CPU counts too. us/op is the seed's latency estimate
+// rtime * depth / reqs; MB/s is MiB/s as in the seed.
+#include "tai_bench/randread.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <variant>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "tai/detail/aligned_buffer.hpp"
+#include "tai/engine_selector.hpp"
+#include "tai/io_queue.hpp"
+#include "tai_bench/bench_util.hpp"
+#include "tai_bench/commands.hpp"
+
+namespace tai::bench {
+namespace {
+
+// The seed's request counts: 262144 up to 2 KiB, 131072 up to 16 KiB, 65536 up to 128 KiB,
+// 32768 above.
+std::uint64_t seed_request_count(std::uint64_t bs) {
+  if (bs <= 2048) return 262144;
+  if (bs <= 16384) return 131072;
+  if (bs <= 131072) return 65536;
+  return 32768;
+}
+
+// xorshift64*: fast, good enough to scatter offsets; reproducible from the seed.
+struct Rng {
+  std::uint64_t s;
+  explicit Rng(std::uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
+    if (s == 0) s = 1;
+  }
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+  }
+  /// Uniform in [0, n) by multiply-shift (no division on the hot path).
+  std::uint64_t below(std::uint64_t n) {
+    __extension__ using u128 = unsigned __int128;  // GCC/Clang; __extension__ silences -Wpedantic
+    return static_cast<std::uint64_t>((static_cast<u128>(next()) * n) >> 64);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The data file
+
+/// Non-zero content, a function of the offset (so that a reader could check it).
+void fill_pattern(std::uint64_t* words, std::size_t count, std::uint64_t first_offset) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t off = first_offset + i * 8;
+    words[i] = (((off >> 3) * 0x9E3779B97F4A7C15ull) ^ 0x5A5A5A5A5A5A5A5Aull) | 1;
+  }
+}
+
+/// Creates `path` with `size` bytes written through O_DIRECT (so they are on the device, not in
+/// the page cache), or reuses it when it already has that size and non-zero data.
+std::optional<std::string> prepare_file(const std::string& path, std::uint64_t size) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == size) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    bool nonzero = false;
+    if (fd >= 0) {
+      char head[4096];
+      ssize_t n = ::pread(fd, head, sizeof head, 0);
+      nonzero = n > 0 && std::any_of(head, head + n, [](char c) { return c != 0; });
+      // The check went through the page cache; drop it so that nothing of the file is cached.
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    if (nonzero) {
+      fmt::print("file {}: reusing it ({} bytes)\n", path, size);
+      return std::nullopt;
+    }
+  }
+  if (size % 4096 != 0) return fmt::format("--size {} is not a multiple of 4096 (needed for O_DIRECT writes)", size);
+  fmt::print("file {}: creating {} of non-zero data with O_DIRECT ... ", path, format_size(size));
+  std::fflush(stdout);
+  const std::int64_t t0 = now_ns();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EINVAL)
+      return fmt::format("cannot open '{}' with O_DIRECT: {} (tmpfs and some file systems refuse direct I/O; use a "
+                         "file on a disk file system, e.g. under /var/tmp)",
+                         path, std::strerror(err));
+    return fmt::format("cannot create '{}': {}", path, std::strerror(err));
+  }
+  constexpr std::size_t kChunk = 8u << 20;
+  detail::AlignedBuffer buf(kChunk, 4096);
+  for (std::uint64_t off = 0; off < size;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - off));
+    fill_pattern(reinterpret_cast<std::uint64_t*>(buf.data()), n / 8, off);
+    const ssize_t w = ::pwrite(fd, buf.data(), n, static_cast<off_t>(off));
+    if (w <= 0) {
+      const int err = w < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return fmt::format("writing '{}' at offset {}: {}", path, off, std::strerror(err));
+    }
+    off += static_cast<std::uint64_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fmt::format("fsync of '{}': {}", path, std::strerror(err));
+  }
+  ::close(fd);
+  fmt::print("done in {:.1f} s\n", static_cast<double>(now_ns() - t0) / 1e9);
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TAI runs
+
+struct TaiRun {
+  std::uint64_t reqs = 0;
+  Usage usage;
+  std::uint64_t errors = 0;
+  std::int64_t first_bad_result = 0;
+  double ops_per_s() const { return usage.real_ms > 0 ? static_cast<double>(reqs) * 1e3 / usage.real_ms : 0; }
+  double cpu_us_per_op() const { return reqs ? usage.cpu_ms() * 1e3 / static_cast<double>(reqs) : 0; }
+  double user_us_per_op() const { return reqs ? usage.user_ms * 1e3 / static_cast<double>(reqs) : 0; }
+};
+
+/// One (engine, bs) cell: the queue, the open file and the buffers, reused across repeats.
+class TaiCell {
+ public:
+  static std::variant<std::unique_ptr<TaiCell>, std::string> make(const RandreadConfig& cfg, const std::string& label,
+                                                                    std::uint64_t bs) {
+    EngineOptions eo;
+    eo.depth = cfg.depth;
+    const std::string engine_name = label == "threads" ? "posix" : label;
+    auto engine = make_engine(engine_name, eo);
+    if (!engine) return engine.error().message;
+    IoQueueOptions qo;
+    qo.depth = cfg.depth;
+    qo.threads = cfg.depth;
+    qo.submit_batch = cfg.submit_batch;
+    auto cell = std::unique_ptr<TaiCell>(new TaiCell);
+    cell->bs_ = bs;
+    cell->depth_ = cfg.depth;
+    cell->blocks_ = cfg.size / bs;
+    cell->queue_ = std::make_unique<IoQueue>(std::move(engine.value()), qo);
+    auto file = cell->queue_->engine().open(cfg.file, OpenMode(Open::read | Open::direct));
+    if (!file) return file.error().message;
+    cell->file_ = std::move(file.value());
+    const Alignment& a = cell->file_->capabilities().alignment;
+    if (bs % a.length != 0 || bs % a.offset != 0)
+      cell->note_ = fmt::format("bs {} is not a multiple of the file's direct-I/O block ({} B, from {}): TAI bounces "
+                                "these reads through aligned buffers",
+                                bs, a.length, a.source);
+    const std::size_t align = std::max<std::size_t>(4096, a.memory);
+    cell->buffers_ = detail::AlignedBuffer(static_cast<std::size_t>(bs) * cfg.depth, align);
+    std::memset(cell->buffers_.data(), 0, cell->buffers_.size());  // fault the pages in now
+    cell->free_.resize(cfg.depth);
+    return cell;
+  }
+
+  ~TaiCell() {
+    file_.reset();  // files go before the engine, which the queue owns
+  }
+
+  const std::string& note() const { return note_; }
+
+  /// The seed's loop for `reqs` requests (or until `stop_after_ns` passes, when non-zero).
+  TaiRun run(std::uint64_t reqs, std::uint64_t seed, std::int64_t stop_after_ns = 0) {
+    Rng rng(seed);
+    IoQueue& q = *queue_;
+    State st;
+    st.free = free_.data();
+    st.expect = static_cast<std::int64_t>(bs_);
+    for (unsigned i = 0; i < depth_; ++i) st.free[i] = i;
+    st.top = depth_;
+    std::byte* const base = buffers_.data();
+    const std::uint64_t bs = bs_;
+    const std::size_t depth = depth_;
+    const std::int64_t deadline = stop_after_ns ? now_ns() + stop_after_ns : 0;
+
+    UsageMeter meter;
+    std::uint64_t issued = 0;
+    for (; issued < reqs; ++issued) {
+      if (deadline && (issued & 31) == 0 && now_ns() >= deadline) break;
+      const std::uint32_t b = st.free[--st.top];
+      const std::uint64_t off = rng.below(blocks_) * bs;
+      State* sp = &st;
+      std::error_code ec = q.pread(*file_, base + static_cast<std::size_t>(b) * bs, bs, off, [sp, b](std::int64_t r) {
+        if (r != sp->expect) {
+          if (sp->errors++ == 0) sp->first_bad = r;
+        }
+        sp->free[sp->top++] = b;
+      });
+      if (ec) throw std::logic_error("IoQueue refused a request below its depth: " + ec.message());
+      q.reap(q.in_flight() < depth ? 0 : 1);
+    }
+    while (q.in_flight() > 0) q.reap(1);
+    TaiRun out;
+    out.usage = meter.stop();
+    out.reqs = issued;
+    out.errors = st.errors;
+    out.first_bad_result = st.first_bad;
+    return out;
+  }
+
+ private:
+  struct State {
+    std::uint32_t* free = nullptr;  // stack of free buffer numbers
+    std::size_t top = 0;
+    std::int64_t expect = 0;
+    std::uint64_t errors = 0;
+    std::int64_t first_bad = 0;
+  };
+
+  TaiCell() = default;
+  std::uint64_t bs_ = 0;
+  unsigned depth_ = 0;
+  std::uint64_t blocks_ = 0;
+  std::unique_ptr<IoQueue> queue_;
+  std::unique_ptr<EngineFile> file_;
+  detail::AlignedBuffer buffers_;
+  std::vector<std::uint32_t> free_;
+  std::string note_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// fio runs
+
+struct FioRun {
+  bool ok = false;
+  std::string error;
+  double iops = 0;
+  double ios = 0;
+  double user_ms = 0;
+  double sys_ms = 0;
+  double cpu_us_per_op() const { return ios > 0 ? (user_ms + sys_ms) * 1e3 / ios : 0; }
+  double user_us_per_op() const { return ios > 0 ? user_ms * 1e3 / ios : 0; }
+};
+
+/// fio on the same file with the engine matching `label`: libaio and io_uring with
+/// iodepth=depth, psync with numjobs=depth (threads) for "threads" and other synchronous
+/// engines. Same number of reads, random with replacement (norandommap) like TAI.
+FioRun run_fio(const RandreadConfig& cfg, const std::string& label, std::uint64_t bs, std::uint64_t reqs,
+               std::uint64_t seed) {
+  std::vector<std::string> args = {"fio", "--name=randread", "--filename=" + cfg.file, "--rw=randread",
+                                   fmt::format("--bs={}", bs), "--direct=1", fmt::format("--size={}", cfg.size),
+                                   "--norandommap=1", fmt::format("--randseed={}", seed), "--group_reporting=1",
+                                   "--output-format=json", "--thread=1"};
+  std::uint64_t per_job = reqs;
+  if (label == "libaio" || label == "uring") {
+    args.push_back(label == "libaio" ? "--ioengine=libaio" : "--ioengine=io_uring");
+    args.push_back(fmt::format("--iodepth={}", cfg.depth));
+  } else {
+    args.push_back("--ioengine=psync");
+    args.push_back(fmt::format("--numjobs={}", cfg.depth));
+    per_job = (reqs + cfg.depth - 1) / cfg.depth;
+  }
+  args.push_back(fmt::format("--number_ios={}", per_job));
+  args.push_back(fmt::format("--io_size={}", per_job * bs));
+  int status = -1;
+  const std::string out = run_program(args, &status, /*quiet_stderr=*/false);
+  FioRun r;
+  const std::size_t brace = out.find('{');
+  if (status != 0 || brace == std::string::npos) {
+    r.error = fmt::format("fio failed (exit status {})", status);
+    return r;
+  }
+  const std::string_view json = std::string_view(out).substr(brace);
+  const std::size_t jobs = json_find_key(json, "jobs");
+  const std::size_t read = jobs == std::string_view::npos ? jobs : json_find_key(json, "read", jobs);
+  if (read == std::string_view::npos) {
+    r.error = "fio's JSON output has no jobs[0].read";
+    return r;
+  }
+  auto job_error = json_number_after(json, "error", jobs);
+  auto iops = json_number_after(json, "iops", read);
+  auto total = json_number_after(json, "total_ios", read);
+  auto runtime = json_number_after(json, "job_runtime", read);  // ms, summed over the group's jobs
+  auto usr = json_number_after(json, "usr_cpu", read);          // % of job_runtime
+  auto sys = json_number_after(json, "sys_cpu", read);
+  if (!iops || !total || !runtime || !usr || !sys) {
+    r.error = "fio's JSON output lacks iops/total_ios/job_runtime/usr_cpu/sys_cpu";
+    return r;
+  }
+  if (job_error && *job_error != 0) {
+    r.error = fmt::format("fio reported error {} ({})", *job_error, std::strerror(static_cast<int>(*job_error)));
+    return r;
+  }
+  r.ok = true;
+  r.iops = *iops;
+  r.ios = *total;
+  r.user_ms = *usr / 100.0 * *runtime;
+  r.sys_ms = *sys / 100.0 * *runtime;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+struct Cell {
+  std::string engine;
+  std::uint64_t bs = 0;
+  std::uint64_t reqs = 0;
+  std::vector<TaiRun> tai;
+  std::vector<FioRun> fio;
+  TaiRun median_run;  // the TAI run of median op/s
+  double tai_ops = 0, fio_ops = 0;
+  double tai_cpu_per_op = 0, fio_cpu_per_op = 0;
+  double tai_user_per_op = 0, fio_user_per_op = 0;
+  bool has_fio() const { return fio_ops > 0; }
+};
+
+void summarise(Cell& c) {
+  std::vector<TaiRun> sorted = c.tai;
+  std::sort(sorted.begin(), sorted.end(), [](const TaiRun& a, const TaiRun& b) { return a.ops_per_s() < b.ops_per_s(); });
+  c.median_run = sorted[(sorted.size() - 1) / 2];
+  std::vector<double> ops, cpu, user;
+  for (const auto& r : c.tai) {
+    ops.push_back(r.ops_per_s());
+    cpu.push_back(r.cpu_us_per_op());
+    user.push_back(r.user_us_per_op());
+  }
+  c.tai_ops = median(ops);
+  c.tai_cpu_per_op = median(cpu);
+  c.tai_user_per_op = median(user);
+  ops.clear();
+  cpu.clear();
+  user.clear();
+  for (const auto& r : c.fio) {
+    if (!r.ok) continue;
+    ops.push_back(r.iops);
+    cpu.push_back(r.cpu_us_per_op());
+    user.push_back(r.user_us_per_op());
+  }
+  c.fio_ops = median(ops);
+  c.fio_cpu_per_op = median(cpu);
+  c.fio_user_per_op = median(user);
+}
+
+std::string fixed(double v, int decimals) { return fmt::format("{:.{}f}", v, decimals); }
+
+}  // namespace
+
+int run_randread(const RandreadConfig& cfg) {
+  if (cfg.depth == 0) {
+    fmt::print(stderr, "randread: --depth must be at least 1\n");
+    return 2;
+  }
+  const std::uint64_t max_bs = *std::max_element(cfg.block_sizes.begin(), cfg.block_sizes.end());
+  if (cfg.size < max_bs) {
+    fmt::print(stderr, "randread: --size {} is smaller than the largest block size {}\n", cfg.size, max_bs);
+    return 2;
+  }
+  std::optional<std::string> fio_path;
+  if (cfg.fio) {
+    fio_path = find_program("fio");
+    if (!fio_path) fmt::print(stderr, "randread: --fio given but fio is not in $PATH (apt-get install fio); running TAI only\n");
+  }
+  const bool with_fio = fio_path.has_value();
+  const unsigned repeat = cfg.repeat ? cfg.repeat : (with_fio ? 3 : 1);
+
+  if (auto err = prepare_file(cfg.file, cfg.size)) {
+    fmt::print(stderr, "randread: {}\n", *err);
+    return 1;
+  }
+
+  const MachineInfo machine = machine_info();
+  std::string fio_version;
+  if (with_fio) {
+    int st = 0;
+    fio_version = run_program({"fio", "--version"}, &st, true);
+    while (!fio_version.empty() && std::isspace(static_cast<unsigned char>(fio_version.back()))) fio_version.pop_back();
+  }
+  fmt::print("{}: random reads, O_DIRECT, file {} of {} ({} bytes)\n", cfg.title, cfg.file, format_size(cfg.size),
+             cfg.size);
+  fmt::print("page cache: plays no part (O_DIRECT reads go to the device; the file was written with O_DIRECT too)\n");
+  fmt::print("machine: {}\n", describe(machine));
+  fmt::print("depth {}; threads = {} workers over posix; requests per run: {}; {} run(s) per row{}\n", cfg.depth,
+             cfg.depth,
+             cfg.reqs ? fmt::format("{}", cfg.reqs)
+                      : fmt::format("min(seed's count, ~{:.1f} s worth)", cfg.seconds),
+             repeat, repeat > 1 ? ", medians" : "");
+  if (with_fio)
+    fmt::print("fio: {} on the same file, interleaved with TAI (TAI, fio, TAI, fio, ...); fio_op/s = its median, "
+               "ratio = TAI op/s / fio op/s\n",
+               fio_version);
+
+  std::vector<std::string> headers = {"backend", "reqs", "bufsize", "depth", "rtime", "utime",
+                                      "stime",   "cpu",  "us/op",   "op/s",  "MB/s"};
+  if (with_fio) {
+    headers.push_back("fio_op/s");
+    headers.push_back("ratio");
+  }
+  Table table(headers);
+  CsvWriter csv;
+  if (!cfg.csv.empty()) {
+    auto err = csv.open(cfg.csv, {"backend", "reqs", "bufsize", "depth", "rtime_ms", "utime_ms", "stime_ms", "cpu_ms",
+                                  "us_per_op", "ops_per_s", "mb_per_s", "fio_ops_per_s", "ratio_vs_fio"});
+    if (!err.empty()) {
+      fmt::print(stderr, "randread: {}\n", err);
+      return 1;
+    }
+  }
+
+  std::vector<Cell> cells;
+  std::vector<std::string> notes;
+  bool any_engine = false;
+  bool read_errors = false;
+  for (const auto& label : cfg.engines) {
+    bool engine_ok = true;
+    for (std::uint64_t bs : cfg.block_sizes) {
+      auto made = TaiCell::make(cfg, label, bs);
+      if (auto* why = std::get_if<std::string>(&made)) {
+        fmt::print("skipping {}: {}\n", label, *why);
+        std::fflush(stdout);
+        engine_ok = false;
+        break;
+      }
+      auto& tai = std::get<std::unique_ptr<TaiCell>>(made);
+      if (!tai->note().empty()) notes.push_back(fmt::format("{} {}: {}", label, bs, tai->note()));
+      any_engine = true;
+      Cell cell;
+      cell.engine = label;
+      cell.bs = bs;
+      // Requests per run: the user's, else min(seed's count, what fits in cfg.seconds) measured by
+      // a short calibration run (which also warms the device and the queue up).
+      if (cfg.reqs) {
+        cell.reqs = cfg.reqs;
+      } else {
+        const double cal_s = std::min(0.3, std::max(0.05, cfg.seconds / 5));
+        TaiRun cal = tai->run(~0ull, cfg.seed ^ 0xca11b, static_cast<std::int64_t>(cal_s * 1e9));
+        const double fits = cal.ops_per_s() * cfg.seconds;
+        std::uint64_t n = std::min<std::uint64_t>(seed_request_count(bs), static_cast<std::uint64_t>(fits));
+        n = std::max<std::uint64_t>(n, 8ull * cfg.depth);
+        cell.reqs = (n + cfg.depth - 1) / cfg.depth * cfg.depth;  // whole fio psync jobs
+      }
+      for (unsigned r = 0; r < repeat; ++r) {
+        const std::uint64_t seed = cfg.seed + 1000003ull * r + bs;
+        cell.tai.push_back(tai->run(cell.reqs, seed));
+        const TaiRun& last = cell.tai.back();
+        if (last.errors) {
+          read_errors = true;
+          fmt::print(stderr, "randread: {} bs {}: {} of {} reads did not return {} bytes (first result: {})\n", label,
+                     bs, last.errors, last.reqs, bs, last.first_bad_result);
+        }
+        if (with_fio) {
+          FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
+          if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
+          cell.fio.push_back(f);
+        }
+      }
+      summarise(cell);
+      const TaiRun& m = cell.median_run;
+      const double us_per_op = m.usage.real_ms * 1e3 * cfg.depth / static_cast<double>(m.reqs);
+      const double mbs = m.ops_per_s() * static_cast<double>(bs) / (1024.0 * 1024.0);
+      std::vector<std::string> row = {label,
+                                      fmt::format("{}", m.reqs),
+                                      fmt::format("{}", bs),
+                                      fmt::format("{}", cfg.depth),
+                                      fixed(m.usage.real_ms, 0),
+                                      fixed(m.usage.user_ms, 0),
+                                      fixed(m.usage.sys_ms, 0),
+                                      fixed(m.usage.cpu_ms(), 0),
+                                      fixed(us_per_op, 1),
+                                      fixed(m.ops_per_s(), 0),
+                                      fixed(mbs, 2)};
+      std::string fio_ops, ratio;
+      if (with_fio && cell.has_fio()) {
+        fio_ops = fixed(cell.fio_ops, 0);
+        ratio = fixed(cell.tai_ops / cell.fio_ops, 3);
+      }
+      if (with_fio) {
+        row.push_back(fio_ops.empty() ? "-" : fio_ops);
+        row.push_back(ratio.empty() ? "-" : ratio);
+      }
+      table.add_row(row);
+      csv.row({label, fmt::format("{}", m.reqs), fmt::format("{}", bs), fmt::format("{}", cfg.depth),
+               fixed(m.usage.real_ms, 3), fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3), fixed(m.usage.cpu_ms(), 3),
+               fixed(us_per_op, 3), fixed(m.ops_per_s(), 1), fixed(mbs, 3), with_fio && cell.has_fio() ? fixed(cell.fio_ops, 1) : "",
+               with_fio && cell.has_fio() ? fixed(cell.tai_ops / cell.fio_ops, 4) : ""});
+      cells.push_back(std::move(cell));
+    }
+    (void)engine_ok;
+  }
+  if (!any_engine) {
+    fmt::print(stderr, "randread: no engine of '{}' is available\n", fmt::join(cfg.engines, ","));
+    return 1;
+  }
+
+  fmt::print("\n");
+  table.print(stdout);
+  for (const auto& n : notes) fmt::print("note: {}\n", n);
+
+  // CPU per operation against fio, and the issue's target for the kernel-queue engines.
+  if (with_fio) {
+    fmt::print("\nCPU per operation (utime+stime per op, medians), TAI against fio:\n");
+    Table cmp({"backend", "bufsize", "op/s_ratio", "tai_cpu_us/op", "fio_cpu_us/op", "cpu_ratio", "tai_user_us/op",
+               "fio_user_us/op", "target"});
+    for (const auto& c : cells) {
+      if (!c.has_fio()) continue;
+      const double ops_ratio = c.tai_ops / c.fio_ops;
+      const double cpu_ratio = c.fio_cpu_per_op > 0 ? c.tai_cpu_per_op / c.fio_cpu_per_op : 0;
+      std::string verdict = "-";
+      if (c.engine == "libaio" || c.engine == "uring")
+        verdict = ops_ratio >= 0.97 && cpu_ratio <= 1.10 ? "met" : "MISSED";
+      cmp.add_row({c.engine, fmt::format("{}", c.bs), fixed(ops_ratio, 3), fixed(c.tai_cpu_per_op, 2),
+                   fixed(c.fio_cpu_per_op, 2), fixed(cpu_ratio, 3), fixed(c.tai_user_per_op, 2),
+                   fixed(c.fio_user_per_op, 2), verdict});
+    }
+    cmp.print(stdout);
+    fmt::print("target (issue 2, libaio and uring): op/s >= 0.97x fio and CPU per op <= 1.10x fio\n");
+  }
+
+  // The seed's finding: at (about) equal throughput, the kernel queues use less user CPU than the
+  // thread pool.
+  std::map<std::uint64_t, std::map<std::string, const Cell*>> by_bs;
+  for (const auto& c : cells) by_bs[c.bs][c.engine] = &c;
+  bool header = false;
+  for (const auto& [bs, engines] : by_bs) {
+    auto t = engines.find("threads");
+    if (t == engines.end()) continue;
+    for (const char* k : {"libaio", "uring"}) {
+      auto e = engines.find(k);
+      if (e == engines.end()) continue;
+      if (!header) {
+        fmt::print("\nseed 001's finding (user CPU per op, thread pool vs kernel queue):\n");
+        header = true;
+      }
+      const Cell& tc = *t->second;
+      const Cell& kc = *e->second;
+      std::string verdict;
+      if (kc.tai_user_per_op > 0)
+        verdict = fmt::format("threads use {:.1f}x the user CPU of {}", tc.tai_user_per_op / kc.tai_user_per_op, k);
+      else
+        verdict = fmt::format("{}'s user CPU is below getrusage's resolution (no ratio)", k);
+      fmt::print("  bs {:>6}: threads {:.3f} us user/op at {:.0f} op/s, {} {:.3f} us user/op at {:.0f} op/s -> {} "
+                 "(throughput ratio threads/{} {:.2f})\n",
+                 bs, tc.tai_user_per_op, tc.tai_ops, k, kc.tai_user_per_op, kc.tai_ops, verdict, k,
+                 kc.tai_ops > 0 ? tc.tai_ops / kc.tai_ops : 0.0);
+    }
+  }
+  if (header)
+    fmt::print("  (getrusage splits CPU time into user and system by sampling at the timer tick: a user time of a\n"
+               "   few ms is only a few samples; utime+stime together are exact)\n");
+  if (!cfg.csv.empty()) fmt::print("\nCSV written to {}\n", cfg.csv);
+  return read_errors ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The subcommand
+
+void add_randread_command(CLI::App& app) {
+  struct Options {
+    RandreadConfig cfg;
+    std::string size = "4G";
+    std::string engines = "libaio,uring,threads";
+    std::string bs = "512,1k,2k,4k,8k,16k,32k,64k,128k,256k";
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "randread", "Seed 001's random-read benchmark through tai::IoQueue (O_DIRECT), optionally beside fio");
+  sub->add_option("--file", opt->cfg.file, "data file (created once, reused when it has the right size)")
+      ->capture_default_str();
+  sub->add_option("--size", opt->size, "file size (4k/1M/4G...)")->capture_default_str();
+  sub->add_option("--engine", opt->engines, "engines, comma-separated: libaio, uring, threads (pool over posix), ...")
+      ->capture_default_str();
+  sub->add_option("--bs", opt->bs, "block sizes, comma-separated")->capture_default_str();
+  sub->add_option("--depth", opt->cfg.depth, "requests in flight (and threads for 'threads')")->capture_default_str();
+  sub->add_option("--reqs", opt->cfg.reqs, "requests per run (default: min(seed's count, --seconds worth))");
+  sub->add_option("--seconds", opt->cfg.seconds, "target time per run when --reqs is not given")->capture_default_str();
+  sub->add_flag("--fio", opt->cfg.fio, "also run fio on the same file, interleaved, and add fio_op/s and ratio");
+  sub->add_option("--repeat", opt->cfg.repeat, "runs per row, medians reported (default 3 with --fio, else 1)");
+  sub->add_option("--csv", opt->cfg.csv, "write the table as CSV to this file");
+  sub->add_option("--submit-batch", opt->cfg.submit_batch,
+                  "IoQueueOptions::submit_batch: submit when this many requests wait (0 = at the next reap)")
+      ->capture_default_str();
+  sub->add_option("--seed", opt->cfg.seed, "random offsets seed")->capture_default_str();
+  sub->callback([opt] {
+    RandreadConfig cfg = opt->cfg;
+    try {
+      cfg.size = parse_size(opt->size);
+      cfg.block_sizes = parse_size_list(opt->bs);
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "randread: {}\n", e.what());
+      throw CLI::RuntimeError(2);
+    }
+    cfg.engines = split_list(opt->engines);
+    if (cfg.engines.empty()) {
+      fmt::print(stderr, "randread: --engine is empty\n");
+      throw CLI::RuntimeError(2);
+    }
+    for (auto bs : cfg.block_sizes)
+      if (bs == 0) {
+        fmt::print(stderr, "randread: a block size of 0\n");
+        throw CLI::RuntimeError(2);
+      }
+    const int rc = run_randread(cfg);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace tai::bench

@@ -1,0 +1,32 @@
+// bench/tai_bench/randread.hpp - the randread benchmark (seed 001's table, side by side with fio),
+// shared by the `randread` and `demo` subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tai::bench {
+
+struct RandreadConfig {
+  std::string file = "/var/tmp/tai-randread.dat";
+  std::uint64_t size = 4ull << 30;  ///< bytes; the file is created (or recreated) at this size
+  /// Engine names: "threads" = the thread pool over posix; any other name goes to make_engine.
+  std::vector<std::string> engines = {"libaio", "uring", "threads"};
+  std::vector<std::uint64_t> block_sizes = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  unsigned depth = 32;
+  std::uint64_t reqs = 0;   ///< requests per run; 0 = min(the seed's count, what fits in `seconds`)
+  double seconds = 2.0;     ///< target wall time of one run when reqs == 0
+  bool fio = false;         ///< also run fio, interleaved (needs fio in $PATH)
+  unsigned repeat = 0;      ///< runs per row (medians reported); 0 = 3 with fio, 1 without
+  std::string csv;          ///< CSV output path, empty = none
+  unsigned submit_batch = 0;  ///< IoQueueOptions::submit_batch (kernel-queue engines)
+  std::uint64_t seed = 42;  ///< offsets are reproducible from it
+  std::string title = "randread";
+};
+
+/// Runs the benchmark and prints its table. Returns 0, or a non-zero exit status after printing
+/// the reason on stderr (bad file, no engine available, read errors).
+int run_randread(const RandreadConfig& config);
+
+}  // namespace tai::bench

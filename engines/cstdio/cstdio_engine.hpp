@@ -1,0 +1,89 @@
+// engines/cstdio/cstdio_engine.hpp - the `cstdio` engine: C stdio streams (FILE*).
+//
+// Positioned I/O on a FILE* is fseeko + fread/fwrite, two calls that must not be separated by
+// another thread's seek: every file has a mutex around the pair (the paper's warning: "people
+// forget the lock around seek and write"). The stream is fdopen()ed on an open(2) descriptor so
+// that create, truncate, permissions and O_DSYNC behave exactly as in the posix engine.
+//
+// What a completion means here:
+//  * write: the bytes are in the stdio buffer (or the kernel, for large writes); a read through
+//    the same file sees them (the stream is flushed by the seek between a write and a read, as C
+//    requires). Other descriptors of the same file see them after fsync/fdatasync, or at once
+//    when the file was opened with Open::dsync, where every write is flushed before it completes
+//    (O_DSYNC alone would only apply when stdio decides to flush).
+//  * fsync / fdatasync: fflush + fsync / fdatasync of the descriptor.
+//  * A failed flush (EIO, ENOSPC: write-back of earlier, already completed writes) is reported on
+//    the request that caused it, and then on every later fsync, fdatasync and close of the file:
+//    stdio may have dropped the buffered bytes, so success must never be reported again.
+// No direct I/O: opening with Open::direct fails with EINVAL. Hints: sequential, random, noreuse
+// and willneed are applied at open; dontneed after each read, and after each write when dsync.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "tai/engine.hpp"
+
+namespace tai::engines {
+
+/// A file of the cstdio engine. Thread-safety: fd() is safe from any thread; every stream
+/// operation (CstdioEngine::transfer, close) runs under the file's mutex.
+class CstdioFile final : public EngineFile {
+ public:
+  CstdioFile(Engine& engine, std::string path, OpenMode mode, FileCapabilities caps, std::FILE* stream,
+             std::unique_ptr<char[]> stream_buffer);
+  ~CstdioFile() override;
+
+  /// The descriptor under the stream (fileno), or -1 once closed. Writing to it directly
+  /// bypasses the stdio buffer; TAI never does.
+  int fd() const noexcept override { return fd_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class CstdioEngine;
+  static constexpr std::uint64_t kUnknownPosition = ~std::uint64_t{0};
+  enum class LastOp { none, read, write };
+
+  std::int64_t read_locked(void* buffer, std::uint64_t offset, std::uint64_t length);
+  std::int64_t write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length);
+  std::int64_t sync_locked(bool data_only);
+  std::error_code close_locked();
+  /// Positions the stream at `offset` for `op`, skipping the fseeko when a same-direction
+  /// transfer continues where the last one stopped (so sequential writes stay buffered).
+  int seek_locked(std::uint64_t offset, LastOp op);
+  void remember_write_error(int err) noexcept {
+    if (write_error_ == 0) write_error_ = err;
+  }
+
+  std::mutex mutex_;  // guards everything below
+  std::FILE* stream_;
+  std::unique_ptr<char[]> stream_buffer_;  // setvbuf's buffer: must outlive the stream
+  std::uint64_t position_ = kUnknownPosition;
+  LastOp last_op_ = LastOp::none;
+  int write_error_ = 0;  // first failed flush; sticky (see the file comment)
+  // Relaxed: a plain value for fd(); written under mutex_ at close only.
+  std::atomic<int> fd_;
+};
+
+/// The cstdio engine. Thread-safety: as tai::SyncEngine; requests on one file serialize on its
+/// mutex, requests on different files run in parallel.
+class CstdioEngine final : public SyncEngine {
+ public:
+  explicit CstdioEngine(EngineOptions options);
+
+  /// Size of each file's stdio buffer (setvbuf, fully buffered).
+  static constexpr std::size_t kStreamBufferSize = 64 * 1024;
+
+ protected:
+  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
+  std::error_code do_close(EngineFile& file) override;
+  std::int64_t transfer(const Request& request) override;
+};
+
+/// Creates a cstdio engine. Never fails.
+std::unique_ptr<Engine> make_cstdio(const EngineOptions& options);
+
+}  // namespace tai::engines

@@ -1,0 +1,419 @@
+// tai/btree-inl.hpp - the step algorithms of tai::BTree<Bits...> (included by tai/btree.hpp).
+//
+// The predefined trees are instantiated once in src/btree.cpp (extern template in btree.hpp);
+// any other shape is instantiated from here in the user's translation unit.
+//
+// Conventions of this file. Every handler takes the step it runs and returns true when that step
+// is finished (it has called op_step_done, and its node's activity count must be released by the
+// caller, after the caller is done touching the node), false when the step keeps its count: it
+// parked, or an engine request of it is in flight and an io_done step will continue it.
+#pragma once
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+namespace tai {
+
+template <unsigned... Bits>
+BTree<Bits...>::BTree(EngineFile* file, Quota& quota, const BTreeOptions& options)
+    : TreeCore(kLevels, kShift.data(), kBits.data(), file, quota, options) {}
+
+template <unsigned... Bits>
+BTree<Bits...>::~BTree() = default;
+
+template <unsigned... Bits>
+void BTree<Bits...>::run(const Step& s, StepSink& sink) {
+  switch (s.kind) {
+    case StepKind::visit: return visit(s, sink);
+    case StepKind::io_done: return io_done(s, sink);
+    case StepKind::resume: return resume(s, sink);
+    case StepKind::op_io_done: return op_io_done(s, sink);
+  }
+}
+
+namespace detail {
+inline bool is_transfer(const Step& s) noexcept {
+  return s.op->kind == TreeOp::read || s.op->kind == TreeOp::write;
+}
+}  // namespace detail
+
+// A step reaches its node. It waits (parks, FIFO) behind exclusive work and earlier waiting
+// steps; while uncached requests of the node are in flight, only a request that does not
+// overlap them (write vs anything) may join them, everything else waits.
+template <unsigned... Bits>
+void BTree<Bits...>::visit(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  if (n.busy || n.has_parked() ||
+      (n.direct_count != 0 && (!detail::is_transfer(s) || conflicts_direct(n, s)))) {
+    park_back(n, s);
+    return;
+  }
+  if (process(s, sink)) release(n, 1, sink);
+}
+
+// Runs the steps parked at n for as long as n allows; returns how many finished.
+template <unsigned... Bits>
+std::uint64_t BTree<Bits...>::drain(detail::Node& n, StepSink& sink) {
+  std::uint64_t done = 0;
+  while (!n.busy && n.has_parked()) {
+    const Step& head = n.parked->items[n.parked->head];
+    if (n.direct_count != 0 && (!detail::is_transfer(head) || conflicts_direct(n, head))) break;
+    const Step s = n.parked->pop_front();
+    if (process(s, sink)) ++done;
+  }
+  return done;
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::process(Step s, StepSink& sink) {
+  if ((s.aux & kEntry) != 0 && !enter(s, sink)) return true;
+  if (!detail::is_transfer(s)) return maintain(s, sink);
+  if (s.node->direct_count != 0) {
+    // Join the node's uncached requests in flight (visit/drain checked there is no overlap):
+    // caching now could serve or hold bytes those requests are changing.
+    const detail::Node& n = *s.node;
+    count(bottom(n) && !cacheable(n.depth) ? counters_.uncached : counters_.reroutes);
+    return go_direct(s, sink);
+  }
+  return transfer(s, sink);
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::transfer(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  if (n.block != nullptr) return at_block(s, sink);
+  if (bottom(n)) return at_leaf(s, sink);
+  const bool whole = s.first == n.base && s.last == node_last(n);
+  if (whole && cacheable(n.depth)) {
+    if (s.op->kind == TreeOp::write) return n.child_count != 0 ? overwrite(s, sink) : at_leaf(s, sink);
+    if (n.child_count == 0) return at_leaf(s, sink);
+  }
+  if (n.child_count == 0 && quota_.available() < smallest_block_) {
+    // No block could be had below: one uncached request here instead of one per child.
+    count(counters_.reroutes);
+    return go_direct(s, sink);
+  }
+  return descend(s, sink);
+}
+
+// n is the leaf for this request and has no block: get one, or go to the engine.
+template <unsigned... Bits>
+bool BTree<Bits...>::at_leaf(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  if (!cacheable(n.depth)) {
+    count(counters_.uncached);
+    return go_direct(s, sink);
+  }
+  if (!allocate_block(n)) {
+    count(counters_.reroutes);
+    return go_direct(s, sink);
+  }
+  if (s.op->kind == TreeOp::write) return write_into_block(s, sink);
+  return fill_from(s, 0, sink);
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::at_block(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  if (s.op->kind == TreeOp::write) return write_into_block(s, sink);
+  if (n.valid || n.dirty.covers(s.first - n.base, s.last - n.base + 1)) {
+    count(counters_.cache_hits);
+    return serve_read(s, sink);
+  }
+  return fill_from(s, 0, sink);
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::serve_read(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  std::memcpy(op_data(s), n.block + (s.first - n.base), step_length(s));
+  return finished(s, sink);
+}
+
+// Reads the clean parts of n's block from the engine, one gap between dirty ranges at a time,
+// starting at block offset `from`; then serves the read. Each gap is zeroed before its read so
+// that a short read (end of file) leaves zeros, as a hole would.
+template <unsigned... Bits>
+bool BTree<Bits...>::fill_from(const Step& s, std::uint64_t from, StepSink& sink) {
+  detail::Node& n = *s.node;
+  const std::uint64_t size = block_size(n);
+  const std::uint64_t limit = fill_limit(n);
+  if (from == 0 && limit < size) std::memset(n.block + limit, 0, size - limit);  // past the end of file
+  std::uint64_t b = 0, e = 0;
+  if (n.dirty.next_clean(from, limit, b, e)) {
+    std::memset(n.block + b, 0, e - b);
+    n.busy = true;
+    Step c = s;
+    c.kind = StepKind::io_done;
+    c.purpose = IoPurpose::fill;
+    c.aux = static_cast<std::uint32_t>(e);  // blocks are at most 1 GiB
+    count(counters_.engine_reads);
+    count(counters_.bytes_from_engine, e - b);
+    sink.io(make_request(Op::read, n.block + b, n.base + b, e - b), c);
+    return false;
+  }
+  n.valid = true;
+  count(counters_.fills);
+  return serve_read(s, sink);
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::write_into_block(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  const std::uint64_t size = block_size(n);
+  const std::uint64_t lo = s.first - n.base, hi = s.last - n.base + 1, len = hi - lo;
+  const std::uint64_t before = n.dirty.bytes();
+  const bool was_dirty = !n.dirty.empty();
+  if (lo == 0 && hi == size) {
+    count(counters_.merged_bytes, before);
+    if (was_dirty) count(counters_.merges);
+    n.dirty.assign_all(size);
+    n.valid = true;
+  } else {
+    if (n.dirty.count_after(lo, hi) > detail::DirtyRanges::kMax) {
+      // The tiny-write rule (tai/btree.hpp): one request now, or the smallest gap written back later.
+      const bool through = !n.valid || (options_.tiny_write_rule &&
+                                        options_.request_cost_bytes + len < n.dirty.smallest_gap_after(lo, hi));
+      if (through) {
+        n.busy = true;
+        Step c = s;
+        c.kind = StepKind::io_done;
+        c.purpose = IoPurpose::write_through;
+        count(counters_.engine_writes);
+        sink.io(make_request(Op::write, op_data(s), s.first, len), c);
+        return false;
+      }
+    }
+    count(counters_.merged_bytes, n.dirty.overlap(lo, hi));
+    const detail::DirtyRanges::AddResult r = n.dirty.add(lo, hi);
+    const std::uint64_t merges = static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0);
+    if (merges != 0) count(counters_.merges, merges);
+  }
+  std::memcpy(n.block + lo, op_data(s), len);
+  dirty_changed(n, before, was_dirty);
+  return finished(s, sink);
+}
+
+// An uncached request of this piece, straight to the engine. Several may be in flight at one node.
+template <unsigned... Bits>
+bool BTree<Bits...>::go_direct(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  add_direct(n, s);
+  Step c = s;
+  c.kind = StepKind::io_done;
+  c.purpose = IoPurpose::direct;
+  const std::uint64_t len = step_length(s);
+  const bool read = s.op->kind == TreeOp::read;
+  if (read) {
+    count(counters_.engine_reads);
+    count(counters_.bytes_from_engine, len);
+  } else {
+    count(counters_.engine_writes);
+  }
+  sink.io(make_request(read ? Op::read : Op::write, op_data(s), s.first, len), c);
+  return false;
+}
+
+// A write covering the whole of n, which has children: once nothing earlier is active below n,
+// drop every child (their bytes are all overwritten) and make n the leaf.
+template <unsigned... Bits>
+bool BTree<Bits...>::overwrite(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  if (!children_quiet_or_wait(n)) {
+    // Earlier steps are still active below: wait at the head of n's queue; the last of them to
+    // finish emits a resume step for n. Later steps park behind (busy).
+    n.busy = true;
+    park_front(n, s);
+    return false;
+  }
+  std::uint64_t dropped = 0;
+  const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
+  for_each_child(n, 0, last_index, [&](std::uint64_t i, detail::Node* c) {
+    dropped += delete_subtree(c);
+    erase_child(n, i);
+  });
+  count(counters_.merged_bytes, dropped);
+  count(counters_.restructures);
+  return at_leaf(s, sink);
+}
+
+template <unsigned... Bits>
+bool BTree<Bits...>::descend(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  const unsigned cs = kShift[n.depth + 1];
+  const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
+  op_add(*s.op, i1 - i0 + 1);
+  for (std::uint64_t i = i0; i <= i1; ++i) {
+    detail::Node& c = child_or_create(n, i);
+    Step cs_step = s;
+    cs_step.node = &c;
+    cs_step.first = std::max(s.first, c.base);
+    cs_step.last = std::min(s.last, node_last(c));
+    cs_step.aux = 0;
+    emit_child(n, c, cs_step, sink);
+  }
+  return finished(s, sink);
+}
+
+// write_back / fsync / fdatasync / drop / evict at n.
+template <unsigned... Bits>
+bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  Operation& op = *s.op;
+  if (n.block != nullptr) {
+    if (op.kind == TreeOp::evict && (n.depth != op.evict_depth || n.block_seq != op.evict_seq))
+      return finished(s, sink);  // a newer block than the record: it has its own record
+    if (!n.dirty.empty()) return write_back_next(s, sink);
+    if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) free_block(n);
+    return finished(s, sink);
+  }
+  if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
+  if (n.child_count == 0) return finished(s, sink);
+  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict;
+  const unsigned cs = kShift[n.depth + 1];
+  const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
+  for_each_child(n, i0, i1, [&](std::uint64_t i, detail::Node* c) {
+    // An active child is visited whatever its counters say: an earlier step queued there may be
+    // about to dirty it, and this step must come after it.
+    const std::uint64_t act = c->activity.load(std::memory_order_acquire);
+    if (act == 0 && c->cached_bytes.load(std::memory_order_relaxed) == 0) {
+      delete_subtree(c);  // idle and empty: garbage
+      erase_child(n, i);
+      return;
+    }
+    if (act == 0 && wants_dirty && c->dirty_blocks.load(std::memory_order_relaxed) == 0) return;
+    op_add(op, 1);
+    Step cs_step = s;
+    cs_step.node = c;
+    cs_step.first = std::max(s.first, c->base);
+    cs_step.last = std::min(s.last, node_last(*c));
+    cs_step.aux = 0;
+    emit_child(n, *c, cs_step, sink);
+  });
+  return finished(s, sink);
+}
+
+// Writes back the first group of n's dirty ranges (ranges whose gaps are at most one request's
+// cost, valid blocks only). The continuation's first/last hold the request's range.
+template <unsigned... Bits>
+bool BTree<Bits...>::write_back_next(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  const detail::DirtyRanges& d = n.dirty;
+  int j = 1;
+  if (n.valid)
+    while (j < d.count() && d[j].begin - d[j - 1].end <= options_.request_cost_bytes) ++j;
+  std::uint64_t b = d[0].begin, e = d[j - 1].end;
+  if (direct_ && n.valid && io_align_ > 1) {
+    // The aligned superset, straight from the block's aligned memory: no bounce, no
+    // read-modify-write. The end is widened only within the file, never making it longer.
+    b = b / io_align_ * io_align_;
+    const std::uint64_t wide = (e + io_align_ - 1) / io_align_ * io_align_;
+    if (wide <= block_size(n) && n.base + wide - 1 <= logical_last_or_max()) e = wide;
+  }
+  n.busy = true;
+  Step c = s;
+  c.kind = StepKind::io_done;
+  c.purpose = IoPurpose::write_back;
+  c.aux = static_cast<std::uint32_t>(j);
+  c.first = n.base + b;
+  c.last = n.base + e - 1;
+  count(counters_.engine_writes);
+  sink.io(make_request(Op::write, n.block + b, n.base + b, e - b), c);
+  return false;
+}
+
+template <unsigned... Bits>
+void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  Operation& op = *s.op;
+  bool done = false;
+  switch (s.purpose) {
+    case IoPurpose::fill:
+      n.busy = false;
+      if (s.io_result < 0) {
+        op_fail(op, s.io_result);  // the block stays not valid; its dirty ranges are intact
+        done = finished(s, sink);
+      } else {
+        done = fill_from(s, s.aux, sink);
+      }
+      break;
+    case IoPurpose::direct: {
+      remove_direct(n, s);
+      const std::uint64_t len = step_length(s);
+      if (op.kind == TreeOp::read) {
+        if (s.io_result < 0) {
+          op_fail(op, s.io_result);
+        } else if (static_cast<std::uint64_t>(s.io_result) < len) {
+          // Past the engine's end of file but inside the logical size: a hole.
+          std::memset(op_data(s) + s.io_result, 0, len - static_cast<std::uint64_t>(s.io_result));
+        }
+      } else {
+        if (s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
+        if (s.io_result < 0 || static_cast<std::uint64_t>(s.io_result) != len)
+          op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
+      }
+      done = finished(s, sink);
+      break;
+    }
+    case IoPurpose::write_through: {
+      n.busy = false;
+      const std::uint64_t len = step_length(s);
+      if (s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
+      if (s.io_result >= 0 && static_cast<std::uint64_t>(s.io_result) == len) {
+        // The file has these bytes now; the cached copy gets them too and they stay clean (the
+        // write touches no dirty range: that is why it overflowed them).
+        std::memcpy(n.block + (s.first - n.base), op_data(s), len);
+        count(counters_.write_throughs);
+      } else {
+        op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
+        n.valid = false;  // the file may hold part of the write now: the clean copy is stale
+      }
+      done = finished(s, sink);
+      break;
+    }
+    case IoPurpose::write_back: {
+      n.busy = false;
+      const std::uint64_t len = s.last - s.first + 1;
+      if (s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
+      if (s.io_result < 0 || static_cast<std::uint64_t>(s.io_result) != len) {
+        const std::int64_t err = s.io_result < 0 ? s.io_result : -EIO;
+        record_error(err);  // the block stays dirty: a later write-back tries again
+        count(counters_.write_back_errors);
+        op_fail(op, err);
+        done = finished(s, sink);
+        break;
+      }
+      const std::uint64_t before = n.dirty.bytes();
+      n.dirty.erase_front(static_cast<int>(s.aux));
+      dirty_changed(n, before, true);
+      if (!n.dirty.empty()) {
+        done = write_back_next(s, sink);
+        break;
+      }
+      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) free_block(n);
+      done = finished(s, sink);
+      break;
+    }
+    case IoPurpose::none:
+    case IoPurpose::sync:
+      assert(false && "io_done step without a node purpose");
+      return;
+  }
+  if (!done) return;  // another request of this node went out
+  const std::uint64_t more = drain(n, sink);
+  release(n, 1 + more, sink);
+}
+
+template <unsigned... Bits>
+void BTree<Bits...>::resume(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  n.busy = false;
+  const Step head = n.parked->pop_front();  // the step that waited for quiet children
+  std::uint64_t done = process(head, sink) ? 1 : 0;
+  done += drain(n, sink);
+  if (done != 0) release(n, done, sink);
+}
+
+}  // namespace tai

@@ -1,0 +1,104 @@
+// tai/detail/btree_node.hpp - one node of a tai::BTree (shape-independent).
+//
+// A node covers an aligned power-of-two range of the file's address space. It is either
+//  * a leaf: no children; it may hold one cache block covering its whole range, or
+//  * an inner node: children created on demand, and never a block at the same time.
+// Only steps of this node touch its plain fields (the runner runs them one at a time, see
+// tai::Step); the three atomics are the counters other nodes' steps may touch.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "tai/detail/btree_dirty.hpp"
+#include "tai/detail/btree_step.hpp"
+
+namespace tai::detail {
+
+/// Steps waiting at a node, FIFO (a vector with a moving head; the memory is kept for reuse).
+struct ParkedSteps {
+  std::vector<Step> items;
+  std::size_t head = 0;
+  bool empty() const noexcept { return head == items.size(); }
+  void push_back(const Step& s) { items.push_back(s); }
+  void push_front(const Step& s) {
+    if (head > 0) {
+      items[--head] = s;
+    } else {
+      items.insert(items.begin(), s);
+    }
+  }
+  Step pop_front() noexcept {
+    Step s = items[head++];
+    if (head == items.size()) {
+      items.clear();
+      head = 0;
+    }
+    return s;
+  }
+};
+
+/// An uncached engine request of a node in flight (several may be, when they do not conflict).
+struct DirectIo {
+  std::uint64_t first;
+  std::uint64_t last;
+  bool write;
+};
+
+struct Node {
+  Node(Node* parent_node, std::uint64_t first_byte, unsigned node_depth) noexcept
+      : parent(parent_node), base(first_byte), depth(static_cast<std::uint8_t>(node_depth)) {}
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Activity word layout (see `activity`).
+  static constexpr std::uint64_t kStepUnit = 1;               // low 32 bits: steps of this node
+  static constexpr std::uint64_t kChildUnit = 1ull << 32;     // bits 32..62: active children
+  static constexpr std::uint64_t kWaiter = 1ull << 63;        // a step waits for children to go quiet
+  static constexpr std::uint64_t kStepMask = kChildUnit - 1;
+  static constexpr std::uint64_t kChildMask = kWaiter - kChildUnit;
+
+  Node* const parent;
+  const std::uint64_t base;  // first byte covered
+  const std::uint8_t depth;  // 0 = root
+
+  bool busy = false;   // exclusive work in flight: a fill, write-back, write-through, or a wait
+                       // for quiet children; visit steps park behind it
+  bool valid = false;  // the block mirrors the file outside its dirty ranges (else only the
+                       // dirty ranges hold meaningful bytes)
+  bool sparse = false; // children kept in `map` (wide level) rather than `array`
+  std::uint32_t child_count = 0;
+  std::uint32_t direct_count = 0;  // uncached requests in flight (entries of `direct`)
+
+  std::byte* block = nullptr;  // cache block of the node's size, from the quota
+  std::uint64_t block_seq = 0; // Quota::next_seq() of its allocation
+  DirtyRanges dirty;
+
+  Node** array = nullptr;                      // narrow level: fanout slots
+  std::map<std::uint64_t, Node*>* map = nullptr;  // wide level: index -> child
+  ParkedSteps* parked = nullptr;               // lazily allocated
+  std::vector<DirectIo>* direct = nullptr;     // lazily allocated
+
+  // Activity of the subtree: steps of this node that are queued, parked or waiting for I/O
+  // (low bits), plus children whose own activity is non-zero (middle bits), plus kWaiter. A
+  // child's transition 0 -> non-zero is made only by a step of this node (which emits the
+  // child's first step), its transition back to 0 by the child's last finishing step, which
+  // then decrements this word: a hierarchical non-zero indicator. All read-modify-writes are
+  // acq_rel and loads acquire: a node observed at 0 has published every write of its subtree's
+  // finished steps (block contents, dirty ranges, counters) to the observer, which may then
+  // delete the subtree.
+  std::atomic<std::uint64_t> activity{0};
+  // Bytes of cache blocks in this subtree, and blocks with dirty bytes in it. Updated by the
+  // leaf step that allocates/frees/dirties/cleans a block, on every ancestor (relaxed: they are
+  // read by an ancestor's step only after it acquired the subtree's activity == 0, or as a
+  // non-zero hint that makes it descend anyway; stats readers see an approximate snapshot).
+  std::atomic<std::uint64_t> cached_bytes{0};
+  std::atomic<std::uint64_t> dirty_blocks{0};
+
+  bool has_parked() const noexcept { return parked != nullptr && !parked->empty(); }
+};
+
+}  // namespace tai::detail

@@ -1,0 +1,84 @@
+// tai/detail/posix_open.hpp - open(2) for engines with a kernel descriptor (posix, cstdio,
+// libaio, uring): flag mapping, fadvise hints, and error messages that say what went wrong.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+#include "tai/engine.hpp"
+#include "tai/error.hpp"
+
+namespace tai::detail {
+
+/// open(2) flags for `flags`: O_RDONLY / O_WRONLY / O_RDWR (O_RDONLY when neither read nor
+/// write is asked), O_CREAT, O_TRUNC, O_DIRECT, O_DSYNC, and always O_CLOEXEC. Hints are not
+/// open flags (see apply_open_hints). Thread-safe.
+inline int open_flags(Open flags) noexcept {
+  int f = O_CLOEXEC;
+  const bool r = has(flags, Open::read);
+  const bool w = has(flags, Open::write);
+  f |= (r && w) ? O_RDWR : w ? O_WRONLY : O_RDONLY;
+  if (has(flags, Open::create)) f |= O_CREAT;
+  if (has(flags, Open::truncate)) f |= O_TRUNC;
+  if (has(flags, Open::direct)) f |= O_DIRECT;
+  if (has(flags, Open::dsync)) f |= O_DSYNC;
+  return f;
+}
+
+/// Applies the open-time posix_fadvise hints of `flags` to `fd`: sequential, random, noreuse,
+/// and willneed (whole file). dontneed is per transfer (apply_dontneed). Failures are ignored:
+/// advice is advice, and a kernel that ignores it (NOREUSE before 6.3) is not an error.
+/// Thread-safe.
+inline void apply_open_hints(int fd, Open flags) noexcept {
+  if (has(flags, Open::sequential)) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (has(flags, Open::random)) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  if (has(flags, Open::noreuse)) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_NOREUSE);
+  if (has(flags, Open::willneed)) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+}
+
+/// POSIX_FADV_DONTNEED on [offset, offset + length): drops the clean cached pages of that range
+/// (seed 000's replacement for O_DIRECT on reads). Dirty pages are only queued for write-back
+/// and stay cached until it finishes; with O_DSYNC a written range is clean and dropped at once.
+/// Thread-safe.
+inline void apply_dontneed(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
+  if (length == 0) return;
+  (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
+}
+
+/// open(2) of `path` with open_flags(mode.flags) and mode.permissions, retrying EINTR.
+/// On failure the Error names the engine, the path and the reason; an EINVAL caused by O_DIRECT
+/// says "the file system refuses O_DIRECT" (tmpfs before Linux 6.6, procfs, some FUSE file
+/// systems), never a bare EINVAL. Like open(2) itself, a refused O_CREAT|O_DIRECT may leave an
+/// empty file behind (the kernel creates it before it checks O_DIRECT). Thread-safe.
+inline Result<int> open_descriptor(const std::string& path, const OpenMode& mode, const char* engine_name) {
+  const int flags = open_flags(mode.flags);
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags, static_cast<mode_t>(mode.permissions));
+  } while (fd < 0 && errno == EINTR);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  const std::string what = std::string("engine '") + engine_name + "': open '" + path + "'";
+  if (err == EINVAL && (flags & O_DIRECT)) {
+    // EINVAL has other causes too (a name the file system cannot store): open again without
+    // O_DIRECT (and without O_TRUNC, which must not happen on a failed open) to tell them apart.
+    int probe;
+    do {
+      probe = ::open(path.c_str(), flags & ~(O_DIRECT | O_TRUNC), static_cast<mode_t>(mode.permissions));
+    } while (probe < 0 && errno == EINTR);
+    const int probe_err = probe < 0 ? errno : 0;
+    if (probe >= 0) ::close(probe);
+    if (probe >= 0 || probe_err != EINVAL) {
+      return Error{std::error_code(EINVAL, std::generic_category()),
+                   what + ": the file system refuses O_DIRECT (EINVAL); open without Open::direct, "
+                          "or put the file on a file system with direct I/O (ext4, xfs, btrfs)"};
+    }
+  }
+  return Error::from_errno(err, what);
+}
+
+}  // namespace tai::detail

@@ -1,0 +1,102 @@
+// tai/quota.hpp - the two-stage cache quota of a controller, shared by all its files' trees.
+//
+// Seed 004 section 2.5.3 and DESIGN section 3 ("Quota"):
+//  * strict (short-term) limit: never exceeded. allocate() charges the bytes with a CAS before it
+//    allocates, so concurrent steps on different nodes (and different files) can never push the
+//    total over the limit; a request that would need more cache is refused (nullptr) and the
+//    tree sends that request to the engine directly ("reroute"), where it still succeeds.
+//  * weak (long-term) limit: may be exceeded for a while. Every cache block the trees allocate is
+//    recorded here, oldest first (BlockRecord); when used() > weak(), the controller's recycle
+//    rounds pop the oldest records and evict those blocks (writing back the dirty ones first)
+//    until it is back under the weak limit: FIFO flushing, so the data cached longest goes first
+//    and dirty data does not pile up before a mandatory fsync.
+//
+// Record queue. A boost::lockfree::queue with a fixed capacity (bounded_push: no allocation after
+// construction). A record can go stale (the block was freed or replaced since); an eviction of a
+// stale record finds no block with that sequence number and does nothing. When the queue is full
+// the record is not kept (records_dropped() counts them): the block is then reached only by the
+// controller's flush rounds, never lost.
+//
+// Thread-safety: every member function is thread-safe. The counters are exact (atomic
+// read-modify-write), and their memory order is relaxed: no other data is published through them.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace tai {
+
+/// One cache block, as the quota remembers it for age-ordered eviction (trivially copyable).
+struct BlockRecord {
+  std::uint64_t tree_id = 0;  ///< detail::TreeCore::id() of the tree that allocated the block
+  std::uint64_t base = 0;     ///< first byte of the block's node in the file
+  std::uint64_t seq = 0;      ///< Quota::next_seq() at allocation: identifies this allocation
+  std::uint32_t depth = 0;    ///< depth of the block's node (0 = root)
+};
+
+class Quota {
+ public:
+  static constexpr std::uint64_t kUnlimited = ~std::uint64_t{0};
+
+  /// weak <= strict is expected; a weak limit above the strict one is lowered to it.
+  explicit Quota(std::uint64_t weak_bytes = kUnlimited, std::uint64_t strict_bytes = kUnlimited,
+                 std::size_t record_capacity = 1u << 14);
+  ~Quota();
+  Quota(const Quota&) = delete;
+  Quota& operator=(const Quota&) = delete;
+
+  std::uint64_t weak() const noexcept { return weak_; }
+  std::uint64_t strict() const noexcept { return strict_; }
+
+  /// Bytes of cache blocks currently allocated (exact once the allocating steps are done).
+  std::uint64_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
+  /// The highest used() ever reached; never above strict().
+  std::uint64_t peak() const noexcept { return peak_.load(std::memory_order_relaxed); }
+  /// Bytes that may still be allocated before the strict limit.
+  std::uint64_t available() const noexcept {
+    const std::uint64_t u = used();
+    return u >= strict_ ? 0 : strict_ - u;
+  }
+  bool over_weak() const noexcept { return used() > weak_; }
+  std::uint64_t over_weak_bytes() const noexcept {
+    const std::uint64_t u = used();
+    return u > weak_ ? u - weak_ : 0;
+  }
+  /// allocate() calls refused because of the strict limit (or because memory ran out).
+  std::uint64_t denials() const noexcept { return denials_.load(std::memory_order_relaxed); }
+
+  /// Charges `bytes` and returns that many bytes aligned to `alignment` (a power of two), or
+  /// nullptr when the charge would pass the strict limit or the system has no memory left (then
+  /// nothing stays charged). The memory is uninitialised.
+  std::byte* allocate(std::uint64_t bytes, std::size_t alignment) noexcept;
+  /// Frees a block from allocate() and returns its bytes to the quota.
+  void release(std::byte* block, std::uint64_t bytes) noexcept;
+
+  /// A fresh sequence number (1, 2, ...): allocation order across every tree of this quota.
+  std::uint64_t next_seq() noexcept { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+  /// Appends a record (oldest first). False when the queue is full (the record is dropped).
+  bool record(const BlockRecord& record) noexcept;
+  /// Removes the oldest record; false when there is none.
+  bool pop_oldest(BlockRecord& out) noexcept;
+  std::uint64_t records_dropped() const noexcept { return records_dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Records;  // the lock-free queue, kept out of this header (Boost.Lockfree is heavy)
+
+  const std::uint64_t strict_;
+  const std::uint64_t weak_;
+  // All relaxed: each is a counter whose exactness comes from the atomic read-modify-write
+  // itself; none of them publishes other memory (the blocks are handed over by the steps'
+  // own synchronisation).
+  std::atomic<std::uint64_t> used_{0};
+  std::atomic<std::uint64_t> peak_{0};
+  std::atomic<std::uint64_t> denials_{0};
+  std::atomic<std::uint64_t> seq_{0};
+  std::atomic<std::uint64_t> records_dropped_{0};
+  std::unique_ptr<Records> records_;
+};
+
+}  // namespace tai

@@ -1,0 +1,610 @@
+// The shape-independent part of tai::BTree, the sequential driver, and the explicit
+// instantiations of the predefined trees (see include/tai/btree.hpp).
+#include "tai/btree.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <string>
+
+namespace tai {
+
+// The predefined trees, compiled once here (declared extern template in the header).
+template class BTree<34, 9, 9, 12>;
+template class BTree<64>;
+template class BTree<2, TAI_BTREE_ONES_62>;
+
+const char* to_string(TreeOp op) noexcept {
+  switch (op) {
+    case TreeOp::read: return "read";
+    case TreeOp::write: return "write";
+    case TreeOp::write_back: return "write_back";
+    case TreeOp::drop: return "drop";
+    case TreeOp::evict: return "evict";
+    case TreeOp::fsync: return "fsync";
+    case TreeOp::fdatasync: return "fdatasync";
+  }
+  return "?";
+}
+
+namespace detail {
+namespace {
+
+using Word = std::uint64_t;
+
+std::uint64_t next_tree_id() noexcept {
+  // Relaxed: only uniqueness matters.
+  static std::atomic<std::uint64_t> ids{0};
+  return ids.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+constexpr std::uint64_t kMaxBlock = std::uint64_t{1} << 30;
+
+}  // namespace
+
+TreeCore::TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits, EngineFile* file, Quota& quota,
+                   const BTreeOptions& options)
+    : levels_(levels), shift_(shift), bits_(bits), file_(file), quota_(quota), options_(options), id_(next_tree_id()) {
+  if (file_ != nullptr) {
+    const FileCapabilities& caps = file_->capabilities();
+    direct_ = caps.direct;
+    if (direct_) {
+      io_align_ = std::max<std::uint64_t>({caps.alignment.offset, caps.alignment.length, 1});
+      mem_align_ = std::max<std::size_t>(caps.alignment.memory, 16);
+    }
+  }
+  min_block_ = std::max<std::uint64_t>(options_.min_block_bytes, direct_ ? io_align_ : 1);
+  max_block_ = std::min(options_.max_block_bytes, kMaxBlock);
+  smallest_block_ = ~std::uint64_t{0};
+  for (unsigned d = 0; d < levels_; ++d) {
+    if (d + 1 >= levels_ || node_mask(d) < min_block_) {
+      if (cacheable(d)) smallest_block_ = node_mask(d) + 1;
+      break;
+    }
+  }
+  if (options_.file_size) {
+    size_known_ = true;
+    size_end_.store(*options_.file_size, std::memory_order_relaxed);
+  } else if (file_ != nullptr && file_->fd() >= 0) {
+    struct stat st {};
+    if (::fstat(file_->fd(), &st) == 0) {
+      size_known_ = true;
+      size_end_.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
+    }
+  }
+  root_ = new Node(nullptr, 0, 0);
+  root_->sparse = levels_ > 1 && bits_[0] > kArrayBits;
+  count(counters_.nodes);
+}
+
+TreeCore::~TreeCore() {
+  assert(idle() && "a tai::BTree destroyed with operations in flight");
+  delete_subtree(root_);  // dirty data still cached is discarded: write back before destroying
+}
+
+// --- activity -------------------------------------------------------------------------------
+
+void TreeCore::emit_child(Node& parent, Node& child, const Step& step, StepSink& sink) {
+  // Only a step of `parent` (this one) moves `child` from 0, so the 0 -> 1 test cannot race with
+  // another increment; decrements cannot happen at 0. acq_rel: see Node::activity.
+  if (child.activity.fetch_add(Node::kStepUnit, std::memory_order_acq_rel) == 0)
+    parent.activity.fetch_add(Node::kChildUnit, std::memory_order_acq_rel);
+  sink.emit(step);
+}
+
+void TreeCore::release(Node& node, std::uint64_t steps, StepSink& sink) {
+  Node* n = &node;
+  Word delta = steps * Node::kStepUnit;
+  for (;;) {
+    // Read the parent first: once the decrement is visible, an ancestor's step may delete `n`.
+    Node* parent = n->parent;
+    const Word now = n->activity.fetch_sub(delta, std::memory_order_acq_rel) - delta;
+    if (delta == Node::kChildUnit && (now & Node::kChildMask) == 0 && (now & Node::kWaiter) != 0) {
+      // The last active child of a node whose step waits for quiet children: wake it. That step
+      // holds a count on `n`, so `n` stays alive; nothing else can clear the bit meanwhile.
+      n->activity.fetch_and(~Node::kWaiter, std::memory_order_acq_rel);
+      Step r;
+      r.tree = this;
+      r.node = n;
+      r.kind = StepKind::resume;
+      sink.emit(r);
+      return;
+    }
+    if (now != 0 || parent == nullptr) return;
+    n = parent;
+    delta = Node::kChildUnit;
+  }
+}
+
+bool TreeCore::children_quiet_or_wait(Node& n) {
+  Word cur = n.activity.load(std::memory_order_acquire);
+  while ((cur & Node::kChildMask) != 0) {
+    if (n.activity.compare_exchange_weak(cur, cur | Node::kWaiter, std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+      return false;
+  }
+  return true;
+}
+
+// --- operations ----------------------------------------------------------------------------
+
+void TreeCore::op_add(Operation& op, std::uint64_t steps) noexcept {
+  // Relaxed: the caller holds a count, so the total cannot reach 0 meanwhile; the decrements'
+  // acq_rel chain orders everything that matters.
+  op.pending_.fetch_add(steps, std::memory_order_relaxed);
+}
+
+void TreeCore::op_fail(Operation& op, std::int64_t error) noexcept {
+  std::int64_t none = 0;
+  op.first_error_.compare_exchange_strong(none, error, std::memory_order_relaxed);
+}
+
+void TreeCore::start(Operation& op, StepSink& sink) {
+  op.pending_.store(1, std::memory_order_relaxed);
+  op.first_error_.store(0, std::memory_order_relaxed);
+  op.done_.store(false, std::memory_order_relaxed);
+  op.bytes_ = 0;
+  op.result_ = 0;
+  op.phase_ = 0;
+  const std::uint64_t kMaxU = ~std::uint64_t{0};
+  std::uint64_t first = op.offset, last = kMaxU;
+  auto fail_now = [&](std::int64_t err) {
+    op_fail(op, err);
+    op.pending_.store(0, std::memory_order_relaxed);
+    complete(op);
+  };
+  switch (op.kind) {
+    case TreeOp::read:
+    case TreeOp::write:
+      if (op.length == 0) {
+        op.pending_.store(0, std::memory_order_relaxed);
+        return complete(op);
+      }
+      if (op.buffer == nullptr) return fail_now(-EFAULT);
+      if (op.length - 1 > kMaxU - op.offset) return fail_now(-EOVERFLOW);
+      last = op.offset + (op.length - 1);
+      break;
+    case TreeOp::write_back:
+    case TreeOp::drop:
+      if (op.length != 0) {
+        if (op.length - 1 > kMaxU - op.offset) return fail_now(-EOVERFLOW);
+        last = op.offset + (op.length - 1);
+      }
+      break;
+    case TreeOp::evict:
+      if (op.evict_depth >= levels_) return fail_now(-EINVAL);
+      first = op.offset & ~node_mask(op.evict_depth);
+      last = first + node_mask(op.evict_depth);
+      break;
+    case TreeOp::fsync:
+    case TreeOp::fdatasync:
+      first = 0;
+      break;
+  }
+  Step s;
+  s.tree = this;
+  s.node = root_;
+  s.op = &op;
+  s.first = first;
+  s.last = last;
+  s.aux = kEntry;
+  s.kind = StepKind::visit;
+  root_->activity.fetch_add(Node::kStepUnit, std::memory_order_acq_rel);
+  sink.emit(s);
+}
+
+bool TreeCore::enter(Step& s, StepSink& sink) {
+  s.aux &= ~kEntry;
+  Operation& op = *s.op;
+  if (op.kind == TreeOp::write) {
+    op.bytes_ = op.length;
+    if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
+      if (s.last == ~std::uint64_t{0}) {
+        size_top_.store(true, std::memory_order_relaxed);
+      } else if (s.last + 1 > size_end_.load(std::memory_order_relaxed)) {
+        size_end_.store(s.last + 1, std::memory_order_relaxed);  // only root steps write it
+      }
+    }
+  } else if (op.kind == TreeOp::read) {
+    if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
+      const std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+      if (s.first >= end) {  // at or past the end of file: nothing to read, like pread
+        op.bytes_ = 0;
+        op_step_done(op, sink);
+        return false;
+      }
+      s.last = std::min(s.last, end - 1);
+    }
+    op.bytes_ = s.last - s.first + 1;
+  }
+  return true;
+}
+
+void TreeCore::op_step_done(Operation& op, StepSink& sink) {
+  if (op.pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if ((op.kind == TreeOp::fsync || op.kind == TreeOp::fdatasync) && op.phase_ == 0) {
+    // Every dirty byte written before this fsync has reached the engine (or failed): now the
+    // engine's own sync. It belongs to no node.
+    op.phase_ = 1;
+    op.pending_.store(1, std::memory_order_relaxed);
+    Step c;
+    c.tree = this;
+    c.op = &op;
+    c.kind = StepKind::op_io_done;
+    c.purpose = IoPurpose::sync;
+    sink.io(make_request(op.kind == TreeOp::fsync ? Op::fsync : Op::fdatasync, nullptr, 0, 0), c);
+    return;
+  }
+  complete(op);
+}
+
+void TreeCore::op_io_done(const Step& s, StepSink&) {
+  Operation& op = *s.op;
+  if (s.io_result < 0) op_fail(op, s.io_result);
+  // A write-back that failed earlier (this fsync's or any since the last fsync) is reported
+  // here, once: the block is still dirty and the next write-back tries it again.
+  const std::int64_t recorded = recorded_error_.exchange(0, std::memory_order_acq_rel);
+  if (recorded != 0) op_fail(op, recorded);
+  op.pending_.store(0, std::memory_order_relaxed);
+  complete(op);
+}
+
+void TreeCore::complete(Operation& op) noexcept {
+  const std::int64_t err = op.first_error_.load(std::memory_order_relaxed);
+  op.result_ = err != 0 ? err : static_cast<std::int64_t>(op.bytes_);
+  const Operation::Callback cb = op.on_complete;
+  void* const ctx = op.context;
+  // Release: pairs with the acquire in Operation::done(); publishes the result and a read's data.
+  op.done_.store(true, std::memory_order_release);
+  if (cb != nullptr) cb(op, ctx);
+}
+
+// --- children ------------------------------------------------------------------------------
+
+Node* TreeCore::child(const Node& n, std::uint64_t index) const noexcept {
+  if (n.sparse) {
+    if (n.map == nullptr) return nullptr;
+    auto it = n.map->find(index);
+    return it == n.map->end() ? nullptr : it->second;
+  }
+  return n.array != nullptr ? n.array[index] : nullptr;
+}
+
+Node& TreeCore::child_or_create(Node& n, std::uint64_t index) {
+  const unsigned d = n.depth + 1u;
+  auto make = [&] {
+    Node* c = new Node(&n, n.base + (index << shift_[d]), d);
+    c->sparse = d + 1u < levels_ && bits_[d] > kArrayBits;
+    ++n.child_count;
+    count(counters_.nodes);
+    return c;
+  };
+  if (n.sparse) {
+    if (n.map == nullptr) n.map = new std::map<std::uint64_t, Node*>();
+    auto [it, inserted] = n.map->try_emplace(index, nullptr);
+    if (inserted) it->second = make();
+    return *it->second;
+  }
+  if (n.array == nullptr) n.array = new Node*[std::size_t{1} << bits_[n.depth]]();
+  Node*& slot = n.array[index];
+  if (slot == nullptr) slot = make();
+  return *slot;
+}
+
+void TreeCore::erase_child(Node& n, std::uint64_t index) noexcept {
+  if (n.sparse) {
+    n.map->erase(index);
+  } else {
+    n.array[index] = nullptr;
+  }
+  if (--n.child_count == 0) {  // a leaf again: give the table back
+    delete n.map;
+    n.map = nullptr;
+    delete[] n.array;
+    n.array = nullptr;
+  }
+}
+
+std::uint64_t TreeCore::delete_subtree(Node* node) noexcept {
+  std::uint64_t dropped = 0;
+  if (node->child_count != 0) {
+    const std::uint64_t last = (std::uint64_t{1} << bits_[node->depth]) - 1;
+    for_each_child(*node, 0, last, [&](std::uint64_t, Node* c) { dropped += delete_subtree(c); });
+  }
+  if (node->block != nullptr) {
+    dropped += node->dirty.bytes();
+    free_block(*node);
+  }
+  delete_node(node);
+  return dropped;
+}
+
+void TreeCore::delete_node(Node* n) noexcept {
+  delete n->map;
+  delete[] n->array;
+  delete n->parked;
+  delete n->direct;
+  delete n;
+  uncount(counters_.nodes);
+}
+
+// --- blocks and counters -------------------------------------------------------------------
+
+bool TreeCore::allocate_block(Node& n) noexcept {
+  const std::uint64_t size = block_size(n);
+  const std::size_t align = size >= 4096 ? std::max<std::size_t>(mem_align_, 4096) : mem_align_;
+  std::byte* p = quota_.allocate(size, align);
+  if (p == nullptr) return false;
+  n.block = p;
+  n.valid = false;
+  n.dirty.clear();
+  n.block_seq = quota_.next_seq();
+  quota_.record(BlockRecord{id_, n.base, n.block_seq, n.depth});
+  propagate_cached(n, static_cast<std::int64_t>(size));
+  count(counters_.cached_bytes, size);
+  count(counters_.blocks);
+  return true;
+}
+
+void TreeCore::free_block(Node& n) noexcept {
+  const std::uint64_t size = block_size(n);
+  if (!n.dirty.empty()) {
+    uncount(counters_.dirty_bytes, n.dirty.bytes());
+    propagate_dirty(n, -1);
+    n.dirty.clear();
+  }
+  propagate_cached(n, -static_cast<std::int64_t>(size));
+  uncount(counters_.cached_bytes, size);
+  uncount(counters_.blocks);
+  quota_.release(n.block, size);
+  n.block = nullptr;
+  n.valid = false;
+  n.block_seq = 0;
+}
+
+void TreeCore::propagate_cached(Node& n, std::int64_t delta) noexcept {
+  for (Node* x = &n; x != nullptr; x = x->parent)
+    x->cached_bytes.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+}
+
+void TreeCore::propagate_dirty(Node& n, std::int64_t delta) noexcept {
+  for (Node* x = &n; x != nullptr; x = x->parent)
+    x->dirty_blocks.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  counters_.dirty_blocks.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+}
+
+void TreeCore::dirty_changed(Node& n, std::uint64_t before_bytes, bool was_dirty) noexcept {
+  const std::uint64_t after = n.dirty.bytes();
+  if (after > before_bytes) count(counters_.dirty_bytes, after - before_bytes);
+  if (after < before_bytes) uncount(counters_.dirty_bytes, before_bytes - after);
+  const bool is_dirty = !n.dirty.empty();
+  if (is_dirty != was_dirty) propagate_dirty(n, is_dirty ? 1 : -1);
+}
+
+std::uint64_t TreeCore::logical_last_or_max() const noexcept {
+  if (!size_known_ || size_top_.load(std::memory_order_relaxed)) return ~std::uint64_t{0};
+  const std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+  return end == 0 ? 0 : end - 1;
+}
+
+std::uint64_t TreeCore::fill_limit(const Node& n) const noexcept {
+  const std::uint64_t size = block_size(n);
+  if (!size_known_ || size_top_.load(std::memory_order_relaxed)) return size;
+  const std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+  if (end <= n.base) return 0;
+  std::uint64_t limit = std::min(size, end - n.base);
+  if (direct_ && io_align_ > 1) limit = std::min(size, (limit + io_align_ - 1) / io_align_ * io_align_);
+  return limit;
+}
+
+void TreeCore::record_error(std::int64_t error) noexcept {
+  recorded_error_.store(error, std::memory_order_release);
+}
+
+std::error_code TreeCore::recorded_error() const noexcept {
+  const std::int64_t e = recorded_error_.load(std::memory_order_acquire);
+  return e < 0 ? std::error_code(static_cast<int>(-e), std::generic_category()) : std::error_code();
+}
+
+std::optional<std::uint64_t> TreeCore::logical_size() const noexcept {
+  if (!size_known_) return std::nullopt;
+  if (size_top_.load(std::memory_order_relaxed)) return ~std::uint64_t{0};
+  return size_end_.load(std::memory_order_relaxed);
+}
+
+// --- parking and uncached requests ---------------------------------------------------------
+
+void TreeCore::park_back(Node& n, const Step& s) {
+  if (n.parked == nullptr) n.parked = new ParkedSteps();
+  n.parked->push_back(s);
+}
+
+void TreeCore::park_front(Node& n, const Step& s) {
+  if (n.parked == nullptr) n.parked = new ParkedSteps();
+  n.parked->push_front(s);
+}
+
+bool TreeCore::conflicts_direct(const Node& n, const Step& s) noexcept {
+  if (n.direct == nullptr) return false;
+  const bool write = s.op->kind == TreeOp::write;
+  for (const DirectIo& d : *n.direct)
+    if ((write || d.write) && d.first <= s.last && s.first <= d.last) return true;
+  return false;
+}
+
+void TreeCore::add_direct(Node& n, const Step& s) {
+  if (n.direct == nullptr) n.direct = new std::vector<DirectIo>();
+  n.direct->push_back(DirectIo{s.first, s.last, s.op->kind == TreeOp::write});
+  ++n.direct_count;
+}
+
+void TreeCore::remove_direct(Node& n, const Step& s) noexcept {
+  const bool write = s.op->kind == TreeOp::write;
+  auto& v = *n.direct;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i].first == s.first && v[i].last == s.last && v[i].write == write) {
+      v[i] = v.back();
+      v.pop_back();
+      --n.direct_count;
+      return;
+    }
+  }
+  assert(false && "completion of an uncached request the node does not know");
+}
+
+// --- introspection -------------------------------------------------------------------------
+
+BTreeStats TreeCore::stats() const noexcept {
+  auto ld = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  BTreeStats s;
+  s.cached_bytes = ld(counters_.cached_bytes);
+  s.dirty_bytes = ld(counters_.dirty_bytes);
+  s.blocks = ld(counters_.blocks);
+  s.dirty_blocks = ld(counters_.dirty_blocks);
+  s.nodes = ld(counters_.nodes);
+  s.reroutes = ld(counters_.reroutes);
+  s.uncached = ld(counters_.uncached);
+  s.merges = ld(counters_.merges);
+  s.merged_bytes = ld(counters_.merged_bytes);
+  s.write_throughs = ld(counters_.write_throughs);
+  s.cache_hits = ld(counters_.cache_hits);
+  s.fills = ld(counters_.fills);
+  s.restructures = ld(counters_.restructures);
+  s.engine_reads = ld(counters_.engine_reads);
+  s.engine_writes = ld(counters_.engine_writes);
+  s.bytes_from_engine = ld(counters_.bytes_from_engine);
+  s.bytes_to_engine = ld(counters_.bytes_to_engine);
+  s.write_back_errors = ld(counters_.write_back_errors);
+  return s;
+}
+
+std::string TreeCore::check_invariants() const {
+  struct Sum {
+    std::uint64_t cached = 0, dirty_blocks = 0, dirty_bytes = 0, blocks = 0, nodes = 0;
+  };
+  std::string err;
+  auto fail = [&](const Node& n, const std::string& what) {
+    if (err.empty())
+      err = "node depth " + std::to_string(n.depth) + " base " + std::to_string(n.base) + ": " + what;
+  };
+  auto walk = [&](auto& self, const Node& n) -> Sum {
+    Sum sum;
+    sum.nodes = 1;
+    if (n.activity.load(std::memory_order_acquire) != 0) fail(n, "activity is not 0 in an idle tree");
+    if (n.busy || n.has_parked() || n.direct_count != 0) fail(n, "busy, parked or uncached I/O in an idle tree");
+    if (n.block != nullptr && n.child_count != 0) fail(n, "holds a block and has children");
+    if (n.block != nullptr) {
+      const std::uint64_t size = node_mask(n.depth) + 1;
+      if (!n.dirty.well_formed(size)) fail(n, "malformed dirty ranges");
+      if (n.block_seq == 0) fail(n, "block without a sequence number");
+      sum.cached += size;
+      sum.blocks = 1;
+      sum.dirty_bytes = n.dirty.bytes();
+      sum.dirty_blocks = n.dirty.empty() ? 0 : 1;
+    } else if (!n.dirty.empty()) {
+      fail(n, "dirty ranges without a block");
+    }
+    if (n.direct != nullptr && !n.direct->empty()) fail(n, "uncached requests listed in an idle tree");
+    std::uint32_t children = 0;
+    if (n.depth + 1u < levels_) {
+      const std::uint64_t last = (std::uint64_t{1} << bits_[n.depth]) - 1;
+      auto visit_child = [&](std::uint64_t i, const Node* c) {
+        ++children;
+        if (c->parent != &n || c->depth != n.depth + 1u || c->base != n.base + (i << shift_[n.depth + 1]))
+          fail(n, "child " + std::to_string(i) + " has a wrong parent, depth or base");
+        const Sum cs = self(self, *c);
+        sum.cached += cs.cached;
+        sum.dirty_blocks += cs.dirty_blocks;
+        sum.dirty_bytes += cs.dirty_bytes;
+        sum.blocks += cs.blocks;
+        sum.nodes += cs.nodes;
+      };
+      if (n.sparse) {
+        if (n.map != nullptr)
+          for (auto& [i, c] : *n.map) visit_child(i, c);
+      } else if (n.array != nullptr) {
+        for (std::uint64_t i = 0; i <= last; ++i)
+          if (n.array[i] != nullptr) visit_child(i, n.array[i]);
+      }
+    }
+    if (children != n.child_count) fail(n, "child_count differs from the children present");
+    if (sum.cached != n.cached_bytes.load(std::memory_order_relaxed))
+      fail(n, "subtree cached bytes " + std::to_string(n.cached_bytes.load()) + " != " + std::to_string(sum.cached));
+    if (sum.dirty_blocks != n.dirty_blocks.load(std::memory_order_relaxed))
+      fail(n, "subtree dirty blocks " + std::to_string(n.dirty_blocks.load()) + " != " +
+                  std::to_string(sum.dirty_blocks));
+    return sum;
+  };
+  const Sum total = walk(walk, *root_);
+  const BTreeStats st = stats();
+  auto compare = [&](const char* what, std::uint64_t counter, std::uint64_t actual) {
+    if (err.empty() && counter != actual)
+      err = std::string("counter ") + what + " = " + std::to_string(counter) + " but the tree holds " +
+            std::to_string(actual);
+  };
+  compare("cached_bytes", st.cached_bytes, total.cached);
+  compare("blocks", st.blocks, total.blocks);
+  compare("dirty_bytes", st.dirty_bytes, total.dirty_bytes);
+  compare("dirty_blocks", st.dirty_blocks, total.dirty_blocks);
+  compare("nodes", st.nodes, total.nodes);
+  return err;
+}
+
+}  // namespace detail
+
+// --- running steps without threads ---------------------------------------------------------
+
+Completion EngineExecutor::execute(const Request& r) {
+  if (r.file == nullptr) return Completion{r.user_data, -EBADF};
+  Engine& engine = r.file->engine();
+  if (auto* sync = dynamic_cast<SyncEngine*>(&engine)) return sync->execute(r);
+  if (engine.submit(&r, 1) != 1) return Completion{r.user_data, -EAGAIN};
+  Completion c;
+  while (engine.reap(&c, 1, 1) == 0) {
+  }
+  return c;
+}
+
+SequentialDriver::SequentialDriver() : SequentialDriver(Options{}) {}
+
+SequentialDriver::SequentialDriver(const Options& options) : options_(options), rng_(options.seed) {}
+
+void SequentialDriver::io(const Request& request, const Step& continuation) {
+  if (options_.defer_io) {
+    deferred_.emplace_back(request, continuation);
+  } else {
+    complete_io(request, continuation);
+  }
+}
+
+void SequentialDriver::complete_io(const Request& request, Step continuation) {
+  ++requests_;
+  IoExecutor& ex = options_.executor != nullptr ? *options_.executor : engine_executor_;
+  continuation.io_result = ex.execute(request).result;
+  queue_.push_back(continuation);
+}
+
+void SequentialDriver::run() {
+  for (;;) {
+    if (!queue_.empty() && (deferred_.empty() || (rng_() & 3) != 0)) {
+      const Step s = queue_.front();
+      queue_.pop_front();
+      ++steps_;
+      s.run(*this);
+      continue;
+    }
+    if (!deferred_.empty()) {
+      const std::size_t i = static_cast<std::size_t>(rng_() % deferred_.size());
+      const auto item = deferred_[i];
+      deferred_[i] = deferred_.back();
+      deferred_.pop_back();
+      complete_io(item.first, item.second);
+      continue;
+    }
+    return;
+  }
+}
+
+}  // namespace tai

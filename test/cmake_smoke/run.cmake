@@ -1,0 +1,64 @@
+# Driver of the CMake smoke tests (run with cmake -P by ctest; see CMakeLists.txt here).
+#   -DSTEP=install        cmake --install TAI_BINARY_DIR into a fresh PREFIX
+#   -DSTEP=package        build consumer/ with find_package(tai) from PREFIX, run it
+#   -DSTEP=subdirectory   build consumer/ with add_subdirectory(TAI_SOURCE_DIR), run it
+#   -DSTEP=pkgconfig      compile consumer/main.cpp with `pkg-config --cflags --libs tai`, run it
+# Every step fails on the first command that fails and shows that command's output.
+cmake_minimum_required(VERSION 3.25)
+
+function(step)
+  string(REPLACE ";" " " shown "${ARGN}")
+  message(STATUS "smoke[${STEP}]: ${shown}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "smoke[${STEP}] failed (${rc}): ${shown}\n${out}")
+  endif()
+  set(step_output "${out}" PARENT_SCOPE)
+endfunction()
+
+# Runs the consumer program on a scratch file and checks what it printed.
+function(run_consumer program)
+  step(${program} ${WORK_DIR}/roundtrip.bin)
+  if(NOT step_output MATCHES "round trip ok")
+    message(FATAL_ERROR "smoke[${STEP}]: the consumer did not report its round trip:\n${step_output}")
+  endif()
+  message(STATUS "smoke[${STEP}]: ${step_output}")
+endfunction()
+
+# The consumer is configured like the build under test: same compilers, generator, build type.
+set(consumer_args -G ${GENERATOR} -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_C_COMPILER=${C_COMPILER}
+    -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+if(STEP STREQUAL "install")
+  file(REMOVE_RECURSE ${PREFIX})
+  step(${CMAKE_COMMAND} --install ${TAI_BINARY_DIR} --prefix ${PREFIX})
+  foreach(expected IN ITEMS include/tai/engine.hpp include/tai/config.hpp include/tai/engines/posix/posix_engine.hpp
+                            ${LIBDIR}/cmake/tai/taiConfig.cmake ${LIBDIR}/pkgconfig/tai.pc)
+    if(NOT EXISTS ${PREFIX}/${expected})
+      message(FATAL_ERROR "smoke[install]: ${PREFIX}/${expected} was not installed")
+    endif()
+  endforeach()
+elseif(STEP STREQUAL "package")
+  step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args} -DTAI_CONSUME=package
+       -DCMAKE_PREFIX_PATH=${PREFIX} -DEXPECTED_PREFIX=${PREFIX})
+  step(${CMAKE_COMMAND} --build ${WORK_DIR})
+  run_consumer(${WORK_DIR}/consumer)
+elseif(STEP STREQUAL "subdirectory")
+  step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args} -DTAI_CONSUME=subdirectory
+       -DTAI_SOURCE_DIR=${TAI_SOURCE_DIR})
+  step(${CMAKE_COMMAND} --build ${WORK_DIR} --target consumer -- -j${JOBS})
+  run_consumer(${WORK_DIR}/consumer)
+elseif(STEP STREQUAL "pkgconfig")
+  set(ENV{PKG_CONFIG_PATH} ${PREFIX}/${LIBDIR}/pkgconfig)
+  step(${PKG_CONFIG} --cflags --libs tai)
+  separate_arguments(pc_flags UNIX_COMMAND "${step_output}")
+  # -std=c++17: the .pc file leaves the standard to the consumer (see cmake/tai.pc.in).
+  step(${CXX_COMPILER} -std=c++17 ${CONSUMER_DIR}/main.cpp -o ${WORK_DIR}/consumer ${pc_flags})
+  run_consumer(${WORK_DIR}/consumer)
+else()
+  message(FATAL_ERROR "unknown STEP '${STEP}'")
+endif()

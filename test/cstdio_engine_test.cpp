@@ -1,0 +1,239 @@
+// Behaviour of the cstdio engine beyond the cross-engine conformance suite: no direct I/O,
+// read-after-write through the stdio buffer, when other descriptors see the data (fsync, dsync),
+// the per-file lock around seek+transfer, and flush errors that are never lost.
+#include "engines/cstdio/cstdio_engine.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/test_env.hpp"
+
+namespace {
+
+using tai::Completion;
+using tai::Engine;
+using tai::EngineFile;
+using tai::Open;
+using tai::Op;
+using tai::Request;
+
+Completion run(Engine& engine, Op op, EngineFile* file, const void* buffer, std::uint64_t offset,
+               std::uint64_t length) {
+  Request r{op, file, const_cast<void*>(buffer), offset, length, /*user_data=*/9};
+  EXPECT_EQ(engine.submit(&r, 1), 1u);
+  Completion c;
+  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
+  return c;
+}
+
+/// The file's bytes as another descriptor sees them (what the kernel has, not stdio's buffer).
+std::string kernel_view(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<open failed>";
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return s;
+}
+
+TEST(CstdioEngine, CapabilitiesAndDirectIsRefusedWithAMessage) {
+  tai::test::ScratchDir dir;
+  auto engine = tai::engines::make_cstdio({});
+  EXPECT_EQ(engine->name(), "cstdio");
+  EXPECT_FALSE(engine->capabilities().direct_io);
+  EXPECT_TRUE(engine->capabilities().durable_sync);
+  EXPECT_FALSE(engine->capabilities().asynchronous);
+  auto f = engine->open(dir.file("d"), {Open::read | Open::write | Open::create | Open::direct});
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, std::errc::invalid_argument);
+  EXPECT_NE(f.error().message.find("engine 'cstdio' cannot do direct I/O"), std::string::npos) << f.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d"))) << "a refused open must not create the file";
+}
+
+TEST(CstdioEngine, ReadAfterWriteSeesItAndOthersSeeItAfterFsync) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("rw");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::read | Open::write | Open::create, 0600});
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_GE(f.value()->fd(), 0);
+
+  const std::string hello = "hello, stdio";
+  ASSERT_EQ(run(*engine, Op::write, f->get(), hello.data(), 10, hello.size()).result,
+            static_cast<std::int64_t>(hello.size()));
+  EXPECT_EQ(kernel_view(path), "") << "a small write stays in the stdio buffer until a flush";
+
+  std::string back(hello.size(), '\0');
+  ASSERT_EQ(run(*engine, Op::read, f->get(), back.data(), 10, back.size()).result, static_cast<std::int64_t>(back.size()));
+  EXPECT_EQ(back, hello);
+
+  // Write, then overwrite part of it, then read across both without any sync in between.
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "XY", 12, 2).result, 2);
+  std::string mixed(14, '\0');
+  ASSERT_EQ(run(*engine, Op::read, f->get(), mixed.data(), 8, mixed.size()).result, 14);
+  EXPECT_EQ(mixed, std::string("\0\0heXYo, stdio", 14));
+
+  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(kernel_view(path), std::string(10, '\0') + "heXYo, stdio");
+
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(CstdioEngine, SequentialWritesStayBufferedAndFdatasyncFlushes) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("seq");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::write | Open::create});
+  ASSERT_TRUE(f);
+  std::string expected;
+  for (int i = 0; i < 100; ++i) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    ASSERT_EQ(run(*engine, Op::write, f->get(), line.data(), expected.size(), line.size()).result,
+              static_cast<std::int64_t>(line.size()));
+    expected += line;
+  }
+  EXPECT_EQ(kernel_view(path), "") << "sequential small writes should not each reach the kernel";
+  ASSERT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(kernel_view(path), expected);
+}
+
+TEST(CstdioEngine, DsyncFlushesEveryWrite) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("dsync");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::write | Open::create | Open::dsync});
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f.value()->capabilities().dsync);
+  EXPECT_NE(::fcntl(f.value()->fd(), F_GETFL) & O_DSYNC, 0);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "durable", 0, 7).result, 7);
+  EXPECT_EQ(kernel_view(path), "durable") << "with Open::dsync a completed write has left the stdio buffer";
+}
+
+TEST(CstdioEngine, ConcurrentWritersToOneFileDoNotTearEachOther) {
+  // execute() from several threads at once on one FILE*: without the per-file lock, one
+  // thread's fseeko lands between another's fseeko and fwrite and data goes to wrong offsets.
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("threads");
+  auto engine = tai::engines::make_cstdio({});
+  auto* sync = dynamic_cast<tai::SyncEngine*>(engine.get());
+  ASSERT_NE(sync, nullptr);
+  auto f = engine->open(path, {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f);
+  constexpr int kThreads = 4, kRecords = 500, kRecordSize = 97;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<char> record(kRecordSize, static_cast<char>('A' + t));
+      for (int i = 0; i < kRecords; ++i) {
+        // Records interleave: thread t owns every kThreads-th slot.
+        const std::uint64_t slot = static_cast<std::uint64_t>(i) * kThreads + static_cast<std::uint64_t>(t);
+        Request r{Op::write, f->get(), record.data(), slot * kRecordSize, kRecordSize, 0};
+        Completion c = sync->execute(r);
+        if (c.result != kRecordSize) ADD_FAILURE() << "write returned " << c.result;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  const std::string content = kernel_view(path);
+  ASSERT_EQ(content.size(), static_cast<std::size_t>(kThreads * kRecords * kRecordSize));
+  for (std::size_t slot = 0; slot < static_cast<std::size_t>(kThreads * kRecords); ++slot) {
+    const char want = static_cast<char>('A' + slot % kThreads);
+    for (std::size_t k = 0; k < kRecordSize; ++k)
+      ASSERT_EQ(content[slot * kRecordSize + k], want) << "slot " << slot << " byte " << k;
+  }
+}
+
+TEST(CstdioEngine, FlushErrorsAreReportedAndNeverForgotten) {
+  // /dev/full accepts the stdio buffer's bytes and refuses them at flush with ENOSPC: the
+  // write itself completes, the error must come out of fsync, every later fsync, and close.
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open("/dev/full", {Open::write});
+  if (!f) GTEST_SKIP() << f.error().message;
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC);
+  EXPECT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "a failed flush is sticky";
+  EXPECT_EQ(engine->close(**f), std::errc::no_space_on_device);
+}
+
+TEST(CstdioEngine, DsyncWriteErrorIsReportedOnTheWrite) {
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open("/dev/full", {Open::write | Open::dsync});
+  if (!f) GTEST_SKIP() << f.error().message;
+  EXPECT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, -ENOSPC);
+}
+
+TEST(CstdioEngine, HintsAreAcceptedAndShortReadAtEndOfFile) {
+  tai::test::ScratchDir dir;
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(dir.file("hints"), {Open::read | Open::write | Open::create | Open::sequential |
+                                            Open::noreuse | Open::willneed | Open::dontneed});
+  ASSERT_TRUE(f) << f.error().message;
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
+  char back[32] = {};
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 4, sizeof back).result, 6);
+  EXPECT_STREQ(back, "456789");
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 100, sizeof back).result, 0);
+  // After end of file the stream is usable again: the file grows and the next read sees it.
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "abc", 10, 3).result, 3);
+  std::memset(back, 0, sizeof back);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 8, sizeof back).result, 5);
+  EXPECT_STREQ(back, "89abc");
+}
+
+TEST(CstdioEngine, SequentialReadAfterEndOfFileSeesTheFileGrow) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("grow");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::read | Open::create});
+  ASSERT_TRUE(f);
+  char back[8] = {};
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 0);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "grew", 4, 0), 4);
+  ::close(fd);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 4);
+  EXPECT_STREQ(back, "grew");
+}
+
+TEST(CstdioEngine, TruncateAndReadOnly) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("t");
+  auto engine = tai::engines::make_cstdio({});
+  {
+    auto f = engine->open(path, {Open::write | Open::create});
+    ASSERT_TRUE(f);
+    ASSERT_EQ(run(*engine, Op::write, f->get(), "keep me", 0, 7).result, 7);
+  }  // destroyed without close(): flushed and closed
+  EXPECT_EQ(kernel_view(path), "keep me");
+  {
+    auto f = engine->open(path, {Open::write});  // fdopen "wb" must not truncate
+    ASSERT_TRUE(f);
+    ASSERT_EQ(run(*engine, Op::write, f->get(), "K", 0, 1).result, 1);
+    EXPECT_FALSE(engine->close(**f));
+  }
+  EXPECT_EQ(kernel_view(path), "Keep me");
+  auto r = engine->open(path, {Open::read});
+  ASSERT_TRUE(r);
+  char back[8] = {};
+  EXPECT_EQ(run(*engine, Op::read, r->get(), back, 0, 7).result, 7);
+  EXPECT_STREQ(back, "Keep me");
+  auto t = engine->open(path, {Open::write | Open::truncate});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(kernel_view(path), "");
+}
+
+}  // namespace

@@ -1,0 +1,225 @@
+// Behaviour of the fstream engine beyond the cross-engine conformance suite: emulated create,
+// truncate and dsync, the "out means truncate" trap, durable sync through the path (and its
+// descriptor surviving a rename), no direct I/O, no descriptor, sticky flush errors.
+#include "engines/fstream/fstream_engine.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/test_env.hpp"
+
+namespace {
+
+using tai::Completion;
+using tai::Engine;
+using tai::EngineFile;
+using tai::Open;
+using tai::Op;
+using tai::Request;
+
+Completion run(Engine& engine, Op op, EngineFile* file, const void* buffer, std::uint64_t offset,
+               std::uint64_t length) {
+  Request r{op, file, const_cast<void*>(buffer), offset, length, /*user_data=*/5};
+  EXPECT_EQ(engine.submit(&r, 1), 1u);
+  Completion c;
+  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
+  return c;
+}
+
+std::string kernel_view(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<open failed>";
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return s;
+}
+
+mode_t current_umask() {
+  const mode_t m = ::umask(0);
+  ::umask(m);
+  return m;
+}
+
+TEST(FstreamEngine, CapabilitiesNoDescriptorAndDirectRefused) {
+  tai::test::ScratchDir dir;
+  auto engine = tai::engines::make_fstream({});
+  EXPECT_EQ(engine->name(), "fstream");
+  EXPECT_FALSE(engine->capabilities().direct_io);
+  EXPECT_TRUE(engine->capabilities().durable_sync);
+  auto d = engine->open(dir.file("d"), {Open::read | Open::write | Open::create | Open::direct});
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, std::errc::invalid_argument);
+  EXPECT_NE(d.error().message.find("engine 'fstream' cannot do direct I/O"), std::string::npos) << d.error().message;
+
+  auto f = engine->open(dir.file("f"), {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ(f.value()->fd(), -1);
+}
+
+TEST(FstreamEngine, CreateWithPermissionsAndMissingFileErrors) {
+  tai::test::ScratchDir dir;
+  auto engine = tai::engines::make_fstream({});
+  const std::string path = dir.file("created");
+  auto missing = engine->open(path, {Open::read | Open::write});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, std::errc::no_such_file_or_directory);
+  EXPECT_NE(missing.error().message.find(path), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(path));
+
+  auto f = engine->open(path, {Open::write | Open::create, 0640});
+  ASSERT_TRUE(f) << f.error().message;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u & ~current_umask());
+}
+
+TEST(FstreamEngine, WriteOnlyOpenDoesNotTruncateButTruncateDoes) {
+  // std::ios::out alone means "w": it truncates. Opening for write must keep the contents.
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("keep");
+  auto engine = tai::engines::make_fstream({});
+  {
+    auto f = engine->open(path, {Open::write | Open::create});
+    ASSERT_TRUE(f);
+    ASSERT_EQ(run(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
+    EXPECT_FALSE(engine->close(**f));
+  }
+  {
+    auto f = engine->open(path, {Open::write});
+    ASSERT_TRUE(f);
+    ASSERT_EQ(run(*engine, Op::write, f->get(), "ab", 4, 2).result, 2);
+  }  // destroyed without close(): flushed
+  EXPECT_EQ(kernel_view(path), "0123ab6789");
+  {
+    auto f = engine->open(path, {Open::write | Open::truncate});
+    ASSERT_TRUE(f);
+    EXPECT_EQ(kernel_view(path), "");
+    ASSERT_EQ(run(*engine, Op::write, f->get(), "new", 0, 3).result, 3);
+  }
+  EXPECT_EQ(kernel_view(path), "new");
+}
+
+TEST(FstreamEngine, DurableSyncThroughThePath) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("sync");
+  auto engine = tai::engines::make_fstream({});
+  auto f = engine->open(path, {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "buffered", 0, 8).result, 8);
+  EXPECT_EQ(kernel_view(path), "") << "still in the filebuf";
+  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(kernel_view(path), "buffered");
+
+  // The sync descriptor was opened with the file: a rename does not make fsync miss the file.
+  const std::string moved = dir.file("moved");
+  ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "!", 8, 1).result, 1);
+  ASSERT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(kernel_view(moved), "buffered!");
+}
+
+TEST(FstreamEngine, DsyncIsEmulatedPerWrite) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("dsync");
+  auto engine = tai::engines::make_fstream({});
+  auto f = engine->open(path, {Open::write | Open::create | Open::dsync | Open::dontneed});
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f.value()->capabilities().dsync);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "now", 0, 3).result, 3);
+  EXPECT_EQ(kernel_view(path), "now");
+}
+
+TEST(FstreamEngine, ReadAfterWriteAndEndOfFileDoNotPoisonTheStream) {
+  tai::test::ScratchDir dir;
+  auto engine = tai::engines::make_fstream({});
+  auto f = engine->open(dir.file("rw"), {Open::read | Open::write | Open::create | Open::sequential |
+                                         Open::random | Open::noreuse | Open::willneed | Open::dontneed});
+  ASSERT_TRUE(f) << f.error().message;
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
+  char back[32] = {};
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 2, sizeof back).result, 8) << "short read at end of file";
+  EXPECT_STREQ(back, "23456789");
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 50, 4).result, 0);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "xyz", 10, 3).result, 3) << "eof state was cleared";
+  std::memset(back, 0, sizeof back);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 7, 6).result, 6);
+  EXPECT_STREQ(back, "789xyz");
+  // Overwrite inside, read across, sequential reads continue without a seek.
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "AB", 0, 2).result, 2);
+  std::memset(back, 0, sizeof back);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 4);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back + 4, 4, 4).result, 4);
+  EXPECT_STREQ(back, "AB234567");
+}
+
+TEST(FstreamEngine, SequentialReadAfterEndOfFileSeesTheFileGrow) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("grow");
+  auto engine = tai::engines::make_fstream({});
+  auto f = engine->open(path, {Open::read | Open::create});
+  ASSERT_TRUE(f);
+  char back[8] = {};
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 0);
+  // Another writer appends; the next read continues at the same position (no seek needed),
+  // so only clearing the stream's eof state lets it see the new bytes.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "grew", 4, 0), 4);
+  ::close(fd);
+  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 4);
+  EXPECT_STREQ(back, "grew");
+}
+
+TEST(FstreamEngine, ConcurrentWritersToOneFileDoNotTearEachOther) {
+  tai::test::ScratchDir dir;
+  const std::string path = dir.file("threads");
+  auto engine = tai::engines::make_fstream({});
+  auto* sync = dynamic_cast<tai::SyncEngine*>(engine.get());
+  ASSERT_NE(sync, nullptr);
+  auto f = engine->open(path, {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f);
+  constexpr int kThreads = 4, kRecords = 500, kRecordSize = 61;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<char> record(kRecordSize, static_cast<char>('a' + t));
+      for (int i = 0; i < kRecords; ++i) {
+        const std::uint64_t slot = static_cast<std::uint64_t>(i) * kThreads + static_cast<std::uint64_t>(t);
+        Completion c = sync->execute(Request{Op::write, f->get(), record.data(), slot * kRecordSize, kRecordSize, 0});
+        if (c.result != kRecordSize) ADD_FAILURE() << "write returned " << c.result;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  const std::string content = kernel_view(path);
+  ASSERT_EQ(content.size(), static_cast<std::size_t>(kThreads * kRecords * kRecordSize));
+  for (std::size_t slot = 0; slot < static_cast<std::size_t>(kThreads * kRecords); ++slot)
+    for (std::size_t k = 0; k < kRecordSize; ++k)
+      ASSERT_EQ(content[slot * kRecordSize + k], static_cast<char>('a' + slot % kThreads)) << "slot " << slot;
+}
+
+TEST(FstreamEngine, FlushErrorsAreReportedAndNeverForgotten) {
+  auto engine = tai::engines::make_fstream({});
+  auto f = engine->open("/dev/full", {Open::read | Open::write});
+  if (!f) GTEST_SKIP() << f.error().message;
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "a failed flush is sticky";
+  EXPECT_EQ(engine->close(**f), std::errc::no_space_on_device);
+}
+
+}  // namespace

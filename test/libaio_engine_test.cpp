@@ -1,0 +1,270 @@
+// Behaviour of the libaio engine beyond the cross-engine conformance suite: the eventfd,
+// asynchronous fsync/fdatasync, reap on an idle engine, more requests than one io_submit takes,
+// the dontneed hint, and the factory's failure messages (a real EAGAIN from fs.aio-max-nr, an
+// absurd depth, ProbeOverrides for the refusals the test cannot provoke).
+//
+// Not tested here: reap's timeout with a request that never completes. Kernel AIO has no request
+// the engine can issue that stays pending portably (a read of a pipe or socket blocks inside
+// io_submit instead), so only "nothing in flight returns at once" is checked; the uring test
+// covers the timeout path with a FIFO.
+#include "engines/libaio/libaio_engine.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/engine_configs.hpp"
+#include "tai/detail/probe_overrides.hpp"
+
+namespace tai::test {
+namespace {
+
+using engines::LibaioEngine;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::uint64_t KiB = 1024;
+
+/// Makes a libaio engine, or skips the test when the kernel refuses AIO here.
+#define MAKE_LIBAIO_OR_SKIP(var, options)                                                  \
+  auto var##_made = LibaioEngine::create(options);                                          \
+  if (!var##_made) {                                                                        \
+    const int var##_err = var##_made.error().code.value();                                  \
+    if (var##_err == EPERM || var##_err == ENOSYS || var##_err == EAGAIN)                   \
+      GTEST_SKIP() << "the kernel refuses AIO here: " << var##_made.error().message;        \
+    FAIL() << var##_made.error().message;                                                   \
+  }                                                                                         \
+  std::unique_ptr<LibaioEngine> var = std::move(var##_made).value()
+
+EngineOptions depth(unsigned d) {
+  EngineOptions o;
+  o.depth = d;
+  return o;
+}
+
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+void drain_eventfd(int fd) {
+  std::uint64_t v;
+  while (::read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
+  }
+}
+
+std::size_t resident_pages(const std::string& path, std::uint64_t offset, std::uint64_t length) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  ::close(fd);
+  if (map == MAP_FAILED) return 0;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((length + page - 1) / page);
+  std::size_t n = 0;
+  if (::mincore(map, length, vec.data()) == 0)
+    for (unsigned char v : vec) n += v & 1;
+  ::munmap(map, length);
+  return n;
+}
+
+std::uint64_t sysctl(const char* path) {
+  std::ifstream in(path);
+  std::uint64_t v = 0;
+  in >> v;
+  return v;
+}
+
+Completion run_one_request(Engine& e, Op op, EngineFile* f, void* buf, std::uint64_t off, std::uint64_t len) {
+  return run_requests(e, {make_request(op, f, buf, off, len, 77)}).at(0);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(LibaioEngine, Capabilities) {
+  MAKE_LIBAIO_OR_SKIP(e, depth(8));
+  const Capabilities& c = e->capabilities();
+  EXPECT_EQ(e->name(), "libaio");
+  EXPECT_TRUE(c.asynchronous);
+  EXPECT_TRUE(c.async_sync);
+  EXPECT_TRUE(c.eventfd);
+  EXPECT_TRUE(c.direct_io);
+  EXPECT_TRUE(c.durable_sync);
+  EXPECT_FALSE(c.linked_requests) << "kernel AIO has no links; the base class chains requests";
+  EXPECT_FALSE(c.registered_files);
+  EXPECT_FALSE(c.registered_buffers);
+  EXPECT_GE(e->eventfd(), 0);
+}
+
+TEST(LibaioEngine, EventfdBecomesReadableAfterACompletion) {
+  ScratchDir dir;
+  MAKE_LIBAIO_OR_SKIP(e, depth(8));
+  auto f = e->open(dir.file("a"), {Open::read | Open::write | Open::create | Open::direct});
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_FALSE(readable(e->eventfd(), 0)) << "readable before any request";
+
+  TestBuffer buf(64 * KiB);
+  fill_pattern(buf.at(), 0, 64 * KiB, 1);
+  Request w = make_request(Op::write, f->get(), buf.at(), 0, 64 * KiB, 5);
+  ASSERT_EQ(e->submit(&w, 1), 1u);
+  EXPECT_TRUE(readable(e->eventfd(), 5000)) << "eventfd not readable 5 s after a 64 KiB direct write";
+  drain_eventfd(e->eventfd());
+  Completion c;
+  ASSERT_EQ(e->reap(&c, 1, 1, std::chrono::seconds(5)), 1u);
+  EXPECT_EQ(c.user_data, 5u);
+  EXPECT_EQ(c.result, 65536);
+  EXPECT_FALSE(readable(e->eventfd(), 0)) << "still readable after it was drained and nothing is in flight";
+  EXPECT_EQ(e->close(**f), std::error_code());
+}
+
+// IOCB_CMD_FSYNC / IOCB_CMD_FDSYNC: the kernel completes them (the eventfd attached to their
+// iocbs fires; the synchronous fallback would not signal it).
+TEST(LibaioEngine, FsyncAndFdatasyncAreKernelRequests) {
+  ScratchDir dir;
+  MAKE_LIBAIO_OR_SKIP(e, depth(8));
+  const std::string path = dir.file("s");
+  auto f = e->open(path, {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f) << f.error().message;
+  TestBuffer buf(64 * KiB);
+  fill_pattern(buf.at(), 0, 64 * KiB, 2);
+  ASSERT_EQ(run_one_request(*e, Op::write, f->get(), buf.at(), 0, 64 * KiB).result, 65536);
+  for (Op op : {Op::fsync, Op::fdatasync}) {
+    drain_eventfd(e->eventfd());
+    Request s = make_request(op, f->get(), nullptr, 0, 0, 3);
+    ASSERT_EQ(e->submit(&s, 1), 1u);
+    EXPECT_TRUE(readable(e->eventfd(), 10000)) << to_string(op) << " was not completed by the kernel";
+    Completion c;
+    ASSERT_EQ(e->reap(&c, 1, 1, std::chrono::seconds(10)), 1u);
+    EXPECT_EQ(c.user_data, 3u);
+    EXPECT_EQ(c.result, 0) << to_string(op);
+  }
+  const auto on_disk = read_file(path);
+  ASSERT_EQ(on_disk.size(), 64 * KiB);
+  EXPECT_EQ(mismatch(on_disk.data(), buf.at(), 64 * KiB), "");
+}
+
+TEST(LibaioEngine, ReapOnAnIdleEngineReturnsZeroAtOnce) {
+  MAKE_LIBAIO_OR_SKIP(e, depth(8));
+  Completion c[4];
+  EXPECT_EQ(e->reap(c, 4, 0), 0u);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(e->reap(c, 4, 1), 0u) << "min = 1 with nothing in flight must not wait";
+  EXPECT_EQ(e->reap(c, 4, 1, std::chrono::seconds(5)), 0u);
+  EXPECT_LT(Clock::now() - t0, milliseconds(100));
+}
+
+// A full queue of direct reads and writes, several times over, in batches the size of the
+// depth: every iocb is reused, every completion comes back once with its own user_data.
+TEST(LibaioEngine, ManyBatchesReuseTheIocbs) {
+  ScratchDir dir;
+  constexpr unsigned kDepth = 16;
+  MAKE_LIBAIO_OR_SKIP(e, depth(kDepth));
+  auto f = e->open(dir.file("m"), {Open::read | Open::write | Open::create | Open::direct});
+  ASSERT_TRUE(f) << f.error().message;
+  constexpr std::size_t kBlock = 16 * KiB, kBlocks = 256;
+  TestBuffer out(kBlock * kBlocks), in(kBlock * kBlocks);
+  fill_pattern(out.at(), 0, kBlock * kBlocks, 4);
+  std::vector<Request> writes, reads;
+  for (std::uint64_t k = 0; k < kBlocks; ++k) {
+    writes.push_back(make_request(Op::write, f->get(), out.at() + k * kBlock, k * kBlock, kBlock, k));
+    reads.push_back(make_request(Op::read, f->get(), in.at() + k * kBlock, k * kBlock, kBlock, 1000 + k));
+  }
+  for (const auto& c : run_requests(*e, writes)) EXPECT_EQ(c.result, static_cast<std::int64_t>(kBlock));
+  for (const auto& c : run_requests(*e, reads)) EXPECT_EQ(c.result, static_cast<std::int64_t>(kBlock));
+  EXPECT_EQ(mismatch(in.at(), out.at(), kBlock * kBlocks), "");
+  EXPECT_EQ(e->in_flight(), 0u);
+}
+
+TEST(LibaioEngine, DontneedDropsTheReadRangeFromThePageCache) {
+  ScratchDir dir;
+  const std::string path = dir.file("dn");
+  // 4 MiB, of which the first 2 MiB are read: DONTNEED cannot drop part of a large folio, and
+  // the page cache may use folios of up to 2 MiB.
+  constexpr std::uint64_t kSize = 4096 * KiB, kRange = 2048 * KiB;
+  write_file(path, pattern(0, kSize, 30));
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::fsync(fd), 0);  // clean pages: DONTNEED drops them at once
+    std::vector<std::uint8_t> tmp(kSize);
+    ASSERT_EQ(::pread(fd, tmp.data(), tmp.size(), 0), static_cast<ssize_t>(tmp.size()));
+    ::close(fd);
+  }
+  if (resident_pages(path, 0, kSize) == 0) GTEST_SKIP() << "the page cache keeps nothing here";
+  MAKE_LIBAIO_OR_SKIP(e, depth(8));
+  auto f = e->open(path, {Open::read | Open::dontneed});
+  ASSERT_TRUE(f) << f.error().message;
+  TestBuffer buf(kRange);
+  ASSERT_EQ(run_one_request(*e, Op::read, f->get(), buf.at(), 0, kRange).result, static_cast<std::int64_t>(kRange));
+  EXPECT_EQ(resident_pages(path, 0, kRange), 0u) << "the read range is still cached";
+  EXPECT_GT(resident_pages(path, kRange, kSize - kRange), 0u) << "pages outside the range were dropped too";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Factory failures
+
+TEST(LibaioEngineFactory, AbsurdDepthNamesTheLimit) {
+  auto made = engines::make_libaio(depth(1u << 30));
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.error().code, std::make_error_code(std::errc::invalid_argument));
+  const std::string& m = made.error().message;
+  EXPECT_NE(m.find("depth 1073741824"), std::string::npos) << m;
+  EXPECT_NE(m.find("fs.aio-max-nr"), std::string::npos) << m;
+}
+
+// A depth whose 2 * depth events exceed fs.aio-max-nr: the kernel's own EAGAIN, with both
+// sysctls in the message.
+TEST(LibaioEngineFactory, RealEagainNamesAioMaxNrAndAioNr) {
+  const std::uint64_t max_nr = sysctl("/proc/sys/fs/aio-max-nr");
+  if (max_nr == 0 || max_nr >= (std::uint64_t{1} << 21)) GTEST_SKIP() << "fs.aio-max-nr = " << max_nr;
+  auto made = engines::make_libaio(depth(static_cast<unsigned>(max_nr / 2 + 1)));
+  ASSERT_FALSE(made);
+  EXPECT_EQ(made.error().code, std::make_error_code(std::errc::resource_unavailable_try_again));
+  const std::string& m = made.error().message;
+  EXPECT_NE(m.find("(EAGAIN)"), std::string::npos) << m;
+  EXPECT_NE(m.find("fs.aio-max-nr = " + std::to_string(max_nr)), std::string::npos) << m;
+  EXPECT_NE(m.find("fs.aio-nr = "), std::string::npos) << m;
+}
+
+std::string factory_message(const detail::ProbeOverrides& o) {
+  detail::ScopedProbeOverrides scope(o);
+  auto made = engines::make_libaio(depth(8));
+  if (made) return "(the engine was made)";
+  return made.error().message;
+}
+
+TEST(LibaioEngineFactory, OverriddenRefusalsAreNamed) {
+  detail::ProbeOverrides o;
+  o.io_setup_errno = EAGAIN;
+  o.aio_max_nr = 65536;
+  o.aio_nr = 65530;
+  std::string m = factory_message(o);
+  EXPECT_NE(m.find("io_setup"), std::string::npos) << m;
+  EXPECT_NE(m.find("Resource temporarily unavailable (EAGAIN)"), std::string::npos) << m;
+  EXPECT_NE(m.find("fs.aio-max-nr = 65536 and fs.aio-nr = 65530"), std::string::npos) << m;
+
+  o = {};
+  o.io_setup_errno = ENOSYS;
+  m = factory_message(o);
+  EXPECT_NE(m.find("(ENOSYS)"), std::string::npos) << m;
+  EXPECT_NE(m.find("no asynchronous I/O"), std::string::npos) << m;
+
+  o = {};
+  o.io_setup_errno = EPERM;
+  m = factory_message(o);
+  EXPECT_NE(m.find("Operation not permitted (EPERM)"), std::string::npos) << m;
+  EXPECT_NE(m.find("seccomp"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace tai::test

@@ -51,10 +51,27 @@ BounceBuffer allocate_bounce(std::size_t alignment, std::size_t size) {
   return BounceBuffer(static_cast<std::byte*>(p));
 }
 
+/// What a direct write tells its file's lock when it releases its blocks.
+struct WriteOutcome {
+  bool succeeded = false;
+  std::uint64_t user_end = 0;  // offset + length the user asked for
+  /// End of file seen by a read-modify-write whose last block lay past it (its aligned write
+  /// pads the file to a block boundary), or kNoEof.
+  std::uint64_t padded_eof = std::numeric_limits<std::uint64_t>::max();
+};
+constexpr std::uint64_t kNoEof = std::numeric_limits<std::uint64_t>::max();
+
 /// Blocks of a direct file that a write in flight owns. A write on a direct file holds the
 /// aligned blocks it touches from its first native request to its completion, so that a
 /// read-modify-write never reads a block another write is changing, and never writes back a
-/// stale copy over it. Thread-safe (the inline driver runs on many threads).
+/// stale copy over it.
+///
+/// It also undoes the padding of unaligned appends: an O_DIRECT write of a partial last block
+/// must write the whole block, which makes the file longer than asked. Cutting it back while
+/// other writes to the file are still in the kernel would cut their data too (ftruncate waits
+/// for them, then truncates), so the cut happens when the last write in flight on the file
+/// releases its blocks, to the largest end any write of that busy period asked for.
+/// Thread-safe (the inline driver runs on many threads).
 class BlockRangeLock {
  public:
   bool try_lock(std::uint64_t a, std::uint64_t b) {
@@ -68,13 +85,34 @@ class BlockRangeLock {
     cv_.wait(g, [&] { return !conflicts(a, b); });
     held_.emplace_back(a, b);
   }
-  void unlock(std::uint64_t a, std::uint64_t b) {
+  /// `fd` is the file's descriptor (or -1: nothing to trim).
+  void unlock(std::uint64_t a, std::uint64_t b, const WriteOutcome& w, int fd) {
     {
       std::lock_guard<std::mutex> g(mu_);
       auto it = std::find(held_.begin(), held_.end(), std::make_pair(a, b));
       assert(it != held_.end());
       *it = held_.back();
       held_.pop_back();
+      if (w.succeeded) {
+        max_user_end_ = std::max(max_user_end_, w.user_end);
+        if (w.padded_eof != kNoEof) {
+          padded_ = true;
+          max_padded_eof_ = std::max(max_padded_eof_, w.padded_eof);
+        }
+      }
+      if (held_.empty()) {
+        // No write of ours is in the kernel and none can start (they need mu_): the file's
+        // size is final for this busy period.
+        if (padded_ && fd >= 0) {
+          const std::uint64_t want = std::max(max_user_end_, max_padded_eof_);
+          struct stat st {};
+          if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > want)
+            (void)ftruncate(fd, static_cast<off_t>(want));
+        }
+        padded_ = false;
+        max_user_end_ = 0;
+        max_padded_eof_ = 0;
+      }
     }
     cv_.notify_all();
   }
@@ -88,6 +126,10 @@ class BlockRangeLock {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> held_;
+  // The busy period since held_ was last empty:
+  bool padded_ = false;             // a write padded the file past what it asked for
+  std::uint64_t max_user_end_ = 0;  // largest end a successful write asked for
+  std::uint64_t max_padded_eof_ = 0;
 };
 
 /// How a read or write on a direct file must be carried out.
@@ -144,7 +186,7 @@ struct EngineCore {
     BounceBuffer bounce;
     std::uint8_t reads_pending = 0;
     std::int64_t first_error = 0;
-    std::uint64_t tail_eof = std::numeric_limits<std::uint64_t>::max();  // EOF seen by an edge read
+    std::uint64_t tail_eof = kNoEof;  // EOF seen by a short last-block read (padded write)
     bool locked = false;
     bool native_linked = false;    // the next request of the chain was linked in the kernel
     std::uint32_t chain_next = kNone;
@@ -185,20 +227,9 @@ struct EngineCore {
     return range_lock_of(*r.file, r.file->core_state_);
   }
 
-  // After a read-modify-write whose last block lay past end of file, the aligned write made the
-  // file longer than the user asked: cut it back, unless something else has grown it since.
-  static void trim_after_rmw(const Request& r, const DirectPlan& p, std::uint64_t tail_eof) {
-    int fd = r.file->fd();
-    if (fd < 0 || tail_eof == std::numeric_limits<std::uint64_t>::max()) return;
-    std::uint64_t want = std::max(r.offset + r.length, tail_eof);
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == p.a1 && want < p.a1)
-      (void)ftruncate(fd, static_cast<off_t>(want));
-  }
-
   // An edge block of a read-modify-write came back short: end of file lies inside it. If it is
   // the last block and the user's write ends inside it, remember where the file ended so that
-  // trim_after_rmw() can undo the growth the aligned write causes.
+  // BlockRangeLock::unlock() can undo the growth the aligned write causes.
   static void note_short_edge(const Request& r, const DirectPlan& p, std::uint64_t at, std::uint64_t got,
                               std::uint64_t& tail_eof) {
     const std::uint64_t block_start = p.a0 + at;
@@ -258,7 +289,11 @@ struct EngineCore {
   void complete(std::uint32_t i, std::int64_t result) {
     Slot& s = slots[i];
     if (s.locked) {
-      lock_of(s.req)->unlock(s.plan.a0, s.plan.a1);
+      WriteOutcome w;
+      w.succeeded = result >= 0;
+      w.user_end = s.req.offset + s.req.length;
+      w.padded_eof = s.tail_eof;
+      lock_of(s.req)->unlock(s.plan.a0, s.plan.a1, w, s.req.file->fd());
       s.locked = false;
     }
     ready.push_back({s.req.user_data, result});
@@ -293,7 +328,7 @@ struct EngineCore {
     const Request& r = s.req;
     s.done = 0;
     s.first_error = 0;
-    s.tail_eof = std::numeric_limits<std::uint64_t>::max();
+    s.tail_eof = kNoEof;
     if (!is_transfer(r)) {
       s.stage = Stage::plain;
       issue(i, r.op, nullptr, 0, 0, 0, link_native);
@@ -419,7 +454,6 @@ struct EngineCore {
           std::uint64_t skip = r.offset - s.plan.a0;
           return complete(i, static_cast<std::int64_t>(s.done > skip ? std::min(s.done - skip, r.length) : 0));
         }
-        trim_after_rmw(r, s.plan, s.tail_eof);
         return complete(i, static_cast<std::int64_t>(r.length));
       }
       case Stage::rmw_read: {
@@ -517,8 +551,13 @@ struct EngineCore {
     for (;;) {
       flush_issue();
       if (!waiting_lock.empty()) retry_deferred();
-      if (native_in_flight == 0 && !waiting_lock.empty()) wait_for_deferred();
       flush_issue();
+      // Deferred writes wait for blocks that nothing of ours in the kernel or queued holds:
+      // another thread's SyncEngine::execute has them and will let go.
+      if (native_in_flight == 0 && to_issue.empty() && !waiting_lock.empty()) {
+        wait_for_deferred();
+        flush_issue();
+      }
       drain();
       if (n >= min && (n == max || native_in_flight == 0)) return n;
       if (native_in_flight == 0) return n;  // the engine refused to take more: do not spin
@@ -649,15 +688,23 @@ Completion SyncEngine::execute(const Request& r) {
   const detail::DirectPlan p = detail::plan_direct(r, r.file->capabilities().alignment);
   detail::BlockRangeLock* lock = r.op == Op::write ? Core::lock_of(r) : nullptr;
   if (lock) lock->lock(p.a0, p.a1);
+  detail::WriteOutcome outcome;  // filled in as the write succeeds
+  outcome.user_end = r.offset + r.length;
   struct Unlock {
     detail::BlockRangeLock* l;
-    std::uint64_t a, b;
+    const Request& r;
+    const detail::DirectPlan& p;
+    const detail::WriteOutcome& w;
     ~Unlock() {
-      if (l) l->unlock(a, b);
+      if (l) l->unlock(p.a0, p.a1, w, r.file->fd());
     }
-  } unlock{lock, p.a0, p.a1};
+  } unlock{lock, r, p, outcome};
 
-  if (!p.bounce) return {r.user_data, Core::transfer_all(*this, r, p.block, true, xfer)};
+  if (!p.bounce) {
+    std::int64_t got = Core::transfer_all(*this, r, p.block, true, xfer);
+    outcome.succeeded = got >= 0;
+    return {r.user_data, got};
+  }
   auto bounce = detail::allocate_bounce(r.file->capabilities().alignment.memory, p.a1 - p.a0);
   if (!bounce) return {r.user_data, -ENOMEM};
   Request n = r;
@@ -669,7 +716,7 @@ Completion SyncEngine::execute(const Request& r) {
     if (got < 0) return {r.user_data, got};
     return {r.user_data, Core::finish_bounced_read(r, p, bounce.get(), static_cast<std::uint64_t>(got))};
   }
-  std::uint64_t tail_eof = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t& tail_eof = outcome.padded_eof;
   auto read_edge = [&](std::uint64_t at) -> std::int64_t {
     Request e = r;
     e.op = Op::read;
@@ -695,7 +742,7 @@ Completion SyncEngine::execute(const Request& r) {
     std::uint64_t skip = r.offset - p.a0, w = static_cast<std::uint64_t>(wrote);
     return {r.user_data, static_cast<std::int64_t>(w > skip ? std::min(w - skip, r.length) : 0)};
   }
-  Core::trim_after_rmw(r, p, tail_eof);
+  outcome.succeeded = true;
   return {r.user_data, static_cast<std::int64_t>(r.length)};
 }
 

@@ -32,8 +32,6 @@ const char* to_string(TreeOp op) noexcept {
 namespace detail {
 namespace {
 
-using Word = std::uint64_t;
-
 std::uint64_t next_tree_id() noexcept {
   // Relaxed: only uniqueness matters.
   static std::atomic<std::uint64_t> ids{0};
@@ -74,6 +72,7 @@ TreeCore::TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits,
       size_end_.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
     }
   }
+  ring_.reset(new std::atomic<std::uint64_t>[kRing]());  // value-initialised: all 0
   root_ = new Node(nullptr, 0, 0);
   root_->sparse = levels_ > 1 && bits_[0] > kArrayBits;
   count(counters_.nodes);
@@ -84,48 +83,24 @@ TreeCore::~TreeCore() {
   delete_subtree(root_);  // dirty data still cached is discarded: write back before destroying
 }
 
-// --- activity -------------------------------------------------------------------------------
+// --- completion order ----------------------------------------------------------------------
 
-void TreeCore::emit_child(Node& parent, Node& child, const Step& step, StepSink& sink) {
-  // Only a step of `parent` (this one) moves `child` from 0, so the 0 -> 1 test cannot race with
-  // another increment; decrements cannot happen at 0. acq_rel: see Node::activity.
-  if (child.activity.fetch_add(Node::kStepUnit, std::memory_order_acq_rel) == 0)
-    parent.activity.fetch_add(Node::kChildUnit, std::memory_order_acq_rel);
-  sink.emit(step);
-}
-
-void TreeCore::release(Node& node, std::uint64_t steps, StepSink& sink) {
-  Node* n = &node;
-  Word delta = steps * Node::kStepUnit;
-  for (;;) {
-    // Read the parent first: once the decrement is visible, an ancestor's step may delete `n`.
-    Node* parent = n->parent;
-    const Word now = n->activity.fetch_sub(delta, std::memory_order_acq_rel) - delta;
-    if (delta == Node::kChildUnit && (now & Node::kChildMask) == 0 && (now & Node::kWaiter) != 0) {
-      // The last active child of a node whose step waits for quiet children: wake it. That step
-      // holds a count on `n`, so `n` stays alive; nothing else can clear the bit meanwhile.
-      n->activity.fetch_and(~Node::kWaiter, std::memory_order_acq_rel);
-      Step r;
-      r.tree = this;
-      r.node = n;
-      r.kind = StepKind::resume;
-      sink.emit(r);
-      return;
-    }
-    if (now != 0 || parent == nullptr) return;
-    n = parent;
-    delta = Node::kChildUnit;
+void TreeCore::retire(std::uint64_t seq) noexcept {
+  std::uint64_t p = prefix_.load(std::memory_order_acquire);
+  // Slot seq % kRing last held seq - kRing: reusable once the prefix has passed it. Otherwise
+  // recording this completion would erase an older one: leave it out (the prefix stalls below
+  // it until start() resets it at the next idle moment; every answer stays conservative).
+  if (seq - p <= kRing) ring_[seq % kRing].store(seq, std::memory_order_release);
+  while (ring_[(p + 1) % kRing].load(std::memory_order_acquire) == p + 1) {
+    if (prefix_.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel, std::memory_order_acquire)) ++p;
   }
 }
 
-bool TreeCore::children_quiet_or_wait(Node& n) {
-  Word cur = n.activity.load(std::memory_order_acquire);
-  while ((cur & Node::kChildMask) != 0) {
-    if (n.activity.compare_exchange_weak(cur, cur | Node::kWaiter, std::memory_order_acq_rel,
-                                         std::memory_order_acquire))
-      return false;
-  }
-  return true;
+bool TreeCore::children_idle(Node& n) {
+  bool idle = true;
+  const std::uint64_t last = (std::uint64_t{1} << bits_[n.depth]) - 1;
+  for_each_child(n, 0, last, [&](std::uint64_t, Node* c) { idle = idle && done_up_to(c->last_seq); });
+  return idle;
 }
 
 // --- operations ----------------------------------------------------------------------------
@@ -142,6 +117,13 @@ void TreeCore::op_fail(Operation& op, std::int64_t error) noexcept {
 }
 
 void TreeCore::start(Operation& op, StepSink& sink) {
+  if (in_flight_.load(std::memory_order_acquire) == 0 && prefix_.load(std::memory_order_relaxed) != next_seq_) {
+    // Idle: every completion is recorded and done with the ring; a prefix that stalled (more
+    // than kRing operations in flight at once) can safely jump to the last operation.
+    prefix_.store(next_seq_, std::memory_order_release);
+  }
+  op.seq_ = ++next_seq_;
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
   op.pending_.store(1, std::memory_order_relaxed);
   op.first_error_.store(0, std::memory_order_relaxed);
   op.done_.store(false, std::memory_order_relaxed);
@@ -191,7 +173,6 @@ void TreeCore::start(Operation& op, StepSink& sink) {
   s.last = last;
   s.aux = kEntry;
   s.kind = StepKind::visit;
-  root_->activity.fetch_add(Node::kStepUnit, std::memory_order_acq_rel);
   sink.emit(s);
 }
 
@@ -212,7 +193,7 @@ bool TreeCore::enter(Step& s, StepSink& sink) {
       const std::uint64_t end = size_end_.load(std::memory_order_relaxed);
       if (s.first >= end) {  // at or past the end of file: nothing to read, like pread
         op.bytes_ = 0;
-        op_step_done(op, sink);
+        step_done(op, sink);
         return false;
       }
       s.last = std::min(s.last, end - 1);
@@ -223,7 +204,14 @@ bool TreeCore::enter(Step& s, StepSink& sink) {
 }
 
 void TreeCore::op_step_done(Operation& op, StepSink& sink) {
-  if (op.pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // A count of 1 is this step's own: nobody else can change it, so the read-modify-write (and
+  // its store-buffer drain) can be skipped. The acquire load synchronises with the release of
+  // every earlier decrement, as the read-modify-write would have.
+  if (op.pending_.load(std::memory_order_acquire) == 1) {
+    op.pending_.store(0, std::memory_order_relaxed);
+  } else if (op.pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    return;
+  }
   if ((op.kind == TreeOp::fsync || op.kind == TreeOp::fdatasync) && op.phase_ == 0) {
     // Every dirty byte written before this fsync has reached the engine (or failed): now the
     // engine's own sync. It belongs to no node.
@@ -256,6 +244,9 @@ void TreeCore::complete(Operation& op) noexcept {
   op.result_ = err != 0 ? err : static_cast<std::int64_t>(op.bytes_);
   const Operation::Callback cb = op.on_complete;
   void* const ctx = op.context;
+  retire(op.seq_);
+  // The last touch of the tree for this operation (idle() may be true from here on).
+  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
   // Release: pairs with the acquire in Operation::done(); publishes the result and a read's data.
   op.done_.store(true, std::memory_order_release);
   if (cb != nullptr) cb(op, ctx);
@@ -472,6 +463,7 @@ BTreeStats TreeCore::stats() const noexcept {
   s.cache_hits = ld(counters_.cache_hits);
   s.fills = ld(counters_.fills);
   s.restructures = ld(counters_.restructures);
+  s.quiesces = ld(counters_.quiesces);
   s.engine_reads = ld(counters_.engine_reads);
   s.engine_writes = ld(counters_.engine_writes);
   s.bytes_from_engine = ld(counters_.bytes_from_engine);
@@ -492,8 +484,9 @@ std::string TreeCore::check_invariants() const {
   auto walk = [&](auto& self, const Node& n) -> Sum {
     Sum sum;
     sum.nodes = 1;
-    if (n.activity.load(std::memory_order_acquire) != 0) fail(n, "activity is not 0 in an idle tree");
     if (n.busy || n.has_parked() || n.direct_count != 0) fail(n, "busy, parked or uncached I/O in an idle tree");
+    if (n.quiesced || n.quiesce_pending.load(std::memory_order_relaxed) != 0) fail(n, "quiesce state left over");
+    if (n.last_seq > next_seq_ || n.last_write_seq > n.last_seq) fail(n, "operation numbers out of order");
     if (n.block != nullptr && n.child_count != 0) fail(n, "holds a block and has children");
     if (n.block != nullptr) {
       const std::uint64_t size = node_mask(n.depth) + 1;
@@ -583,14 +576,13 @@ void SequentialDriver::complete_io(const Request& request, Step continuation) {
   ++requests_;
   IoExecutor& ex = options_.executor != nullptr ? *options_.executor : engine_executor_;
   continuation.io_result = ex.execute(request).result;
-  queue_.push_back(continuation);
+  queue_.push(continuation);
 }
 
 void SequentialDriver::run() {
   for (;;) {
     if (!queue_.empty() && (deferred_.empty() || (rng_() & 3) != 0)) {
-      const Step s = queue_.front();
-      queue_.pop_front();
+      const Step s = queue_.pop();
       ++steps_;
       s.run(*this);
       continue;

@@ -160,7 +160,7 @@ TEST(BenchSeeds, WriteTinyPrintsTheSeedsTwoLinesCsvAndPlot) {
   const bool fio = on_path("fio");
   const std::string csv = dir.file("write.csv"), png = dir.file("write.png");
   const Outcome r = run_bench("write --dir " + dir.path().string() +
-                              " --total 4M --bs 64k --depth 4 --drop-with fadvise --csv " + csv +
+                              " --settle 0 --total 4M --bs 64k --depth 4 --drop-with fadvise --csv " + csv +
                               (fio ? " --fio" : "") + (plot ? " --plot " + png : std::string()));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("# machine: "), std::string::npos) << r.output;
@@ -196,7 +196,7 @@ TEST(BenchSeeds, WriteFailsWhenTheWrittenFileHasACorruptedByte) {
 #ifdef TAI_BENCH_PATH
   tai::test::ScratchDir dir;
   for (const char* v : {"buffered", "uring", "libaio"}) {
-    const Outcome r = run_bench("write --dir " + dir.path().string() + " --total 2M --bs 64k --depth 4 --variants " +
+    const Outcome r = run_bench("write --dir " + dir.path().string() + " --settle 0 --total 2M --bs 64k --depth 4 --variants " +
                                 v + " --drop-with fadvise --corrupt-for-test");
     if (r.status == 0 && r.output.find("not run: ") != std::string::npos) continue;
     EXPECT_EQ(r.status, 3) << v << ":\n" << r.output;
@@ -204,7 +204,7 @@ TEST(BenchSeeds, WriteFailsWhenTheWrittenFileHasACorruptedByte) {
   }
   // And without the hook the same run passes: the failure above is the flipped byte.
   const Outcome ok = run_bench("write --dir " + dir.path().string() +
-                               " --total 2M --bs 64k --variants buffered --drop-with fadvise");
+                               " --settle 0 --total 2M --bs 64k --variants buffered --drop-with fadvise");
   EXPECT_EQ(ok.status, 0) << ok.output;
 #endif
 }

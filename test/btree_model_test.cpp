@@ -7,6 +7,7 @@
 // The seed is printed with every failure; rerun with TAI_TEST_SEED=<seed> to reproduce.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -83,6 +84,7 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
   }
   ScratchDir dir;
   std::uint64_t total = 0;
+  BTreeStats sum;  // what the run exercised, summed over the variants
   for (std::size_t v = 0; v < variants.size(); ++v) {
     Config cfg;
     cfg.backend = c.backend;
@@ -91,14 +93,49 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
     cfg.defer_io = variants[v].defer;
     cfg.min_block = variants[v].min_block;
     cfg.operations = scaled(variants[v].ops);
+    // Every other variant prices an engine request at 64 bytes: the tiny-write rule then sends
+    // scattered writes to the engine even inside small valid blocks.
+    cfg.request_cost = v % 2 == 1 ? 64 : std::uint64_t{16} << 10;
     cfg.seed = seed + v;
     cfg.scratch = dir.path().string();
     RandomSource src(cfg.seed);
-    const std::string err = run_model(c.tree, cfg, src);
+    BTreeStats st;
+    const std::string err = run_model(c.tree, cfg, src, &st);
     ASSERT_EQ(err, "") << "TAI_TEST_SEED=" << seed << " (variant " << v << ")";
     total += cfg.operations;
+    sum.reroutes += st.reroutes;
+    sum.uncached += st.uncached;
+    sum.restructures += st.restructures;
+    sum.quiesces += st.quiesces;
+    sum.cache_hits += st.cache_hits;
+    sum.fills += st.fills;
+    sum.merges += st.merges;
+    sum.write_throughs += st.write_throughs;
+    sum.bytes_to_engine += st.bytes_to_engine;
   }
   RecordProperty("operations", static_cast<int>(total));
+  std::printf("operations %llu: reroutes %llu, uncached %llu, restructures %llu (quiesced %llu), hits %llu, "
+              "fills %llu, merges %llu, write-throughs %llu\n",
+              static_cast<unsigned long long>(total), static_cast<unsigned long long>(sum.reroutes),
+              static_cast<unsigned long long>(sum.uncached), static_cast<unsigned long long>(sum.restructures),
+              static_cast<unsigned long long>(sum.quiesces), static_cast<unsigned long long>(sum.cache_hits),
+              static_cast<unsigned long long>(sum.fills), static_cast<unsigned long long>(sum.merges),
+              static_cast<unsigned long long>(sum.write_throughs));
+  // The run must have reached the paths it is meant to test (else it could not fail there).
+  EXPECT_GT(sum.bytes_to_engine, 0u);
+  if (c.tree == 1) {
+    EXPECT_GT(sum.uncached, 0u);
+  } else {
+    EXPECT_GT(sum.reroutes, 0u);
+    EXPECT_GT(sum.cache_hits, 0u);
+    EXPECT_GT(sum.fills, 0u);
+    EXPECT_GT(sum.merges, 0u);
+    if (c.backend == Backend::memory) {  // the long runs: the rarer paths too
+      EXPECT_GT(sum.write_throughs, 0u);
+      EXPECT_GT(sum.restructures, 0u);
+      EXPECT_GT(sum.quiesces, 0u);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(, BTreeModel,

@@ -55,6 +55,7 @@ struct FadviseOptions {
   std::string write_size = "64M";
   std::string write_variants = "dsync,direct,direct-dsync";
   std::string drop_with = "auto";
+  unsigned repeat = 1;
   std::uint64_t seed = 0;
   std::string csv;
   std::string plot;
@@ -98,6 +99,7 @@ struct Result {
   std::string cache;                // state before the run
   std::string note;
   bool ran = false;
+  unsigned rounds = 1;
   double mib_per_s() const {
     return usage.real_ms > 0 ? static_cast<double>(reqs * bs) / (1 << 20) / (usage.real_ms / 1e3) : 0;
   }
@@ -330,6 +332,46 @@ Result run_write(const FadviseOptions& o, const Variant& v, std::uint64_t size, 
   return res;
 }
 
+/// Round `round` runs the variants in order, the next one in reverse (ABBA), so that no variant
+/// always follows the same one.
+std::vector<Variant> in_round_order(std::vector<Variant> variants, unsigned round) {
+  if (round % 2 == 0) std::reverse(variants.begin(), variants.end());
+  return variants;
+}
+
+/// One row per (kind, variant, bs) in first-seen order, each the median of its rounds (time,
+/// CPU and cache growth separately); a variant that failed in any round keeps that round's note.
+std::vector<Result> medians_of(const std::vector<Result>& runs) {
+  std::vector<Result> out;
+  for (const Result& r : runs) {
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const Result& m) {
+      return m.kind == r.kind && m.variant == r.variant && m.bs == r.bs;
+    });
+    if (seen) continue;
+    std::vector<const Result*> same;
+    for (const Result& x : runs)
+      if (x.kind == r.kind && x.variant == r.variant && x.bs == r.bs) same.push_back(&x);
+    Result m = r;
+    for (const Result* x : same)
+      if (!x->ran) m = *x;
+    if (m.ran) {
+      auto med = [&](auto get) {
+        std::vector<double> v;
+        for (const Result* x : same) v.push_back(static_cast<double>(get(*x)));
+        return median(v);
+      };
+      m.usage.real_ms = med([](const Result& x) { return x.usage.real_ms; });
+      m.usage.user_ms = med([](const Result& x) { return x.usage.user_ms; });
+      m.usage.sys_ms = med([](const Result& x) { return x.usage.sys_ms; });
+      m.file_growth = static_cast<std::int64_t>(med([](const Result& x) { return x.file_growth; }));
+      m.meminfo_growth = static_cast<std::int64_t>(med([](const Result& x) { return x.meminfo_growth; }));
+      m.rounds = static_cast<unsigned>(same.size());
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::string signed_mib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); }
 
 void add_row(Table& t, const Result& r, const Result* direct) {
@@ -433,6 +475,7 @@ int run(const FadviseOptions& o) {
   fmt::print("# machine: {}; {}\n# storage: {}\n", machine_line, seeds::load_average(), seeds::describe_storage(o.dir));
 
   std::vector<Result> results;
+  std::size_t all_runs = 0;
   if (!reads.empty()) {
     std::string error;
     const std::string tag = o.corrupt_for_test ? fmt::format("corrupt-{}", ::getpid()) : std::string();
@@ -465,9 +508,11 @@ int run(const FadviseOptions& o) {
                size > machine.memory_bytes ? "larger than" : "smaller than", format_size(machine.memory_bytes),
                size > machine.memory_bytes ? "" : ", so the cache never fills: 'grew' is what a larger file would add "
                                                   "before eviction (use --size above RAM for the seed's setting)");
-    for (const std::uint64_t bs : sizes) {
-      const std::uint64_t reqs = std::max<std::uint64_t>(1, read_bytes / bs);
-      for (const Variant& v : reads) results.push_back(run_read(o, v, *file, bs, reqs, *drop));
+    for (unsigned round = 1; round <= o.repeat; ++round) {
+      for (const std::uint64_t bs : sizes) {
+        const std::uint64_t reqs = std::max<std::uint64_t>(1, read_bytes / bs);
+        for (const Variant& v : in_round_order(reads, round)) results.push_back(run_read(o, v, *file, bs, reqs, *drop));
+      }
     }
   }
   if (!writes.empty()) {
@@ -475,11 +520,16 @@ int run(const FadviseOptions& o) {
                "O_DIRECT and checked\n",
                seeds::data_file_path(o.dir, write_size, "write"), format_size(write_size), o.threads);
     std::uint64_t salt = static_cast<std::uint64_t>(now_ns()) | 1;
-    for (const std::uint64_t bs : sizes) {
-      if (bs > write_size) continue;
-      for (const Variant& v : writes) results.push_back(run_write(o, v, write_size, bs, *drop, ++salt));
+    for (unsigned round = 1; round <= o.repeat; ++round) {
+      for (const std::uint64_t bs : sizes) {
+        if (bs > write_size) continue;
+        for (const Variant& v : in_round_order(writes, round))
+          results.push_back(run_write(o, v, write_size, bs, *drop, ++salt));
+      }
     }
   }
+  all_runs = results.size();
+  results = medians_of(results);
 
   auto direct_of = [&](const Result& r) -> const Result* {
     for (const Result& d : results)
@@ -501,6 +551,7 @@ int run(const FadviseOptions& o) {
     std::fflush(stdout);
     t.print();
   }
+  if (o.repeat > 1) fmt::print("# medians of {} rounds ({} runs), even rounds in reverse order\n", o.repeat, all_runs);
   for (const Result& r : results) {
     if (r.cache.empty()) continue;
     fmt::print("# page cache before each variant: {}\n", r.cache.substr(0, r.cache.find(", ")));
@@ -564,6 +615,10 @@ void add_fadvise_command(CLI::App& app) {
                   "Write variants: dsync, direct, direct-dsync, buffered (+ fsync), dontneed")
       ->capture_default_str();
   cmd->add_option("--drop-with", o->drop_with, "How to drop the page cache: auto, drop-caches, fadvise")
+      ->capture_default_str();
+  cmd->add_option("--repeat", o->repeat,
+                  "Rounds of every variant (even rounds in reverse order); the tables show medians")
+      ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the offsets")->capture_default_str();
   cmd->add_option("--csv", o->csv, "Write the rows as CSV to this file");

@@ -15,9 +15,14 @@
 // The stamp is all that changes between blocks, so preparing a block costs bs / 4096 stores, not
 // a fill of the block (fio, too, reuses its buffers).
 //
-// The file is preallocated with fallocate(2) before the clock starts, as fio does by default
-// (--no-preallocate writes past the end of the file instead: on ext4 such extending O_DIRECT
-// writes wait for each other).
+// Preallocation (--preallocate auto, the default): the O_DIRECT variants write into a file
+// preallocated with fallocate(2) before the clock starts, as fio does by default and as an
+// append-only log that uses direct I/O does (on ext4, O_DIRECT writes that extend the file wait
+// for each other, which would make a queue depth pointless). The buffered variant appends to an
+// empty file, as a buffered log does: its allocation is delayed to write-back. Preallocating for
+// buffered writes would be unfair to them: on ext4, buffered writes into unwritten (fallocated)
+// extents take a slow path, measured at 10x the system time of plain appends (0.27 s -> 2.7 s
+// per GiB). --preallocate all / none apply one rule to every variant.
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -27,6 +32,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tai/detail/aligned_buffer.hpp"
@@ -58,8 +65,9 @@ struct WriteOptions {
   std::string variants = "buffered,libaio,uring";
   bool fio = false;
   unsigned repeat = 1;
-  bool no_preallocate = false;
+  std::string preallocate = "auto";  // auto (direct variants only), all, none
   std::string verify = "full";
+  double settle = 1.0;
   std::string drop_with = "auto";
   std::string csv;
   std::string plot;
@@ -87,6 +95,7 @@ struct RunResult {
   double close_s = -1;  // unknown for fio
   double user_s = 0, sys_s = 0, busy_s = 0;
   double fallocate_s = 0;
+  bool preallocated = false;
   std::uint64_t bytes = 0;
   double wrote_bps() const { return wrote_s > 0 ? static_cast<double>(bytes) / wrote_s : 0; }
   double amortized_bps() const {
@@ -199,10 +208,13 @@ RunResult run_tai(const WriteOptions& o, const Variant& v, std::uint64_t bs, std
   }
   std::unique_ptr<EngineFile> file = std::move(opened.value());
 
-  if (!o.no_preallocate) {
+  if (o.preallocate == "all" || (o.preallocate == "auto" && v.direct)) {
+    res.preallocated = true;
     const std::int64_t t = now_ns();
-    if (::fallocate(file->fd(), 0, 0, static_cast<off_t>(total)) != 0)
+    if (::fallocate(file->fd(), 0, 0, static_cast<off_t>(total)) != 0) {
       res.note = fmt::format("fallocate: {} (not preallocated)", errno_text(errno));
+      res.preallocated = false;
+    }
     res.fallocate_s = static_cast<double>(now_ns() - t) / 1e9;
   }
 
@@ -322,7 +334,8 @@ RunResult run_fio(const WriteOptions& o, const Variant& v, std::uint64_t bs, std
                                    fmt::format("--iodepth={}", v.depth),
                                    "--end_fsync=1",
                                    "--output-format=json"};
-  if (o.no_preallocate) argv.push_back("--fallocate=none");
+  if (o.preallocate == "none") argv.push_back("--fallocate=none");
+  else res.preallocated = true;  // fio's default: fallocate(2) the file before writing
   int status = -1;
   const std::string json = run_program(argv, &status, true);
   ::unlink(path.c_str());
@@ -405,6 +418,8 @@ int run(const WriteOptions& o) {
   const auto drop = seeds::parse_drop_method(o.drop_with);
   if (!drop) throw Failure(2, "--drop-with must be auto, drop-caches or fadvise");
   if (o.verify != "full" && o.verify != "none") throw Failure(2, "--verify must be full or none");
+  if (o.preallocate != "auto" && o.preallocate != "all" && o.preallocate != "none")
+    throw Failure(2, "--preallocate must be auto, all or none");
   const std::uint64_t bs = parse_size(o.bs);
   if (bs == 0 || bs % seeds::kPatternPage != 0)
     throw Failure(2, fmt::format("--bs {} must be a positive multiple of 4096 (direct I/O and the page stamps)", bs));
@@ -442,8 +457,10 @@ int run(const WriteOptions& o) {
   fmt::print("# file: {} ({}), a new file for every run; {}; checked after each run: {}\n",
              (std::filesystem::path(o.dir) / "tai-seeds-write.dat").string(),
              total > machine.memory_bytes ? "larger than RAM" : "smaller than RAM",
-             o.no_preallocate ? "not preallocated (appends extend the file)"
-                              : "preallocated with fallocate(2) before the clock starts, as fio does",
+             o.preallocate == "none"  ? "never preallocated (every write extends the file)"
+             : o.preallocate == "all" ? "preallocated with fallocate(2) before the clock starts, for every variant"
+                                      : "O_DIRECT variants write into a file preallocated with fallocate(2) before the "
+                                        "clock starts (as fio does), buffered appends to an empty file",
              o.verify == "full" ? "every byte read back with O_DIRECT" : "no (--verify none)");
   fmt::print("# page cache: dropped before every run; {} rounds, variants interleaved\n\n", o.repeat);
   std::fflush(stdout);
@@ -454,7 +471,12 @@ int run(const WriteOptions& o) {
   std::vector<RunResult> all;
   std::uint64_t salt = static_cast<std::uint64_t>(now_ns()) | 1;
   for (unsigned round = 1; round <= o.repeat; ++round) {
-    for (const Variant& v : variants) {
+    // ABBA: even rounds run the variants in reverse order, so that no variant always follows the
+    // same one (a run leaves the virtual disk's host busy with its write-back for a while).
+    std::vector<Variant> order = variants;
+    if (round % 2 == 0) std::reverse(order.begin(), order.end());
+    for (const Variant& v : order) {
+      if (o.settle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.settle));
       RunResult r = v.fio ? run_fio(o, v, bs, total, fio_path, *drop) : run_tai(o, v, bs, total, path, *drop, ++salt);
       r.round = round;
       const std::string l = label(v);
@@ -490,12 +512,18 @@ int run(const WriteOptions& o) {
   };
   const RunResult* buffered = find("buffered");
   Table table({"variant", "engine", "depth", "bs", "GB", "runs", "wrote_s", "wrote_MB/s", "close_ms", "amortized_MB/s",
-               "user_s", "sys_s", "busy_s", "vs_fio", "vs_buffered"});
+               "user_s", "sys_s", "busy_s", "vs_fio", "vs_fio_paired", "vs_buffered"});
   for (const auto& [v, r] : medians) {
-    std::string vs_fio = "-";
+    std::string vs_fio = "-", vs_fio_paired = "-";
     if (!v.fio) {
       if (const RunResult* f = find("fio-" + v.name); f && f->wrote_bps() > 0)
         vs_fio = fmt::format("{:.3f}", r.wrote_bps() / f->wrote_bps());
+      // The median of the ratios of the same round: robust to a machine whose speed drifts.
+      std::vector<double> ratios;
+      for (const RunResult& a : runs[v.name])
+        for (const RunResult& b : runs["fio-" + v.name])
+          if (a.round == b.round && b.wrote_bps() > 0) ratios.push_back(a.wrote_bps() / b.wrote_bps());
+      if (!ratios.empty()) vs_fio_paired = fmt::format("{:.3f}", median(ratios));
     }
     std::string vs_buffered = "-";
     if (buffered && buffered->amortized_bps() > 0 && r.amortized_bps() > 0 && v.name != "buffered")
@@ -505,10 +533,11 @@ int run(const WriteOptions& o) {
                    fmt::format("{:.3f}", r.wrote_s), fmt::format("{:.1f}", r.wrote_bps() / 1e6),
                    r.close_s >= 0 ? fmt::format("{:.1f}", r.close_s * 1e3) : "-",
                    r.close_s >= 0 ? fmt::format("{:.1f}", r.amortized_bps() / 1e6) : "-", fmt::format("{:.3f}", r.user_s),
-                   fmt::format("{:.3f}", r.sys_s), v.fio ? "-" : fmt::format("{:.3f}", r.busy_s), vs_fio, vs_buffered});
+                   fmt::format("{:.3f}", r.sys_s), v.fio ? "-" : fmt::format("{:.3f}", r.busy_s), vs_fio, vs_fio_paired, vs_buffered});
   }
   if (!all.empty()) fmt::print("\n# page cache before each run: {}", all.front().cache);
-  fmt::print("\n# medians of {} round(s); vs_fio = wrote MB/s over fio's with the same engine, bs and depth; "
+  fmt::print("\n# medians of {} round(s); vs_fio = wrote MB/s over fio's with the same engine, bs and depth (of the medians; paired: median of "
+             "each round's ratio); "
              "vs_buffered = amortized MB/s over buffered's\n",
              o.repeat);
   std::fflush(stdout);
@@ -528,7 +557,7 @@ int run(const WriteOptions& o) {
                r.wrote_s > 0 ? fmt::format("{:.2f}", r.wrote_bps() / 1e6) : "",
                r.amortized_bps() > 0 ? fmt::format("{:.2f}", r.amortized_bps() / 1e6) : "",
                fmt::format("{:.3f}", r.user_s), fmt::format("{:.3f}", r.sys_s), fmt::format("{:.3f}", r.busy_s),
-               o.no_preallocate ? "no" : "yes", r.cache, r.note, machine_line});
+               r.preallocated ? "yes" : "no", r.cache, r.note, machine_line});
     };
     for (const RunResult& r : all) {
       const Variant* v = nullptr;
@@ -568,7 +597,13 @@ void add_write_command(CLI::App& app) {
   cmd->add_option("--repeat", o->repeat, "Rounds of all variants (interleaved); the table shows medians")
       ->check(CLI::Range(1u, 100u))
       ->capture_default_str();
-  cmd->add_flag("--no-preallocate", o->no_preallocate, "Do not fallocate the file first (fio: --fallocate=none)");
+  cmd->add_option("--preallocate", o->preallocate,
+                  "fallocate(2) the file before the clock starts: auto (O_DIRECT variants and fio), all, none (fio: "
+                  "--fallocate=none)")
+      ->capture_default_str();
+  cmd->add_option("--settle", o->settle, "Seconds of idle time before every run (after the cache is dropped)")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
   cmd->add_option("--verify", o->verify, "full: read every byte back with O_DIRECT after each run; none")
       ->capture_default_str();
   cmd->add_option("--drop-with", o->drop_with, "How to drop the page cache before each run: auto, drop-caches, fadvise")

@@ -3,16 +3,17 @@
 // The predefined trees are instantiated once in src/btree.cpp (extern template in btree.hpp);
 // any other shape is instantiated from here in the user's translation unit.
 //
-// Conventions of this file. Every handler takes the step it runs and returns true when that step
-// is finished (it has called op_step_done, and its node's activity count must be released by the
-// caller, after the caller is done touching the node), false when the step keeps its count: it
-// parked, or an engine request of it is in flight and an io_done step will continue it.
+// Conventions of this file. A handler runs one step at one node. It ends the step by calling
+// finished() (one step of the operation is done), or it keeps the step alive: parked at the node,
+// waiting for an engine request (an io_done step continues it), or handed over to the child steps
+// it emitted (descend, maintain: the operation's count passes to them).
 #pragma once
 
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace tai {
 
@@ -25,17 +26,21 @@ BTree<Bits...>::~BTree() = default;
 
 template <unsigned... Bits>
 void BTree<Bits...>::run(const Step& s, StepSink& sink) {
-  switch (s.kind) {
-    case StepKind::visit: return visit(s, sink);
-    case StepKind::io_done: return io_done(s, sink);
-    case StepKind::resume: return resume(s, sink);
-    case StepKind::op_io_done: return op_io_done(s, sink);
-  }
+  if (s.kind == StepKind::op_io_done) return op_io_done(s, sink);  // touches no node
+  run_step(sink, [&](StepSink& ctx) {
+    switch (s.kind) {
+      case StepKind::visit:
+      case StepKind::quiesce: return visit(s, ctx);
+      case StepKind::io_done: return io_done(s, ctx);
+      case StepKind::resume: return resume(s, ctx);
+      case StepKind::op_io_done: return;
+    }
+  });
 }
 
 namespace detail {
 inline bool is_transfer(const Step& s) noexcept {
-  return s.op->kind == TreeOp::read || s.op->kind == TreeOp::write;
+  return s.kind == StepKind::visit && (s.op->kind == TreeOp::read || s.op->kind == TreeOp::write);
 }
 }  // namespace detail
 
@@ -50,24 +55,25 @@ void BTree<Bits...>::visit(const Step& s, StepSink& sink) {
     park_back(n, s);
     return;
   }
-  if (process(s, sink)) release(n, 1, sink);
+  process(s, sink);
 }
 
-// Runs the steps parked at n for as long as n allows; returns how many finished.
+// Runs the steps parked at n for as long as n allows.
 template <unsigned... Bits>
-std::uint64_t BTree<Bits...>::drain(detail::Node& n, StepSink& sink) {
-  std::uint64_t done = 0;
+void BTree<Bits...>::drain(detail::Node& n, StepSink& sink) {
   while (!n.busy && n.has_parked()) {
     const Step& head = n.parked->items[n.parked->head];
     if (n.direct_count != 0 && (!detail::is_transfer(head) || conflicts_direct(n, head))) break;
-    const Step s = n.parked->pop_front();
-    if (process(s, sink)) ++done;
+    process(n.parked->pop_front(), sink);
   }
-  return done;
 }
 
 template <unsigned... Bits>
 bool BTree<Bits...>::process(Step s, StepSink& sink) {
+  if (s.kind == StepKind::quiesce) {
+    quiesce(s, sink);
+    return true;
+  }
   if ((s.aux & kEntry) != 0 && !enter(s, sink)) return true;
   if (!detail::is_transfer(s)) return maintain(s, sink);
   if (s.node->direct_count != 0) {
@@ -188,8 +194,7 @@ bool BTree<Bits...>::write_into_block(const Step& s, StepSink& sink) {
     }
     count(counters_.merged_bytes, n.dirty.overlap(lo, hi));
     const detail::DirtyRanges::AddResult r = n.dirty.add(lo, hi);
-    const std::uint64_t merges = static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0);
-    if (merges != 0) count(counters_.merges, merges);
+    count(counters_.merges, static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0));
   }
   std::memcpy(n.block + lo, op_data(s), len);
   dirty_changed(n, before, was_dirty);
@@ -221,13 +226,27 @@ bool BTree<Bits...>::go_direct(const Step& s, StepSink& sink) {
 template <unsigned... Bits>
 bool BTree<Bits...>::overwrite(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
-  if (!children_quiet_or_wait(n)) {
-    // Earlier steps are still active below: wait at the head of n's queue; the last of them to
-    // finish emits a resume step for n. Later steps park behind (busy).
+  if (!n.quiesced && !children_idle(n)) {
+    // Earlier steps may still be active below: wait at the head of n's queue (later steps park
+    // behind: busy) and send a quiesce step down every child. Each queues behind the earlier
+    // steps of its node (FIFO), then passes to that node's children; the last one to finish
+    // emits a resume step for n.
+    count(counters_.quiesces);
     n.busy = true;
     park_front(n, s);
+    n.quiesce_pending.store(n.child_count, std::memory_order_relaxed);
+    const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
+    for_each_child(n, 0, last_index, [&](std::uint64_t, detail::Node* c) {
+      Step q;
+      q.tree = this;
+      q.node = c;
+      q.first = reinterpret_cast<std::uintptr_t>(&n);  // the node waiting
+      q.kind = StepKind::quiesce;
+      sink.emit(q);
+    });
     return false;
   }
+  n.quiesced = false;
   std::uint64_t dropped = 0;
   const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
   for_each_child(n, 0, last_index, [&](std::uint64_t i, detail::Node* c) {
@@ -239,22 +258,53 @@ bool BTree<Bits...>::overwrite(const Step& s, StepSink& sink) {
   return at_leaf(s, sink);
 }
 
+// A quiesce step at one node of a subtree whose ancestor waits to be overwritten: every earlier
+// step of this node has run (FIFO, and busy/uncached work made it park), so pass on to the
+// children, then count this one done.
+template <unsigned... Bits>
+void BTree<Bits...>::quiesce(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  auto* waiting = reinterpret_cast<detail::Node*>(static_cast<std::uintptr_t>(s.first));
+  if (n.child_count != 0) {
+    // Add before emitting (and before this step's own decrement): the count cannot reach 0 early.
+    waiting->quiesce_pending.fetch_add(n.child_count, std::memory_order_relaxed);
+    const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
+    for_each_child(n, 0, last_index, [&](std::uint64_t, detail::Node* c) {
+      Step q = s;
+      q.node = c;
+      sink.emit(q);
+    });
+  }
+  if (waiting->quiesce_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    Step r;
+    r.tree = this;
+    r.node = waiting;
+    r.kind = StepKind::resume;
+    sink.emit(r);
+  }
+}
+
 template <unsigned... Bits>
 bool BTree<Bits...>::descend(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
-  op_add(*s.op, i1 - i0 + 1);
-  for (std::uint64_t i = i0; i <= i1; ++i) {
+  // This step's count on the operation passes to the first child: no atomic for one child.
+  if (i1 > i0) op_add(*s.op, i1 - i0);
+  const bool write = s.op->kind == TreeOp::write;
+  for (std::uint64_t i = i0;; ++i) {
     detail::Node& c = child_or_create(n, i);
+    c.last_seq = s.op->seq();
+    if (write) c.last_write_seq = s.op->seq();
     Step cs_step = s;
     cs_step.node = &c;
     cs_step.first = std::max(s.first, c.base);
     cs_step.last = std::min(s.last, node_last(c));
     cs_step.aux = 0;
-    emit_child(n, c, cs_step, sink);
+    sink.emit(cs_step);
+    if (i == i1) break;
   }
-  return finished(s, sink);
+  return false;  // handed over
 }
 
 // write_back / fsync / fdatasync / drop / evict at n.
@@ -274,25 +324,32 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict;
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
+  std::vector<detail::Node*> targets;
   for_each_child(n, i0, i1, [&](std::uint64_t i, detail::Node* c) {
-    // An active child is visited whatever its counters say: an earlier step queued there may be
-    // about to dirty it, and this step must come after it.
-    const std::uint64_t act = c->activity.load(std::memory_order_acquire);
-    if (act == 0 && c->cached_bytes.load(std::memory_order_relaxed) == 0) {
+    // A child an earlier operation may still be working in is visited whatever its counters
+    // say: that work may be about to cache or dirty it, and this step must come after it.
+    const bool quiet = done_up_to(c->last_seq);
+    if (quiet && c->cached_bytes.load(std::memory_order_relaxed) == 0) {
       delete_subtree(c);  // idle and empty: garbage
       erase_child(n, i);
       return;
     }
-    if (act == 0 && wants_dirty && c->dirty_blocks.load(std::memory_order_relaxed) == 0) return;
-    op_add(op, 1);
+    if (wants_dirty && done_up_to(c->last_write_seq) && c->dirty_blocks.load(std::memory_order_relaxed) == 0)
+      return;  // clean, and every write that went in has landed
+    targets.push_back(c);
+  });
+  if (targets.empty()) return finished(s, sink);
+  if (targets.size() > 1) op_add(op, targets.size() - 1);
+  for (detail::Node* c : targets) {
+    c->last_seq = op.seq();
     Step cs_step = s;
     cs_step.node = c;
     cs_step.first = std::max(s.first, c->base);
     cs_step.last = std::min(s.last, node_last(*c));
     cs_step.aux = 0;
-    emit_child(n, *c, cs_step, sink);
-  });
-  return finished(s, sink);
+    sink.emit(cs_step);
+  }
+  return false;  // handed over
 }
 
 // Writes back the first group of n's dirty ranges (ranges whose gaps are at most one request's
@@ -328,15 +385,14 @@ template <unsigned... Bits>
 void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   Operation& op = *s.op;
-  bool done = false;
   switch (s.purpose) {
     case IoPurpose::fill:
       n.busy = false;
       if (s.io_result < 0) {
         op_fail(op, s.io_result);  // the block stays not valid; its dirty ranges are intact
-        done = finished(s, sink);
+        finished(s, sink);
       } else {
-        done = fill_from(s, s.aux, sink);
+        fill_from(s, s.aux, sink);
       }
       break;
     case IoPurpose::direct: {
@@ -354,7 +410,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         if (s.io_result < 0 || static_cast<std::uint64_t>(s.io_result) != len)
           op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
       }
-      done = finished(s, sink);
+      finished(s, sink);
       break;
     }
     case IoPurpose::write_through: {
@@ -370,7 +426,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
         n.valid = false;  // the file may hold part of the write now: the clean copy is stale
       }
-      done = finished(s, sink);
+      finished(s, sink);
       break;
     }
     case IoPurpose::write_back: {
@@ -382,18 +438,18 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         record_error(err);  // the block stays dirty: a later write-back tries again
         count(counters_.write_back_errors);
         op_fail(op, err);
-        done = finished(s, sink);
+        finished(s, sink);
         break;
       }
       const std::uint64_t before = n.dirty.bytes();
       n.dirty.erase_front(static_cast<int>(s.aux));
       dirty_changed(n, before, true);
       if (!n.dirty.empty()) {
-        done = write_back_next(s, sink);
+        write_back_next(s, sink);
         break;
       }
       if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) free_block(n);
-      done = finished(s, sink);
+      finished(s, sink);
       break;
     }
     case IoPurpose::none:
@@ -401,19 +457,16 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
       assert(false && "io_done step without a node purpose");
       return;
   }
-  if (!done) return;  // another request of this node went out
-  const std::uint64_t more = drain(n, sink);
-  release(n, 1 + more, sink);
+  drain(n, sink);  // no-op while another request of this node keeps it busy
 }
 
 template <unsigned... Bits>
 void BTree<Bits...>::resume(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   n.busy = false;
-  const Step head = n.parked->pop_front();  // the step that waited for quiet children
-  std::uint64_t done = process(head, sink) ? 1 : 0;
-  done += drain(n, sink);
-  if (done != 0) release(n, done, sink);
+  n.quiesced = true;  // every quiesce step has passed: nothing earlier is active below
+  process(n.parked->pop_front(), sink);  // the overwrite that waited
+  drain(n, sink);
 }
 
 }  // namespace tai

@@ -21,8 +21,14 @@
 // to/from a cache block, or hand an engine request to the runner (StepSink::io) and continue in
 // an io_done step when it completes. A runner (SequentialDriver below, for tests and tools; the
 // controller's rounds on worker threads) keeps the rules listed on tai::Step. There is no mutex
-// in the tree: a node's plain fields are touched only by its own steps; the shared counters are
-// atomics, each with its memory order explained where it is declared.
+// in the tree: a node's plain fields are touched only by its own steps (and two of them only by
+// its parent's); the shared counters are atomics, each with its memory order explained where it
+// is declared. A step passing through a node touches no atomic: what other designs track with
+// per-level activity counters ("is anything still active below this node?") is answered by the
+// operations' completion order (TreeCore::done_up_to): each operation has a sequence number, a
+// node remembers the last operation its parent sent into it, and the tree keeps the prefix of
+// completed operations. Per operation that costs two or three atomic read-modify-writes in all
+// (start, completion), whatever the depth.
 //
 // Caching rules (what a step does at a node):
 //  * A node covers an aligned range; a leaf (at any depth) may hold one block of the node's size,
@@ -33,8 +39,10 @@
 //    4, adjacent or overlapping ranges coalesce: a "merge"). A fresh block is not read first: its
 //    other bytes stay unknown ("not valid") until a read needs them.
 //  * Whole-node overwrite: a write covering a whole node (<= max_block_bytes) that has children
-//    waits until no earlier step is active below it, drops every child (dirty or not: their bytes
-//    are overwritten), returns their blocks to the quota, and makes the node the leaf.
+//    waits until no earlier step is active below it (if one may be, it sends a quiesce step down
+//    every child: they queue behind the earlier steps, and the last one resumes the write), drops
+//    every child (dirty or not: their bytes are overwritten), returns their blocks to the quota,
+//    and makes the node the leaf.
 //  * Read: served from the block when it is valid or the range lies in one dirty range; else the
 //    clean parts of the block are read from the engine first ("fill"), then served. A node
 //    without a block gets one if the quota allows (and is filled); otherwise the request is
@@ -49,10 +57,12 @@
 //    engine when
 //        request_cost_bytes + length < smallest gap      (or the block is not valid)
 //    i.e. when one extra engine request now is cheaper than writing back the gap later.
-//    request_cost_bytes (default 16 KiB) is the fixed cost of one request expressed in bytes
-//    (a 4 KiB page-cache pwrite costs about as much as copying 16 KiB on this class of machine);
-//    bench/micro (tiny_write_rule) measures both choices. A block that is not valid cannot
-//    bridge (the gap's bytes are unknown), so it always goes to the engine then.
+//    request_cost_bytes (default 16 KiB) is the fixed cost of one request expressed in bytes:
+//    measured on the development VM, a 4 KiB page-cache pwrite costs ~390 ns, as much as copying
+//    ~24 KiB (a 4 KiB memcpy is ~65 ns); 16 KiB leans towards keeping data in the cache.
+//    tai-micro's tiny_writes/rule:1 and rule:0 measure both choices (bytes and requests reaching
+//    the engine, time per write). A block that is not valid cannot bridge (the gap's bytes are
+//    unknown), so it always goes to the engine then.
 //  * Write-back of a block: one engine write per group of dirty ranges whose gaps are at most
 //    request_cost_bytes (valid blocks only). On a direct-I/O file a valid block writes the
 //    aligned superset of the group straight from its aligned memory (no bounce, no
@@ -71,7 +81,14 @@
 // Thread-safety: start(), stats(), id(), recorded_error() are safe from any thread while steps
 // run (start() for one tree must be called in the file's request order, one call at a time).
 // Step::run follows the runner contract on tai::Step. check_invariants() and the destructor only
-// when idle() (no operation in flight).
+// when idle() (no operation in flight) and after every step has returned (the step that
+// completes an operation may still be returning when idle() turns true: a runner destroys a tree
+// after its round, never from inside a completion callback).
+//
+// Completion order and its limit: the tree remembers the completion of the last 1024 operations
+// (TreeCore::kRing). With more in flight at once, answers become conservative until the tree is
+// next idle: no node is garbage-collected, write-backs visit every child that ever had a write,
+// and overwrites quiesce their subtree first. Correctness never depends on the ring.
 #pragma once
 
 #include <array>
@@ -79,6 +96,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -127,6 +145,7 @@ struct BTreeStats {
   std::uint64_t cache_hits = 0;         ///< read pieces served from a block without engine I/O
   std::uint64_t fills = 0;              ///< blocks filled from the engine
   std::uint64_t restructures = 0;       ///< whole-node overwrites that dropped children
+  std::uint64_t quiesces = 0;           ///< ... of which had to wait for earlier steps below
   std::uint64_t engine_reads = 0;       ///< engine read requests issued
   std::uint64_t engine_writes = 0;      ///< engine write requests issued
   std::uint64_t bytes_from_engine = 0;  ///< bytes requested from the engine by reads
@@ -135,6 +154,39 @@ struct BTreeStats {
 };
 
 namespace detail {
+
+/// The sink a tree's run() hands to its step handlers: forwards emit/io to the runner's sink and
+/// collects the operations whose step finished, so that run() completes them only after the
+/// step is done touching its node (a completed operation lets the parent's next step delete an
+/// idle node, see TreeCore::done_up_to).
+class RunContext final : public StepSink {
+ public:
+  explicit RunContext(StepSink& outer) noexcept : outer_(outer) {}
+  void emit(const Step& s) override { outer_.emit(s); }
+  void io(const Request& r, const Step& c) override { outer_.io(r, c); }
+  void finish_later(Operation& op) {
+    if (count_ < kInline) {
+      inline_[count_++] = &op;
+    } else {
+      if (!more_) more_ = std::make_unique<std::vector<Operation*>>();  // a long drain only
+      more_->push_back(&op);
+    }
+  }
+  template <class Fn>
+  void for_each_finished(Fn&& fn) {
+    for (std::size_t i = 0; i < count_; ++i) fn(*inline_[i]);
+    if (more_)
+      for (Operation* op : *more_) fn(*op);
+  }
+  StepSink& outer() noexcept { return outer_; }
+
+ private:
+  static constexpr std::size_t kInline = 8;
+  StepSink& outer_;
+  Operation* inline_[kInline];
+  std::size_t count_ = 0;
+  std::unique_ptr<std::vector<Operation*>> more_;
+};
 
 /// The shape-independent part of every BTree: options, quota, counters, shared helpers.
 class TreeCore {
@@ -159,8 +211,9 @@ class TreeCore {
   unsigned levels() const noexcept { return levels_; }
   /// log2 of the size of a node at `depth` (64 for the root).
   unsigned node_shift(unsigned depth) const noexcept { return shift_[depth]; }
-  /// No step of this tree is queued, parked or waiting for I/O.
-  bool idle() const noexcept { return root_->activity.load(std::memory_order_acquire) == 0; }
+  /// Every operation started on this tree has completed. (A runner must also let the step that
+  /// completed the last one return before it destroys the tree.)
+  bool idle() const noexcept { return in_flight_.load(std::memory_order_acquire) == 0; }
   /// The write-back error recorded and not yet reported by an fsync operation (empty if none).
   std::error_code recorded_error() const noexcept;
   /// The logical size (nullopt: unknown). 2^64 is reported as UINT64_MAX.
@@ -186,18 +239,32 @@ class TreeCore {
   }
   bool bottom(const Node& n) const noexcept { return n.depth + 1u >= levels_ || node_mask(n.depth) < min_block_; }
 
-  // Activity (see Node::activity).
-  void emit_child(Node& parent, Node& child, const Step& step, StepSink& sink);
-  void release(Node& node, std::uint64_t steps, StepSink& sink);
-  /// True when no child of `node` is active; else sets the waiter bit so that the last child to
-  /// go quiet emits a resume step for `node`, and returns false.
-  bool children_quiet_or_wait(Node& node);
+  // Completion order. Every operation gets a sequence number in start() (start order); the
+  // prefix is the highest number up to which every operation has completed. A node whose
+  // last_seq the prefix has passed has nothing active in its subtree: no step queued, parked,
+  // or waiting for I/O (each of those belongs to an operation that passed through the parent
+  // into it, and that operation is not complete). This replaces per-level atomic counters: a
+  // step that passes through a node touches no atomic at all.
+  bool done_up_to(std::uint64_t seq) const noexcept { return seq <= prefix_.load(std::memory_order_acquire); }
+  /// Records the completion of operation `seq` and advances the prefix as far as it can.
+  void retire(std::uint64_t seq) noexcept;
+  /// No operation that went into any child of n is still active.
+  bool children_idle(Node& n);
 
   // Operations.
   static void op_add(Operation& op, std::uint64_t steps) noexcept;
   static void op_fail(Operation& op, std::int64_t error) noexcept;
   /// One step of `op` finished; completes the operation (or starts its fsync) when it was the last.
   void op_step_done(Operation& op, StepSink& sink);
+  /// From a step handler: op_step_done once the step has returned (`sink` is the RunContext).
+  static void step_done(Operation& op, StepSink& sink) { static_cast<RunContext&>(sink).finish_later(op); }
+  /// Runs a handler with a RunContext, then finishes what it finished.
+  template <class Fn>
+  void run_step(StepSink& sink, Fn&& handler) {
+    RunContext ctx(sink);
+    handler(ctx);
+    ctx.for_each_finished([&](Operation& op) { op_step_done(op, sink); });
+  }
   void op_io_done(const Step& step, StepSink& sink);
   /// Root bookkeeping of a visit (logical size); false when the step is already finished.
   bool enter(Step& step, StepSink& sink);
@@ -267,6 +334,21 @@ class TreeCore {
 
   Node* root_ = nullptr;
 
+  // Completion order (see done_up_to). next_seq_ is written by start() only (start() calls of a
+  // tree are serialised by the caller). in_flight_: +1 in start(), -1 as the last thing a
+  // completing operation does to the tree (acq_rel/acquire: idle() then sees all its effects).
+  // ring_: slot seq % kRing holds seq once operation seq completed (release store, acquire
+  // load by the advancer). prefix_: advanced by CAS (acq_rel) by any completing thread over
+  // consecutive completed slots. An operation completing while kRing or more older ones are
+  // still active cannot be recorded without losing one: it is not, the prefix stalls below it
+  // (every done_up_to answer stays conservative: no pruning, no garbage collection, overwrites
+  // quiesce their subtree), and start() resets it the next time the tree is idle.
+  static constexpr std::uint64_t kRing = 1024;
+  std::uint64_t next_seq_ = 0;
+  std::atomic<std::uint64_t> in_flight_{0};
+  std::atomic<std::uint64_t> prefix_{0};
+  std::unique_ptr<std::atomic<std::uint64_t>[]> ring_;
+
   // Logical size: written by root steps only, read by fills and write-backs of any node.
   // Relaxed: a stale (smaller) value only makes a fill or a write-back expansion stop earlier,
   // which is always correct; ordering against the data comes from the node's own steps.
@@ -283,12 +365,12 @@ class TreeCore {
   struct Counters {
     std::atomic<std::uint64_t> cached_bytes{0}, dirty_bytes{0}, blocks{0}, dirty_blocks{0}, nodes{0};
     std::atomic<std::uint64_t> reroutes{0}, uncached{0}, merges{0}, merged_bytes{0}, write_throughs{0};
-    std::atomic<std::uint64_t> cache_hits{0}, fills{0}, restructures{0};
+    std::atomic<std::uint64_t> cache_hits{0}, fills{0}, restructures{0}, quiesces{0};
     std::atomic<std::uint64_t> engine_reads{0}, engine_writes{0}, bytes_from_engine{0}, bytes_to_engine{0};
     std::atomic<std::uint64_t> write_back_errors{0};
   } counters_;
   static void count(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
-    c.fetch_add(n, std::memory_order_relaxed);
+    if (n != 0) c.fetch_add(n, std::memory_order_relaxed);
   }
   static void uncount(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     c.fetch_sub(n, std::memory_order_relaxed);
@@ -379,9 +461,10 @@ class BTree final : public detail::TreeCore {
   bool write_back_next(const Step& s, StepSink& sink);
   void io_done(const Step& s, StepSink& sink);
   void resume(const Step& s, StepSink& sink);
-  std::uint64_t drain(detail::Node& n, StepSink& sink);
+  void quiesce(const Step& s, StepSink& sink);
+  void drain(detail::Node& n, StepSink& sink);
   bool finished(const Step& s, StepSink& sink) {
-    op_step_done(*s.op, sink);
+    step_done(*s.op, sink);
     return true;
   }
 };
@@ -452,14 +535,36 @@ class SequentialDriver final : public StepSink {
   std::uint64_t steps_run() const noexcept { return steps_; }
   std::uint64_t requests_executed() const noexcept { return requests_; }
 
-  void emit(const Step& step) override { queue_.push_back(step); }
+  void emit(const Step& step) override { queue_.push(step); }
   void io(const Request& request, const Step& continuation) override;
 
  private:
+  /// FIFO of steps: a power-of-two ring that grows (its memory is kept between runs).
+  class StepRing {
+   public:
+    bool empty() const noexcept { return head_ == tail_; }
+    void push(const Step& s) {
+      if (tail_ - head_ == items_.size()) grow();
+      items_[tail_++ & (items_.size() - 1)] = s;
+    }
+    Step pop() noexcept { return items_[head_++ & (items_.size() - 1)]; }
+
+   private:
+    void grow() {
+      std::vector<Step> bigger(items_.empty() ? 64 : items_.size() * 2);
+      for (std::size_t i = 0; head_ + i != tail_; ++i) bigger[i] = items_[(head_ + i) & (items_.size() - 1)];
+      tail_ -= head_;
+      head_ = 0;
+      items_.swap(bigger);
+    }
+    std::vector<Step> items_;
+    std::size_t head_ = 0, tail_ = 0;
+  };
+
   void complete_io(const Request& request, Step continuation);
   Options options_;
   EngineExecutor engine_executor_;
-  std::deque<Step> queue_;
+  StepRing queue_;
   std::vector<std::pair<Request, Step>> deferred_;
   std::mt19937_64 rng_;
   std::uint64_t steps_ = 0;

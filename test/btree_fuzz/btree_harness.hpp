@@ -251,6 +251,7 @@ struct Config {
   std::uint64_t min_block = 512;
   std::uint64_t max_block = std::uint64_t{2} << 20;
   bool tiny_write_rule = true;
+  std::uint64_t request_cost = std::uint64_t{16} << 10;  // BTreeOptions::request_cost_bytes
   std::uint64_t operations = 10000;
   std::uint64_t seed = 1;
   std::string scratch;  // directory for posix backends
@@ -302,12 +303,14 @@ class Harness {
   std::string run() {
     if (std::string e = open(); !e.empty()) return e;
     std::string err = body();
+    if (tree_) final_stats_ = tree_->stats();
     if (err.empty()) err = finish();
     close();
     if (!err.empty()) {
       std::ostringstream o;
       o << "[backend " << to_string(cfg_.backend) << ", strict " << cfg_.strict << ", weak " << cfg_.weak
-        << ", defer " << cfg_.defer_io << ", min_block " << cfg_.min_block << ", seed " << cfg_.seed << ", op #"
+        << ", defer " << cfg_.defer_io << ", min_block " << cfg_.min_block << ", request_cost " << cfg_.request_cost
+        << ", seed " << cfg_.seed << ", op #"
         << op_index_ << "] " << err;
       return o.str();
     }
@@ -315,6 +318,8 @@ class Harness {
   }
 
   std::uint64_t operations_run() const { return op_index_; }
+  /// The tree's counters at the end of run() (for coverage checks).
+  const BTreeStats& final_stats() const { return final_stats_; }
 
  private:
   struct Pending {
@@ -342,6 +347,7 @@ class Harness {
     options.min_block_bytes = cfg_.min_block;
     options.max_block_bytes = cfg_.max_block;
     options.tiny_write_rule = cfg_.tiny_write_rule;
+    options.request_cost_bytes = cfg_.request_cost;
     EngineFile* file = nullptr;
     SequentialDriver::Options dopt;
     dopt.defer_io = cfg_.defer_io;
@@ -527,19 +533,29 @@ class Harness {
       const std::uint64_t batch = 1 + src_.below(4);
       for (std::uint64_t b = 0; b < batch && op_index_ < cfg_.operations; ++b, ++op_index_) {
         const std::uint64_t what = src_.below(100);
-        if (what < 40) {
+        if (what < 32) {
           const std::uint64_t len = pick_length();
           submit_write(pick_offset(len), len);
+        } else if (what < 40) {
+          // Tiny writes scattered inside a few blocks: several dirty ranges per block, the
+          // tiny-write rule and bridging.
+          const std::uint64_t len = 1 + src_.below(16);
+          if (scatter_bases_.empty())
+            for (int i = 0; i < 4; ++i) scatter_bases_.push_back(pick_offset(65536) & ~std::uint64_t{4095});
+          const std::uint64_t base = scatter_bases_[src_.below(scatter_bases_.size())];
+          submit_write(std::min(base + src_.below(src_.chance(50) ? 4096 : 65536), limit - len + 1), len);
         } else if (what < 75) {
           const std::uint64_t len = pick_length();
           submit_read(pick_offset(len), len);
         } else if (what < 80) {
-          // A whole node of a level that may hold a block (<= 2 MiB, so it stays cheap).
-          const unsigned depth = 1 + static_cast<unsigned>(src_.below(std::max(1u, Tree::kLevels - 1)));
-          std::uint64_t size = depth < Tree::kLevels ? node_size(depth) : 0;
-          // Nodes above 64 KiB cost megabytes of copying: keep them rare.
-          const std::uint64_t cap = src_.chance(3) ? std::uint64_t{2} << 20 : 65536;
-          if (size == 0 || size > cap) size = std::min<std::uint64_t>(cap, 4096u << src_.below(5));
+          // A whole node of a level that may hold a block (<= 2 MiB): overwriting one with
+          // children drops them. Nodes above 64 KiB cost megabytes of copying: keep them rare.
+          std::vector<std::uint64_t> sizes;
+          for (unsigned d = 1; d < Tree::kLevels; ++d) {
+            const std::uint64_t sz = node_size(d);
+            if (sz != 0 && sz <= (std::uint64_t{2} << 20) && (sz <= 65536 || src_.chance(8))) sizes.push_back(sz);
+          }
+          std::uint64_t size = sizes.empty() ? 4096u << src_.below(5) : sizes[src_.below(sizes.size())];
           const std::uint64_t k = src_.below(4);
           std::uint64_t off = k <= (limit - size) / size ? k * size : 0;
           if (limit == kTop && src_.chance(20)) off = kTop - size + 1;  // the last node of its level
@@ -589,6 +605,8 @@ class Harness {
     if (tree_->stats().cached_bytes != 0 || quota_.used() != 0) return "cache not empty after dropping everything";
     return compare_file();
   }
+
+  BTreeStats final_stats_;
 
   std::string compare_file() {
     if (cfg_.backend == Backend::null) return "";
@@ -642,14 +660,21 @@ class Harness {
   std::vector<Pending> batch_;
   std::uint64_t op_index_ = 0;
   std::uint64_t batches_ = 0;
+  std::vector<std::uint64_t> scatter_bases_;  // blocks that collect tiny scattered writes
 };
 
 /// Runs one configuration for a tree chosen by index (0 Default, 1 Trivial, 2 Binary).
-inline std::string run_model(unsigned tree, const Config& config, Source& source) {
+/// `stats`, when given, receives the tree's counters as they were before the final fsync.
+inline std::string run_model(unsigned tree, const Config& config, Source& source, BTreeStats* stats = nullptr) {
+  auto go = [&](auto&& harness) {
+    std::string err = harness.run();
+    if (stats) *stats = harness.final_stats();
+    return err;
+  };
   switch (tree % 3) {
-    case 0: return Harness<BTreeDefault>(config, source).run();
-    case 1: return Harness<BTreeTrivial>(config, source).run();
-    default: return Harness<BTreeBinary>(config, source).run();
+    case 0: return go(Harness<BTreeDefault>(config, source));
+    case 1: return go(Harness<BTreeTrivial>(config, source));
+    default: return go(Harness<BTreeBinary>(config, source));
   }
 }
 
@@ -667,6 +692,7 @@ inline std::string run_fuzz_input(const std::uint8_t* data, std::size_t size) {
   c.tiny_write_rule = (data[2] & 2) == 0;
   c.min_block = (data[2] & 4) != 0 ? 1 : 512;
   c.max_block = (data[2] & 8) != 0 ? 65536 : std::uint64_t{2} << 20;
+  c.request_cost = (data[2] & 16) != 0 ? 64 : std::uint64_t{16} << 10;
   c.seed = data[3];
   c.operations = 1000;
   BytesSource src(data + 4, size - 4);

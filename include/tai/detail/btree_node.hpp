@@ -4,7 +4,8 @@
 //  * a leaf: no children; it may hold one cache block covering its whole range, or
 //  * an inner node: children created on demand, and never a block at the same time.
 // Only steps of this node touch its plain fields (the runner runs them one at a time, see
-// tai::Step); the three atomics are the counters other nodes' steps may touch.
+// tai::Step), except last_seq/last_write_seq, which belong to the parent's steps; the atomics
+// are the counters other nodes' steps may touch.
 #pragma once
 
 #include <atomic>
@@ -54,13 +55,6 @@ struct Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // Activity word layout (see `activity`).
-  static constexpr std::uint64_t kStepUnit = 1;               // low 32 bits: steps of this node
-  static constexpr std::uint64_t kChildUnit = 1ull << 32;     // bits 32..62: active children
-  static constexpr std::uint64_t kWaiter = 1ull << 63;        // a step waits for children to go quiet
-  static constexpr std::uint64_t kStepMask = kChildUnit - 1;
-  static constexpr std::uint64_t kChildMask = kWaiter - kChildUnit;
-
   Node* const parent;
   const std::uint64_t base;  // first byte covered
   const std::uint8_t depth;  // 0 = root
@@ -82,19 +76,22 @@ struct Node {
   ParkedSteps* parked = nullptr;               // lazily allocated
   std::vector<DirectIo>* direct = nullptr;     // lazily allocated
 
-  // Activity of the subtree: steps of this node that are queued, parked or waiting for I/O
-  // (low bits), plus children whose own activity is non-zero (middle bits), plus kWaiter. A
-  // child's transition 0 -> non-zero is made only by a step of this node (which emits the
-  // child's first step), its transition back to 0 by the child's last finishing step, which
-  // then decrements this word: a hierarchical non-zero indicator. All read-modify-writes are
-  // acq_rel and loads acquire: a node observed at 0 has published every write of its subtree's
-  // finished steps (block contents, dirty ranges, counters) to the observer, which may then
-  // delete the subtree.
-  std::atomic<std::uint64_t> activity{0};
+  // Written and read only by steps of the parent node (never by this node's own steps): the
+  // sequence number (Operation seq) of the last operation the parent sent a step of into this
+  // node, and of the last write. Once the tree's completion prefix has passed them, nothing is
+  // active in this subtree (no step queued, parked or waiting for I/O): see TreeCore::done_up_to.
+  std::uint64_t last_seq = 0;
+  std::uint64_t last_write_seq = 0;
+  bool quiesced = false;  // a resume step found the children quiet: the waiting overwrite may go
+  // While a whole-node overwrite waits at this node: quiesce steps still out in the subtree. The
+  // last one to finish (acq_rel decrement reaching 0) emits the resume step; its release, with
+  // every quiesce step's, publishes the subtree's final state to the resumed step.
+  std::atomic<std::uint64_t> quiesce_pending{0};
   // Bytes of cache blocks in this subtree, and blocks with dirty bytes in it. Updated by the
-  // leaf step that allocates/frees/dirties/cleans a block, on every ancestor (relaxed: they are
-  // read by an ancestor's step only after it acquired the subtree's activity == 0, or as a
-  // non-zero hint that makes it descend anyway; stats readers see an approximate snapshot).
+  // leaf step that allocates/frees/dirties/cleans a block, on every ancestor. Relaxed: an
+  // ancestor's step trusts a zero only after it acquired (through the completion prefix) the
+  // completion of every operation that went into the subtree, whose steps made these updates
+  // before completing; a non-zero value only makes it descend. Stats readers get a snapshot.
   std::atomic<std::uint64_t> cached_bytes{0};
   std::atomic<std::uint64_t> dirty_blocks{0};
 

@@ -68,6 +68,8 @@ class Operation {
   std::error_code error() const noexcept {
     return result_ < 0 ? std::error_code(static_cast<int>(-result_), std::generic_category()) : std::error_code();
   }
+  /// The tree's sequence number of this operation (start order, from 1); valid after start().
+  std::uint64_t seq() const noexcept { return seq_; }
   /// Makes a completed (or never started) operation reusable; the public fields are kept.
   void reset() noexcept {
     done_.store(false, std::memory_order_relaxed);
@@ -88,6 +90,7 @@ class Operation {
   std::uint64_t bytes_ = 0;  // written by the root step, read by the completing step
   std::int64_t result_ = 0;
   std::uint8_t phase_ = 0;   // fsync: 0 = writing back, 1 = engine sync in flight
+  std::uint64_t seq_ = 0;    // the tree's sequence number of this operation (start order)
 };
 
 /// What a Step does when it runs.
@@ -96,6 +99,7 @@ enum class StepKind : std::uint8_t {
   io_done,     ///< an engine request of this node completed (io_result is set)
   resume,      ///< this node's children went quiet: run the step that waited for them
   op_io_done,  ///< a node-less engine request of the operation completed (fsync)
+  quiesce,     ///< passes behind every earlier step of a subtree, for an overwrite waiting above
 };
 
 /// Why a node's engine request was issued (for io_done).
@@ -112,9 +116,9 @@ class StepSink;
 /// The contract a runner (the sequential driver here, the controller's rounds later) keeps:
 ///  * steps with the same node() run one at a time, with a happens-before edge between them
 ///    (a round barrier or a queue hand-off gives it);
-///  * visit steps of the same node run in the order they were emitted (FIFO per node; start()
-///    emits root steps in the caller's order). io_done and resume steps may run in any order
-///    relative to them. Steps of different nodes may run at once on different threads;
+///  * visit and quiesce steps of the same node run in the order they were emitted (FIFO per
+///    node; start() emits root steps in the caller's order). io_done and resume steps may run in
+///    any order relative to them. Steps of different nodes may run at once on different threads;
 ///  * node-less steps (node() == nullptr) may run anywhere, any time.
 struct Step {
   detail::TreeCore* tree = nullptr;

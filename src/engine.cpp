@@ -51,26 +51,20 @@ BounceBuffer allocate_bounce(std::size_t alignment, std::size_t size) {
   return BounceBuffer(static_cast<std::byte*>(p));
 }
 
-/// What a direct write tells its file's lock when it releases its blocks.
-struct WriteOutcome {
-  bool succeeded = false;
-  std::uint64_t user_end = 0;  // offset + length the user asked for
-  /// End of file seen by a read-modify-write whose last block lay past it (its aligned write
-  /// pads the file to a block boundary), or kNoEof.
-  std::uint64_t padded_eof = std::numeric_limits<std::uint64_t>::max();
-};
 constexpr std::uint64_t kNoEof = std::numeric_limits<std::uint64_t>::max();
+constexpr std::uint64_t kEndOfSpace = std::numeric_limits<std::uint64_t>::max();
 
 /// Blocks of a direct file that a write in flight owns. A write on a direct file holds the
 /// aligned blocks it touches from its first native request to its completion, so that a
 /// read-modify-write never reads a block another write is changing, and never writes back a
 /// stale copy over it.
 ///
-/// It also undoes the padding of unaligned appends: an O_DIRECT write of a partial last block
-/// must write the whole block, which makes the file longer than asked. Cutting it back while
-/// other writes to the file are still in the kernel would cut their data too (ftruncate waits
-/// for them, then truncates), so the cut happens when the last write in flight on the file
-/// releases its blocks, to the largest end any write of that busy period asked for.
+/// An unaligned write whose last block lies past end of file pads the file to the block
+/// boundary (O_DIRECT writes whole blocks) and must cut it back before it completes. Cutting
+/// while another write past it is still in the kernel would cut that write's data too
+/// (ftruncate waits for it, then truncates), so such a write also takes [a1, end of space)
+/// before writing: nothing else writes past it until it has trimmed. A write waiting for that
+/// only ever waits for writes at higher offsets, so the waits cannot form a cycle.
 /// Thread-safe (the inline driver runs on many threads).
 class BlockRangeLock {
  public:
@@ -85,34 +79,13 @@ class BlockRangeLock {
     cv_.wait(g, [&] { return !conflicts(a, b); });
     held_.emplace_back(a, b);
   }
-  /// `fd` is the file's descriptor (or -1: nothing to trim).
-  void unlock(std::uint64_t a, std::uint64_t b, const WriteOutcome& w, int fd) {
+  void unlock(std::uint64_t a, std::uint64_t b) {
     {
       std::lock_guard<std::mutex> g(mu_);
       auto it = std::find(held_.begin(), held_.end(), std::make_pair(a, b));
       assert(it != held_.end());
       *it = held_.back();
       held_.pop_back();
-      if (w.succeeded) {
-        max_user_end_ = std::max(max_user_end_, w.user_end);
-        if (w.padded_eof != kNoEof) {
-          padded_ = true;
-          max_padded_eof_ = std::max(max_padded_eof_, w.padded_eof);
-        }
-      }
-      if (held_.empty()) {
-        // No write of ours is in the kernel and none can start (they need mu_): the file's
-        // size is final for this busy period.
-        if (padded_ && fd >= 0) {
-          const std::uint64_t want = std::max(max_user_end_, max_padded_eof_);
-          struct stat st {};
-          if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > want)
-            (void)ftruncate(fd, static_cast<off_t>(want));
-        }
-        padded_ = false;
-        max_user_end_ = 0;
-        max_padded_eof_ = 0;
-      }
     }
     cv_.notify_all();
   }
@@ -126,10 +99,6 @@ class BlockRangeLock {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> held_;
-  // The busy period since held_ was last empty:
-  bool padded_ = false;             // a write padded the file past what it asked for
-  std::uint64_t max_user_end_ = 0;  // largest end a successful write asked for
-  std::uint64_t max_padded_eof_ = 0;
 };
 
 /// How a read or write on a direct file must be carried out.
@@ -175,6 +144,7 @@ struct EngineCore {
     bounce_io,  // the aligned superset in flight through the bounce buffer
     rmw_read,   // edge blocks of an unaligned direct write being read
     deferred,   // waiting for a block range lock
+    extending,  // a padded write waiting for [a1, end of space)
     chained,    // waiting for the previous request of its link chain
   };
 
@@ -187,7 +157,8 @@ struct EngineCore {
     std::uint8_t reads_pending = 0;
     std::int64_t first_error = 0;
     std::uint64_t tail_eof = kNoEof;  // EOF seen by a short last-block read (padded write)
-    bool locked = false;
+    bool locked = false;            // holds [a0, a1) of its file
+    bool extended = false;          // also holds [a1, end of space): a padded write
     bool native_linked = false;    // the next request of the chain was linked in the kernel
     std::uint32_t chain_next = kNone;
     std::uint32_t next_free = kNone;
@@ -206,7 +177,7 @@ struct EngineCore {
   std::size_t native_in_flight = 0;  // native requests the engine has taken
   std::vector<Completion> ready;     // user completions not yet returned
   std::vector<Request> to_issue;     // native requests not yet taken by the engine
-  std::vector<std::uint32_t> waiting_lock;  // deferred slots, oldest first
+  std::vector<std::uint32_t> waiting_lock;  // deferred and extending slots, oldest first
   std::vector<Completion> native_out;
 
   // --- validation, shared by both drivers ------------------------------------------------------
@@ -227,9 +198,20 @@ struct EngineCore {
     return range_lock_of(*r.file, r.file->core_state_);
   }
 
+  // A padded write (see BlockRangeLock) has landed while holding everything past its blocks:
+  // if the file ends at the padding, nobody else has grown it, so cut it to what was asked.
+  static void trim_padding(const Request& r, const DirectPlan& p, std::uint64_t tail_eof) {
+    const int fd = r.file->fd();
+    if (fd < 0) return;
+    struct stat st {};
+    const std::uint64_t want = std::max(r.offset + r.length, tail_eof);
+    if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == p.a1 && want < p.a1)
+      (void)ftruncate(fd, static_cast<off_t>(want));
+  }
+
   // An edge block of a read-modify-write came back short: end of file lies inside it. If it is
   // the last block and the user's write ends inside it, remember where the file ended so that
-  // BlockRangeLock::unlock() can undo the growth the aligned write causes.
+  // trim_padding() can undo the growth the aligned write causes.
   static void note_short_edge(const Request& r, const DirectPlan& p, std::uint64_t at, std::uint64_t got,
                               std::uint64_t& tail_eof) {
     const std::uint64_t block_start = p.a0 + at;
@@ -289,12 +271,12 @@ struct EngineCore {
   void complete(std::uint32_t i, std::int64_t result) {
     Slot& s = slots[i];
     if (s.locked) {
-      WriteOutcome w;
-      w.succeeded = result >= 0;
-      w.user_end = s.req.offset + s.req.length;
-      w.padded_eof = s.tail_eof;
-      lock_of(s.req)->unlock(s.plan.a0, s.plan.a1, w, s.req.file->fd());
+      lock_of(s.req)->unlock(s.plan.a0, s.plan.a1);
       s.locked = false;
+    }
+    if (s.extended) {
+      lock_of(s.req)->unlock(s.plan.a1, kEndOfSpace);
+      s.extended = false;
     }
     ready.push_back({s.req.user_data, result});
     std::uint32_t next = s.chain_next;
@@ -395,29 +377,63 @@ struct EngineCore {
     issue(i, Op::write, s.bounce.get(), s.plan.a0, s.plan.a1 - s.plan.a0, 0);
   }
 
+  // The range a waiting slot needs next.
+  std::pair<std::uint64_t, std::uint64_t> wanted_range(const Slot& s) const {
+    return s.stage == Stage::extending ? std::make_pair(s.plan.a1, kEndOfSpace)
+                                       : std::make_pair(s.plan.a0, s.plan.a1);
+  }
+  void got_range(std::uint32_t i) {
+    Slot& s = slots[i];
+    if (s.stage == Stage::extending) {
+      s.extended = true;
+      write_bounced(i);
+    } else {
+      s.locked = true;
+      launch_direct(i);
+    }
+  }
+  // Padded write: its edge reads are done; it needs everything past its blocks before writing.
+  void extend_then_write(std::uint32_t i) {
+    Slot& s = slots[i];
+    if (lock_of(s.req)->try_lock(s.plan.a1, kEndOfSpace)) {
+      s.extended = true;
+      write_bounced(i);
+    } else {
+      s.stage = Stage::extending;
+      waiting_lock.push_back(i);
+    }
+  }
+
   void retry_deferred() {
     for (std::size_t k = 0; k < waiting_lock.size();) {
-      std::uint32_t i = waiting_lock[k];
-      Slot& s = slots[i];
-      if (lock_of(s.req)->try_lock(s.plan.a0, s.plan.a1)) {
-        s.locked = true;
+      const std::uint32_t i = waiting_lock[k];
+      const auto range = wanted_range(slots[i]);
+      if (lock_of(slots[i].req)->try_lock(range.first, range.second)) {
         waiting_lock.erase(waiting_lock.begin() + static_cast<std::ptrdiff_t>(k));
-        launch_direct(i);
+        got_range(i);
       } else {
         ++k;
       }
     }
   }
 
-  // Nothing of ours is in the kernel, yet slots wait for a range lock: another thread's
-  // SyncEngine::execute holds it and will release it, so block for the oldest.
+  // Nothing of ours is in the kernel, yet slots wait for a range lock that retry_deferred()
+  // could not take, so another thread's SyncEngine::execute holds it and will let go: block.
+  // Not on any waiter, though: a deferred write may wait for blocks that one of our own padded
+  // writes holds while it waits for the space past it. The padded write with the highest end
+  // waits for nothing of ours, and with no padded write waiting, none of ours holds anything.
   void wait_for_deferred() {
-    std::uint32_t i = waiting_lock.front();
-    waiting_lock.erase(waiting_lock.begin());
-    Slot& s = slots[i];
-    lock_of(s.req)->lock(s.plan.a0, s.plan.a1);
-    s.locked = true;
-    launch_direct(i);
+    std::size_t pick = 0;
+    for (std::size_t k = 0; k < waiting_lock.size(); ++k) {
+      const Slot& s = slots[waiting_lock[k]];
+      const Slot& best = slots[waiting_lock[pick]];
+      if (s.stage == Stage::extending && (best.stage != Stage::extending || s.plan.a1 > best.plan.a1)) pick = k;
+    }
+    const std::uint32_t i = waiting_lock[pick];
+    waiting_lock.erase(waiting_lock.begin() + static_cast<std::ptrdiff_t>(pick));
+    const auto range = wanted_range(slots[i]);
+    lock_of(slots[i].req)->lock(range.first, range.second);
+    got_range(i);
   }
 
   void on_native(const Completion& c) {
@@ -454,6 +470,7 @@ struct EngineCore {
           std::uint64_t skip = r.offset - s.plan.a0;
           return complete(i, static_cast<std::int64_t>(s.done > skip ? std::min(s.done - skip, r.length) : 0));
         }
+        if (s.extended) trim_padding(r, s.plan, s.tail_eof);
         return complete(i, static_cast<std::int64_t>(r.length));
       }
       case Stage::rmw_read: {
@@ -468,11 +485,13 @@ struct EngineCore {
         }
         if (--s.reads_pending > 0) return;
         if (s.first_error < 0) return complete(i, s.first_error);
+        if (s.tail_eof != kNoEof) return extend_then_write(i);
         write_bounced(i);
         return;
       }
       case Stage::free_slot:
       case Stage::deferred:
+      case Stage::extending:
       case Stage::chained:
         assert(false && "native completion for a slot without native requests");
         return;
@@ -688,23 +707,18 @@ Completion SyncEngine::execute(const Request& r) {
   const detail::DirectPlan p = detail::plan_direct(r, r.file->capabilities().alignment);
   detail::BlockRangeLock* lock = r.op == Op::write ? Core::lock_of(r) : nullptr;
   if (lock) lock->lock(p.a0, p.a1);
-  detail::WriteOutcome outcome;  // filled in as the write succeeds
-  outcome.user_end = r.offset + r.length;
+  bool extended = false;  // a padded write holds [a1, end of space) too (see BlockRangeLock)
   struct Unlock {
     detail::BlockRangeLock* l;
-    const Request& r;
     const detail::DirectPlan& p;
-    const detail::WriteOutcome& w;
+    const bool& extended;
     ~Unlock() {
-      if (l) l->unlock(p.a0, p.a1, w, r.file->fd());
+      if (l) l->unlock(p.a0, p.a1);
+      if (extended) l->unlock(p.a1, detail::kEndOfSpace);
     }
-  } unlock{lock, r, p, outcome};
+  } unlock{lock, p, extended};
 
-  if (!p.bounce) {
-    std::int64_t got = Core::transfer_all(*this, r, p.block, true, xfer);
-    outcome.succeeded = got >= 0;
-    return {r.user_data, got};
-  }
+  if (!p.bounce) return {r.user_data, Core::transfer_all(*this, r, p.block, true, xfer)};
   auto bounce = detail::allocate_bounce(r.file->capabilities().alignment.memory, p.a1 - p.a0);
   if (!bounce) return {r.user_data, -ENOMEM};
   Request n = r;
@@ -716,7 +730,7 @@ Completion SyncEngine::execute(const Request& r) {
     if (got < 0) return {r.user_data, got};
     return {r.user_data, Core::finish_bounced_read(r, p, bounce.get(), static_cast<std::uint64_t>(got))};
   }
-  std::uint64_t& tail_eof = outcome.padded_eof;
+  std::uint64_t tail_eof = detail::kNoEof;
   auto read_edge = [&](std::uint64_t at) -> std::int64_t {
     Request e = r;
     e.op = Op::read;
@@ -735,6 +749,10 @@ Completion SyncEngine::execute(const Request& r) {
     if (std::int64_t e = read_edge(0)) return {r.user_data, e};
   if (p.tail_partial)
     if (std::int64_t e = read_edge(p.a1 - p.a0 - p.block)) return {r.user_data, e};
+  if (tail_eof != detail::kNoEof) {
+    lock->lock(p.a1, detail::kEndOfSpace);
+    extended = true;
+  }
   std::memcpy(bounce.get() + (r.offset - p.a0), r.buffer, r.length);
   std::int64_t wrote = Core::transfer_all(*this, n, p.block, true, xfer);
   if (wrote < 0) return {r.user_data, wrote};
@@ -742,7 +760,7 @@ Completion SyncEngine::execute(const Request& r) {
     std::uint64_t skip = r.offset - p.a0, w = static_cast<std::uint64_t>(wrote);
     return {r.user_data, static_cast<std::int64_t>(w > skip ? std::min(w - skip, r.length) : 0)};
   }
-  outcome.succeeded = true;
+  if (extended) Core::trim_padding(r, p, tail_eof);
   return {r.user_data, static_cast<std::int64_t>(r.length)};
 }
 

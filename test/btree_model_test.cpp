@@ -133,7 +133,7 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
     if (c.backend == Backend::memory) {  // the long runs: the rarer paths too
       EXPECT_GT(sum.write_throughs, 0u);
       EXPECT_GT(sum.restructures, 0u);
-      EXPECT_GT(sum.quiesces, 0u);
+      if (scale() >= 0.5) EXPECT_GT(sum.quiesces, 0u);  // a few per 10^4 operations: only in long runs
     }
   }
 }

@@ -588,7 +588,19 @@ std::string set_cache(const DataFile& f, const std::string& mode, seeds::DropMet
 
 std::string us(double ns) { return fmt::format("{:.1f}", ns / 1e3); }
 
-void add_table_row(Table& t, const Row& row) {
+/// Long notes (an engine's full reason for not running) would stretch the table: the table
+/// gets "[n] <first words>" and the text is printed in full under it, once per distinct text.
+std::string footnote(const std::string& note, std::vector<std::string>& notes) {
+  constexpr std::size_t kInline = 48;
+  if (note.size() <= kInline) return note;
+  auto it = std::find(notes.begin(), notes.end(), note);
+  if (it == notes.end()) it = notes.insert(notes.end(), note);
+  const std::size_t n = static_cast<std::size_t>(it - notes.begin()) + 1;
+  std::string head = note.substr(0, note.find(':') == std::string::npos ? kInline : note.find(':'));
+  return fmt::format("{} [{}]", head, n);
+}
+
+void add_table_row(Table& t, const Row& row, std::vector<std::string>& notes) {
   const RunResult& r = row.r;
   const LatencyHistogram& h = r.hist;
   auto lat = [&](double q) { return r.ran ? (row.kind == "single" ? us(h.percentile(q)) : fmt::format("{:.0f}", h.percentile(q))) : "-"; };
@@ -611,7 +623,7 @@ void add_table_row(Table& t, const Row& row) {
   cells.push_back(r.ran ? fmt::format("{:.2f}", r.usage.user_ms / 1e3) : "-");
   cells.push_back(r.ran ? fmt::format("{:.2f}", r.usage.sys_ms / 1e3) : "-");
   cells.push_back(row.cache);
-  cells.push_back(r.note);
+  cells.push_back(footnote(r.note, notes));
   t.add_row(std::move(cells));
 }
 
@@ -801,11 +813,17 @@ int run(const LatencyOptions& o) {
                 "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
   Table multi({"size", "method", "mode", "reads/iter", "threads", "p50_ns", "p99_ns", "p999_ns", "p9999_ns", "avg_ns",
                "total", "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
-  for (const Row& r : rows) add_table_row(r.kind == "single" ? single : multi, r);
+  std::vector<std::string> single_notes, multi_notes;
+  for (const Row& r : rows)
+    add_table_row(r.kind == "single" ? single : multi, r, r.kind == "single" ? single_notes : multi_notes);
+  auto print_notes = [](const std::vector<std::string>& notes) {
+    for (std::size_t i = 0; i < notes.size(); ++i) fmt::print("# [{}] {}\n", i + 1, notes[i]);
+  };
   if (single.size() > 0) {
     fmt::print("\n");
     std::fflush(stdout);
     single.print();
+    print_notes(single_notes);
   }
   if (multi.size() > 0) {
     fmt::print("\n# multi-read: {} random keys per iteration, read one after the other (blocking) or submitted "
@@ -813,6 +831,7 @@ int run(const LatencyOptions& o) {
                o.multi_read);
     std::fflush(stdout);
     multi.print();
+    print_notes(multi_notes);
   }
   std::fflush(stdout);
 

@@ -386,7 +386,7 @@ std::string plot_write(const std::vector<std::pair<Variant, RunResult>>& medians
       "set output {1}\n"
       "set multiplot layout 2,1 title {2}\n"
       "set style data histograms\nset style histogram clustered gap 1\n"
-      "set style fill solid 0.85 border -1\nset grid ytics\nset key top right\nset xtics nomirror\n"
+      "set style fill solid 0.85 border -1\nset grid ytics\nset key top left\nset xtics nomirror\n"
       "set yrange [0:*]\nset ylabel 'MB/s'\nset title 'Wrote (write calls only) and amortized (write + fsync + close)'\n"
       "plot {3} using 2:xtic(1) title 'wrote MB/s', '' using 3 title 'amortized MB/s'\n"
       "set logscale y\nset yrange [*:*]\nset ylabel 'milliseconds (log)'\n"

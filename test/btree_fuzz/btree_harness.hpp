@@ -486,7 +486,7 @@ class Harness {
       if (static_cast<std::uint64_t>(op.result()) != p.expected_result)
         return describe(p, "result " + std::to_string(op.result()) + ", expected " + std::to_string(p.expected_result));
       if (op.kind != TreeOp::read) continue;
-      if (std::memcmp(p.data.data(), p.expected.data(), p.expected_result) == 0) continue;
+      if (p.expected_result == 0 || std::memcmp(p.data.data(), p.expected.data(), p.expected_result) == 0) continue;
       for (std::uint64_t i = 0; i < p.expected_result; ++i) {
         const std::uint8_t got = p.data[i], want = p.expected[i];
         if (got == want || (!stores_data() && got == 0)) continue;

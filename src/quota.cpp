@@ -3,19 +3,86 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstddef>
 #include <cstdlib>
+#include <memory>
 #include <type_traits>
-
-#include <boost/lockfree/queue.hpp>
 
 namespace tai {
 
 static_assert(std::is_trivially_copyable_v<BlockRecord> && std::is_trivially_destructible_v<BlockRecord>,
-              "boost::lockfree::queue needs trivially copyable records");
+              "records are copied into and out of the queue's cells");
 
+// The record queue: a bounded multi-producer multi-consumer ring (D. Vyukov's design): each cell
+// carries a sequence number that says whose turn it is, so a cell's record is only touched by
+// the one thread that claimed the cell, between an acquire load and a release store of its
+// sequence. No allocation after construction, no locks.
+//
+// Why not boost::lockfree::queue (the project's usual lock-free queue): its node free list reads
+// a node's link with a plain load while another thread may be reusing the node, which
+// ThreadSanitizer reports as a data race (boostorg/lockfree issue #78); the quota is touched by
+// every worker, so the TSan build would flag every run.
 struct Quota::Records {
-  explicit Records(std::size_t capacity) : queue(capacity) {}
-  boost::lockfree::queue<BlockRecord> queue;  // node pool preallocated: bounded_push never allocates
+  explicit Records(std::size_t capacity) {
+    std::size_t n = 2;
+    while (n < capacity) n *= 2;
+    cells = std::make_unique<Cell[]>(n);
+    mask = n - 1;
+    for (std::size_t i = 0; i < n; ++i) cells[i].seq.store(i, std::memory_order_relaxed);
+  }
+
+  bool push(const BlockRecord& r) noexcept {
+    std::size_t pos = tail.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& c = cells[pos & mask];
+      // Acquire: pairs with the release store of the consumer that freed this cell.
+      const std::size_t seq = c.seq.load(std::memory_order_acquire);
+      const auto dif = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos);
+      if (dif == 0) {
+        // Relaxed: the claim only orders producers among themselves; the data is published by
+        // the release store below.
+        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          c.record = r;
+          c.seq.store(pos + 1, std::memory_order_release);  // pairs with pop()'s acquire
+          return true;
+        }
+      } else if (dif < 0) {
+        return false;  // full
+      } else {
+        pos = tail.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  bool pop(BlockRecord& out) noexcept {
+    std::size_t pos = head.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& c = cells[pos & mask];
+      // Acquire: pairs with the release store of the producer that filled this cell.
+      const std::size_t seq = c.seq.load(std::memory_order_acquire);
+      const auto dif = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos + 1);
+      if (dif == 0) {
+        if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          out = c.record;
+          c.seq.store(pos + mask + 1, std::memory_order_release);  // pairs with push()'s acquire
+          return true;
+        }
+      } else if (dif < 0) {
+        return false;  // empty
+      } else {
+        pos = head.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  struct Cell {
+    std::atomic<std::size_t> seq{0};
+    BlockRecord record;
+  };
+  std::unique_ptr<Cell[]> cells;
+  std::size_t mask = 0;
+  alignas(64) std::atomic<std::size_t> tail{0};  // next cell to fill
+  alignas(64) std::atomic<std::size_t> head{0};  // next cell to empty
 };
 
 Quota::Quota(std::uint64_t weak_bytes, std::uint64_t strict_bytes, std::size_t record_capacity)
@@ -60,11 +127,11 @@ void Quota::release(std::byte* block, std::uint64_t bytes) noexcept {
 }
 
 bool Quota::record(const BlockRecord& r) noexcept {
-  if (records_->queue.bounded_push(r)) return true;
+  if (records_->push(r)) return true;
   records_dropped_.fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 
-bool Quota::pop_oldest(BlockRecord& out) noexcept { return records_->queue.pop(out); }
+bool Quota::pop_oldest(BlockRecord& out) noexcept { return records_->pop(out); }
 
 }  // namespace tai

@@ -412,7 +412,7 @@ int run_randread(const RandreadConfig& cfg) {
                       : fmt::format("min(seed's count, ~{:.1f} s worth)", cfg.seconds),
              repeat, repeat > 1 ? ", medians" : "");
   if (with_fio)
-    fmt::print("fio: {} on the same file, interleaved with TAI (TAI, fio, TAI, fio, ...); fio_op/s = its median, "
+    fmt::print("fio: {} on the same file, interleaved with TAI (TAI, fio, fio, TAI, TAI, fio, ...); fio_op/s = its median, "
                "ratio = median over the pairs of TAI op/s / fio op/s\n",
                fio_version);
 
@@ -465,19 +465,30 @@ int run_randread(const RandreadConfig& cfg) {
         n = std::max<std::uint64_t>(n, 8ull * cfg.depth);
         cell.reqs = (n + cfg.depth - 1) / cfg.depth * cfg.depth;  // whole fio psync jobs
       }
+      // Pairs alternate their order (TAI then fio, fio then TAI, ...) so that a machine that
+      // speeds up or slows down over the pairs favours neither side.
       for (unsigned r = 0; r < repeat; ++r) {
         const std::uint64_t seed = cfg.seed + 1000003ull * r + bs;
-        cell.tai.push_back(tai->run(cell.reqs, seed));
-        const TaiRun& last = cell.tai.back();
-        if (last.errors) {
-          read_errors = true;
-          fmt::print(stderr, "randread: {} bs {}: {} of {} reads did not return {} bytes (first result: {})\n", label,
-                     bs, last.errors, last.reqs, bs, last.first_bad_result);
-        }
-        if (with_fio) {
+        auto run_tai = [&] {
+          cell.tai.push_back(tai->run(cell.reqs, seed));
+          const TaiRun& last = cell.tai.back();
+          if (last.errors) {
+            read_errors = true;
+            fmt::print(stderr, "randread: {} bs {}: {} of {} reads did not return {} bytes (first result: {})\n",
+                       label, bs, last.errors, last.reqs, bs, last.first_bad_result);
+          }
+        };
+        auto run_fio_once = [&] {
           FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
           if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
           cell.fio.push_back(f);
+        };
+        if (with_fio && r % 2 == 1) {
+          run_fio_once();
+          run_tai();
+        } else {
+          run_tai();
+          if (with_fio) run_fio_once();
         }
       }
       summarise(cell);

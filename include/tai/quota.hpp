@@ -11,8 +11,9 @@
 //    until it is back under the weak limit: FIFO flushing, so the data cached longest goes first
 //    and dirty data does not pile up before a mandatory fsync.
 //
-// Record queue. A boost::lockfree::queue with a fixed capacity (bounded_push: no allocation after
-// construction). A record can go stale (the block was freed or replaced since); an eviction of a
+// Record queue. A bounded lock-free multi-producer multi-consumer ring (src/quota.cpp says why
+// not Boost.Lockfree), rounded up to a power of two; no allocation after construction. A record
+// can go stale (the block was freed or replaced since); an eviction of a
 // stale record finds no block with that sequence number and does nothing. When the queue is full
 // the record is not kept (records_dropped() counts them): the block is then reached only by the
 // controller's flush rounds, never lost.
@@ -84,7 +85,7 @@ class Quota {
   std::uint64_t records_dropped() const noexcept { return records_dropped_.load(std::memory_order_relaxed); }
 
  private:
-  struct Records;  // the lock-free queue, kept out of this header (Boost.Lockfree is heavy)
+  struct Records;  // the lock-free ring, private to src/quota.cpp
 
   const std::uint64_t strict_;
   const std::uint64_t weak_;

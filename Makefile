@@ -78,7 +78,12 @@ demo: release
 	$(BENCH) demo
 
 bench: release
+	$(BENCH) engines
 	$(BENCH) randread
+	$(BENCH) latency
+	$(BENCH) write --fio
+	$(BENCH) fadvise
+	@if [ -x build/release/bench/tai-micro ]; then build/release/bench/tai-micro; fi
 
 # For each preset: build, then ctest; stop at the first failure and name the preset. The time of
 # each step is printed because the whole run must stay under 30 minutes on 2 cores.

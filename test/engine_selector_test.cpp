@@ -363,10 +363,15 @@ TEST(EngineSelector, AutoFallsBackToLibaioThenPosix) {
       std::printf("  libaio unavailable here (%s): only the fall back to posix is checked\n", libaio->reason.c_str());
     }
   }
-  if (TAI_WITH_LIBAIO)
+  if (TAI_WITH_LIBAIO) {
     o.io_setup_errno = EAGAIN;
-  else
+    // The message quotes fs.aio-nr, which other processes (tests running beside this one)
+    // change at any moment: pin both sysctls so the two messages compared below agree.
+    o.aio_max_nr = 65536;
+    o.aio_nr = 65536;
+  } else {
     o.libaio_not_built = true;
+  }
   ScopedProbeOverrides scope(o);
   const std::string uring_reason = find_info(list_engines(), "uring")->reason;
   const std::string libaio_reason = find_info(list_engines(), "libaio")->reason;

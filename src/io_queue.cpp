@@ -70,7 +70,7 @@ timespec to_timespec(std::chrono::nanoseconds d) {
 // ---------------------------------------------------------------------------------------------
 // Thread pool: the seed's pthread backend.
 //
-// Submission: the owner writes the request into its slot, pushes the slot number onto `todo_`
+// Submission: the owner writes the request into its slot, pushes the slot number onto `pending_slots_`
 // (MPMC: one producer, `threads` consumers), and wakes one sleeping worker if any. A worker
 // pops a slot, runs SyncEngine::execute on it, and pushes {slot, result} onto `done_` (MPMC
 // used as MPSC: the workers produce, the owner consumes). The slot's request is read by the
@@ -93,7 +93,7 @@ class IoQueue::Pool {
   };
 
   Pool(SyncEngine& engine, Slot* slots, unsigned depth, unsigned threads)
-      : engine_(engine), slots_(slots), todo_(depth), done_(depth) {
+      : engine_(engine), slots_(slots), pending_slots_(depth), done_(depth) {
     workers_.reserve(threads);
     try {
       for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_main(); });
@@ -114,14 +114,14 @@ class IoQueue::Pool {
 
   /// Owner: hands slot `slot` (request already written) to a worker.
   void push(std::uint32_t slot) {
-    if (!todo_.bounded_push(slot)) fatal("the request queue is full");  // holds depth entries
+    if (!pending_slots_.bounded_push(slot)) fatal("the request queue is full");  // holds depth entries
     // seq_cst fence: pairs with the fence in worker_main() between `idle_workers_` += 1 and the
-    // re-check of todo_ (the Dekker handshake in the class comment).
+    // re-check of pending_slots_ (the Dekker handshake in the class comment).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // relaxed: the fence above orders this load after the push.
     if (idle_workers_.load(std::memory_order_relaxed) > 0) {
       // release: pairs with the acquire load of work_epoch_ in worker_main() (not needed for
-      // correctness of the data, which travels through todo_, but keeps the epoch monotonic).
+      // correctness of the data, which travels through pending_slots_, but keeps the epoch monotonic).
       work_epoch_.fetch_add(1, std::memory_order_release);
       futex_wake(work_epoch_, 1);
     }
@@ -197,7 +197,7 @@ class IoQueue::Pool {
   void worker_main() {
     for (;;) {
       std::uint32_t slot;
-      if (!todo_.pop(slot)) {
+      if (!pending_slots_.pop(slot)) {
         // acquire: pairs with the release fetch_add in push()/stop(); read before the
         // announce + re-check so that a wake after the re-check makes futex_wait return.
         const std::uint32_t epoch = work_epoch_.load(std::memory_order_acquire);
@@ -205,7 +205,7 @@ class IoQueue::Pool {
         // push() (pairs with the fence there).
         idle_workers_.fetch_add(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        const bool got = todo_.pop(slot);
+        const bool got = pending_slots_.pop(slot);
         if (!got) {
           // acquire: pairs with the release store in stop().
           if (stop_.load(std::memory_order_acquire)) {
@@ -249,7 +249,7 @@ class IoQueue::Pool {
 
   SyncEngine& engine_;
   Slot* slots_;
-  boost::lockfree::queue<std::uint32_t, boost::lockfree::fixed_sized<true>> todo_;
+  boost::lockfree::queue<std::uint32_t, boost::lockfree::fixed_sized<true>> pending_slots_;
   boost::lockfree::queue<Done, boost::lockfree::fixed_sized<true>> done_;
   // Futex words and flags; each on its own cache line, since workers and owner write them.
   alignas(64) std::atomic<std::uint32_t> work_epoch_{0};   // bumped to wake workers

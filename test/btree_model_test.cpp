@@ -131,9 +131,13 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
     EXPECT_GT(sum.fills, 0u);
     EXPECT_GT(sum.merges, 0u);
     if (c.backend == Backend::memory) {  // the long runs: the rarer paths too
-      EXPECT_GT(sum.write_throughs, 0u);
-      EXPECT_GT(sum.restructures, 0u);
-      if (scale() >= 0.5) EXPECT_GT(sum.quiesces, 0u);  // a few per 10^4 operations: only in long runs
+      EXPECT_GT(sum.restructures, 0u) << "TAI_TEST_SEED=" << seed;
+      // A few per 10^4 operations: reliable only in the full-length (release) runs; the
+      // sanitizer runs are 20x shorter and some seeds reach neither.
+      if (scale() >= 0.5) {
+        EXPECT_GT(sum.write_throughs, 0u) << "TAI_TEST_SEED=" << seed;
+        EXPECT_GT(sum.quiesces, 0u) << "TAI_TEST_SEED=" << seed;
+      }
     }
   }
 }

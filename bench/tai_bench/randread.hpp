@@ -22,6 +22,7 @@ struct RandreadConfig {
   std::string csv;          ///< CSV output path, empty = none
   unsigned submit_batch = 0;  ///< IoQueueOptions::submit_batch (kernel-queue engines)
   std::uint64_t seed = 42;  ///< offsets are reproducible from it
+  bool huge_pages = false;  ///< TAI's buffers in transparent huge pages (see ReadBuffers in randread.cpp)
   std::string title = "randread";
 };
 

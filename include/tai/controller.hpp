@@ -1,0 +1,175 @@
+// tai/controller.hpp - tai::Controller: the workers, the rounds, the quota; opens tai::Files.
+//
+//     tai::Controller ctl({.workers = 2});                      // C++20 designated init, or set fields
+//     auto f = ctl.open<tai::BTreeDefault>("out.dat", tai::Open::write | tai::Open::create);
+//     if (!f) { std::cerr << f.error().message << '\n'; return 1; }
+//     f->write(0, buf, n);
+//     ctl.submit([] { compress_next_chunk(); });                // any function, on a worker
+//
+// How it works (DESIGN section 3, seed 004 sections 2.5.4-2.5.7). Each worker has a Pending
+// queue (Boost.Lockfree, bounded, multi-producer): external requests enter there only, and every
+// request of one file goes to the same worker (the file's home), which starts them on the file's
+// tree in order. The tree turns a request into node-local steps. Steps are queued by lane (a hash
+// of the node): in round r a worker runs the steps queued for its lanes in round r-1 (Ready) and
+// the steps they emit are queued for round r+1 (Waiting); between rounds the master runs a
+// barrier and Ready and Waiting swap. A lane is run by one worker per round, so two steps of the
+// same node never run at once and each node sees its steps in emission order; a worker that
+// finishes its lanes steals unclaimed ones (a whole lane at a time, which keeps that true).
+// Round kinds: normal; recycle (normal plus evicting the oldest cache blocks until the quota is
+// back under its weak limit); flush (when idle for flush_idle_ns: write back the files holding
+// the most dirty data, at least half of it each time); idle (the master sleeps on an eventfd, the
+// others on the barrier's futex: no CPU used); close (the destructor: write back everything, stop).
+// Synchronous engines run inside the step that issues the request; asynchronous engines (libaio,
+// uring) are submitted to at the end of a worker's round part and reaped inside the rounds.
+// Waits spin for spin_ns, then sleep.
+//
+// Thread-safety: open, submit, flush and stats are safe from any thread at once. The destructor
+// (and shutdown()) must not race with other calls on the controller itself; Files and Receipts
+// may outlive it (their later operations are rejected).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tai/btree.hpp"
+#include "tai/controller_stats.hpp"
+#include "tai/engine.hpp"
+#include "tai/error.hpp"
+#include "tai/file.hpp"
+#include "tai/receipt.hpp"
+
+namespace tai {
+
+struct ControllerOptions {
+  /// Worker threads (0: std::thread::hardware_concurrency()).
+  unsigned workers = 0;
+  /// Cache quota in bytes, shared by every file of this controller (DESIGN "Quota"). Above the
+  /// weak limit recycle rounds write back and evict the oldest blocks; the strict limit is
+  /// never exceeded (requests that would need more go to the engine uncached).
+  std::uint64_t weak_quota = std::uint64_t{256} << 20;
+  std::uint64_t strict_quota = std::uint64_t{512} << 20;
+  /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
+  /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
+  std::int64_t spin_ns = 20'000;
+  /// Idle this long with dirty data in the cache: start flush rounds (each writes back at least
+  /// half of what is dirty). Negative: never flush while idle (only fsync, close, flush(),
+  /// recycling and shutdown write back).
+  std::int64_t flush_idle_ns = 2'000'000;
+  /// The engine of open() calls that name none: "auto" (uring, else libaio, else posix) or a name.
+  std::string engine = "auto";
+  /// Options for the engines the controller makes (depth = requests in flight per engine).
+  EngineOptions engine_options = [] {
+    EngineOptions o;
+    o.depth = 256;
+    return o;
+  }();
+  /// Tree options for open() calls that give none.
+  BTreeOptions tree_options;
+  /// Lanes of steps per worker (stealing moves one lane at a time).
+  unsigned lanes_per_worker = 8;
+  /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).
+  unsigned pending_capacity = 16384;
+  /// Keep per-kind latency histograms (two clock reads per request).
+  bool latency_histograms = true;
+};
+
+/// What shutdown found: one line per failure (a file whose data could not be written back,
+/// closed with an error, ...). Empty means nothing was lost.
+struct ShutdownReport {
+  std::vector<std::string> failures;
+  bool ok() const noexcept { return failures.empty(); }
+  std::string to_string() const;
+};
+
+namespace detail {
+class ControllerCore;
+using TreeFactory = std::unique_ptr<TreeCore> (*)(EngineFile* file, Quota& quota, const BTreeOptions& options);
+template <class Tree>
+std::unique_ptr<TreeCore> make_tree(EngineFile* file, Quota& quota, const BTreeOptions& options) {
+  return std::make_unique<Tree>(file, quota, options);
+}
+template <unsigned... Bits>
+std::string tree_name(const BTree<Bits...>*) {
+  std::string s = "BTree<";
+  const char* sep = "";
+  for (unsigned b : {Bits...}) {
+    s += sep;
+    s += std::to_string(b);
+    sep = ",";
+  }
+  return s + ">";
+}
+struct OpenRequest {
+  const std::string* path;
+  OpenMode mode;
+  std::string_view engine;
+  const BTreeOptions* tree_options;
+  TreeFactory factory;
+  std::string tree;
+};
+Receipt controller_submit(ControllerCore& core, Task* t);
+}  // namespace detail
+
+/// Thread-safety: see the file comment.
+class Controller {
+ public:
+  explicit Controller(const ControllerOptions& options = {});
+  /// shutdown(), then prints its report to stderr when it is not ok(). Files still open are
+  /// closed (their data written back) first.
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  /// Opens `path` with `mode` on `engine` (empty: options().engine) under a cache tree of shape
+  /// Tree. The engine's open runs on the calling thread, so a bad path, a refused mode or an
+  /// unavailable engine is an Error right here (with the reason). Opening a path that is still
+  /// open or closing in this controller is allowed: operations of the new handle wait until the
+  /// earlier handle's close has written its data back, so they see all of it.
+  template <class Tree = BTreeDefault>
+  Result<File> open(const std::string& path, OpenMode mode, std::string_view engine = {},
+                    const BTreeOptions* tree_options = nullptr) {
+    detail::OpenRequest req{&path, mode, engine, tree_options, &detail::make_tree<Tree>,
+                            detail::tree_name(static_cast<const Tree*>(nullptr))};
+    return open_file(req);
+  }
+
+  /// Runs fn() on a worker (as soon as one takes it from its Pending queue). fn must fit 64
+  /// bytes; an exception thrown by it fails the receipt. Rejected after shutdown began.
+  template <class F>
+  Receipt submit(F&& fn) {
+    detail::Task* t = detail::acquire_task();
+    t->kind = detail::TaskKind::function;
+    t->fn = detail::InplaceFunction<void(), 64>(std::forward<F>(fn));
+    return detail::controller_submit(*core_, t);
+  }
+
+  /// Registers `engine` under `name` for this controller's open() calls: test engines (fault,
+  /// recording) or an engine made with special options. The controller owns it; an engine that
+  /// is asynchronous is driven by the rounds like the built-in ones. False when `name` is taken
+  /// (every built-in name counts as taken once used).
+  bool add_engine(std::string name, std::unique_ptr<Engine> engine);
+
+  /// Writes back every dirty block of every open file; the receipt finishes when all of it has
+  /// reached the engines (not an fsync) and fails with the first error.
+  Receipt flush();
+
+  /// Closes every open file (writing its data back), waits for every task, stops the workers.
+  /// Returns what failed. Later calls return an empty report; later submissions are rejected.
+  ShutdownReport shutdown();
+
+  ControllerStats stats() const;
+  unsigned workers() const noexcept;
+  const ControllerOptions& options() const noexcept;
+  /// How the default engine was chosen, e.g. "auto -> uring".
+  const std::string& engine_note() const noexcept;
+
+ private:
+  Result<File> open_file(const detail::OpenRequest& req);
+  std::unique_ptr<detail::ControllerCore> core_;
+};
+
+}  // namespace tai

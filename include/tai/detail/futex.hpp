@@ -1,0 +1,59 @@
+// tai/detail/futex.hpp - the Linux futex, for sleeping on a 32-bit atomic word.
+//
+// Used where a thread waits for a word to change (receipts, the round barrier, the worker
+// doorbell) after spinning for a bounded budget. A std::condition_variable would need a mutex on
+// the waker's path; the futex costs the waker one load of a "someone sleeps" flag when nobody
+// sleeps, and one system call when somebody does.
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
+namespace tai::detail {
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "futex needs a plain 32-bit word");
+
+/// Sleeps while `word` holds `expected` (returns at once if it does not), at most `timeout_ns`
+/// (negative: no limit). Spurious returns happen: callers re-check their condition.
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::int64_t timeout_ns = -1) noexcept {
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
+    tsp = &ts;
+  }
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, tsp, nullptr, 0);
+}
+
+/// Wakes up to `n` threads sleeping on `word` (INT_MAX: all).
+inline void futex_wake(std::atomic<std::uint32_t>& word, int n = INT_MAX) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
+}
+
+/// A pause for spin loops.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+inline std::int64_t monotonic_ns() noexcept {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace tai::detail

@@ -1,0 +1,113 @@
+// tai/detail/task.hpp - the controller's unit of work: one request, task, hook or internal job.
+//
+// A Task carries everything one submission needs (the tree Operation, a copy of the written
+// bytes, the function of a task or hook, the continuation, the result), so a request costs no
+// heap allocation once the pool is warm: tasks are recycled through per-thread caches
+// (src/task_pool.cpp), and a recycled task keeps its copy buffer (up to kKeepDataBytes) for the
+// next write of that size.
+//
+// Lifetime: reference-counted. The controller holds one reference while the task is in flight,
+// every tai::Receipt one more; the last release returns the task to the pool. So a receipt may
+// outlive its file and its controller.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "tai/detail/aligned_buffer.hpp"
+#include "tai/detail/btree_step.hpp"
+#include "tai/detail/inplace_function.hpp"
+
+namespace tai {
+
+/// Where a task is. Thread-safety of the enum: a value.
+enum class TaskState : std::uint8_t {
+  pending,   ///< queued for its worker, not yet taken
+  waiting,   ///< taken, held behind an earlier hook, barrier or close of its file
+  ready,     ///< started: its steps are in the rounds (or its requests at the engine)
+  running,   ///< a function (task, hook, continuation's task) is executing
+  done,      ///< finished successfully
+  rejected,  ///< never started: closed file, controller shutting down, bad input found at submit
+  failed,    ///< finished with an error
+};
+const char* to_string(TaskState s) noexcept;
+
+namespace detail {
+
+class FileCore;
+class ControllerCore;
+
+enum class TaskKind : std::uint8_t {
+  tree_op,    ///< read, write, fsync, fdatasync: an Operation on the file's tree
+  function,   ///< Controller::submit
+  hook,       ///< File::hook: a function in the file's order
+  barrier,    ///< File::barrier: an fdatasync that later operations of the file wait for
+  close,      ///< File::close / detach: write back, close the engine file
+  flush,      ///< Controller::flush: the aggregate; its parts are write_back tasks
+  write_back, ///< internal: write back one file (flush parts, idle flush rounds)
+  evict,      ///< internal: evict one block (recycle rounds)
+};
+
+struct Task {
+  static constexpr std::uint32_t kFinished = 1;  // futex word bits
+  static constexpr std::uint32_t kWaiter = 2;
+  static constexpr std::size_t kKeepDataBytes = 64 * 1024;
+
+  // Reference count: +1 per Receipt, +1 for the controller while in flight. acq_rel on release
+  // (the last releaser must see every write of the others before recycling the task).
+  std::atomic<std::uint32_t> refs{0};
+  // 0 while unfinished; kFinished once the result is published (release store/exchange, pairs
+  // with the acquire loads of Receipt). kWaiter: a thread sleeps on the word (futex).
+  std::atomic<std::uint32_t> word{0};
+  // TaskState while unfinished, for Receipt::state(). Relaxed: informational only, nothing is
+  // published through it.
+  std::atomic<std::uint8_t> phase{0};
+  // Continuation hand-off: 0 none, 1 attached, 2 finished. CAS 0->1 by then() and exchange(2) by
+  // the completer, both acq_rel: whoever comes second runs the continuation and sees the other's
+  // writes (the stored function, the result).
+  std::atomic<std::uint8_t> cont{0};
+
+  TaskKind kind = TaskKind::tree_op;
+  TaskState final_state = TaskState::done;  // valid once word has kFinished
+  bool returns_buffer = false;              // read(offset, n): the data goes to the receipt
+  int error = 0;                            // errno of a failure (0: none)
+  const char* reason = nullptr;             // static text: why it was rejected / what failed
+  std::int64_t result = 0;                  // bytes transferred (read/write)
+  std::uint64_t submit_ns = 0;              // for the latency histograms (0: not measured)
+
+  Operation op;                 // tree_op, barrier, close, write_back, evict
+  FileCore* file = nullptr;     // file tasks; kept alive by the controller while in flight
+  ControllerCore* owner = nullptr;
+  Task* next = nullptr;         // intrusive FIFO links (held queue, pool lists)
+  Task* parent = nullptr;       // write_back parts of a flush
+  std::atomic<std::uint32_t> parts{0};   // flush: parts not yet finished (acq_rel countdown)
+  std::atomic<int> part_error{0};        // flush: first errno of a part (CAS from 0, relaxed:
+                                         // read after the acq_rel countdown)
+
+  InplaceFunction<void(), 64> fn;              // function, hook
+  InplaceFunction<void(Task&), 64> then;       // continuation (wrapped by Receipt::then)
+  AlignedBuffer data;                          // write copy, or the read's Buffer memory
+
+  /// Reset for reuse (keeps `data` when it is small enough to be worth keeping).
+  void recycle() noexcept;
+};
+
+/// Takes a task from the calling thread's cache (or the shared pool, or the heap when both are
+/// empty). refs starts at 0. Thread-safe.
+Task* acquire_task();
+/// Drops one reference; the last one recycles the task into the calling thread's cache.
+/// Thread-safe.
+void release_task(Task* t) noexcept;
+inline void retain_task(Task* t) noexcept {
+  t->refs.fetch_add(1, std::memory_order_relaxed);  // a holder already has one: no ordering needed
+}
+/// Tasks ever allocated from the heap by the pool (a test counts allocations with this).
+std::uint64_t tasks_allocated() noexcept;
+
+/// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
+/// Called once per task, by the controller.
+void finish_task(Task& t, TaskState final_state, int error = 0, const char* reason = nullptr) noexcept;
+
+}  // namespace detail
+}  // namespace tai

@@ -1,0 +1,96 @@
+// tai/receipt.hpp - tai::Receipt, what every submission returns.
+//
+//     tai::Receipt r = file.write(0, data, n);   // returns at once
+//     ...compute...
+//     if (!r.ok()) std::cerr << r.message() << '\n';   // ok() waits for the write
+//
+// A receipt reports its task's state (tai::TaskState), lets the caller wait (spinning briefly,
+// then sleeping on a futex), gives the result (bytes transferred, or a read's tai::Buffer) or the
+// error, and takes one continuation. Receipts are cheap handles (one pointer, reference
+// counted): copy them freely. A receipt may outlive its file and its controller; by the time a
+// controller is destroyed every receipt it issued has finished.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "tai/buffer.hpp"
+#include "tai/detail/task.hpp"
+
+namespace tai {
+
+/// Thread-safety: every const member is safe from any thread at once; take_buffer() and then()
+/// from one thread at a time (they change the receipt's shared state).
+class Receipt {
+ public:
+  /// An empty receipt: state() is rejected, error() EINVAL.
+  Receipt() noexcept = default;
+  /// Adopts one reference to `task` (the library's constructor).
+  explicit Receipt(detail::Task* task) noexcept : task_(task) {}
+  Receipt(const Receipt& o) noexcept : task_(o.task_) {
+    if (task_) detail::retain_task(task_);
+  }
+  Receipt(Receipt&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  Receipt& operator=(Receipt o) noexcept {
+    std::swap(task_, o.task_);
+    return *this;
+  }
+  ~Receipt() {
+    if (task_) detail::release_task(task_);
+  }
+
+  bool valid() const noexcept { return task_ != nullptr; }
+  /// The current state; never waits.
+  TaskState state() const noexcept;
+  /// done, rejected or failed; never waits.
+  bool finished() const noexcept;
+  /// Waits until finished(): spins for a few microseconds, then sleeps.
+  void wait() const noexcept;
+  /// Waits at most `d`; returns finished().
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> d) const noexcept {
+    return wait_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+  }
+  /// Waits, then: true when the task is done (not rejected, not failed).
+  bool ok() const noexcept;
+  /// Waits, then: the error (empty when ok()). errno values use std::generic_category.
+  std::error_code error() const noexcept;
+  /// Waits, then: a sentence saying what failed and why ("" when ok()).
+  std::string message() const;
+  /// Waits, then: bytes transferred by a read or write (a read stops at end of file); 0 for
+  /// other kinds and on failure.
+  std::int64_t bytes() const noexcept;
+  /// Waits, then: the data of File::read(offset, n), size() = bytes(); empty for other kinds,
+  /// on failure, and after the first call (the buffer moves out).
+  Buffer take_buffer();
+
+  /// Attaches the continuation `fn` (callable as fn(const Receipt&) or fn()). It runs once the
+  /// task finishes, on the worker thread that finished it; if the task has already finished, at
+  /// once on the calling thread. One continuation per task: a second then() replaces nothing and
+  /// returns false. The callable must fit 64 bytes (a compile-time error says so otherwise); it
+  /// must not block for long (it runs inside a round).
+  template <class F>
+  bool then(F&& fn) {
+    if (!task_) return false;
+    if constexpr (std::is_invocable_v<F&, const Receipt&>) {
+      return attach([f = std::forward<F>(fn)](detail::Task& t) mutable {
+        detail::retain_task(&t);
+        const Receipt r(&t);
+        f(r);
+      });
+    } else {
+      return attach([f = std::forward<F>(fn)](detail::Task&) mutable { f(); });
+    }
+  }
+
+ private:
+  bool wait_ns(std::int64_t ns) const noexcept;
+  bool attach(detail::InplaceFunction<void(detail::Task&), 64>&& fn);
+  detail::Task* task_ = nullptr;
+};
+
+}  // namespace tai

@@ -1,0 +1,1669 @@
+// The controller: workers, Pending queues, lanes of steps, rounds, gates, engines, shutdown.
+// tai/controller.hpp explains the design; this file keeps the rules close to the code.
+//
+// Who touches what:
+//  * Worker::pending (Boost.Lockfree queue, MPMC): pushed by any thread, popped by its worker.
+//  * Worker::out[parity][lane]: the steps a worker emitted for a lane. Written only by that
+//    worker during a round; in the next round read and cleared by whichever worker claimed the
+//    lane. The round barrier orders the two (release by arrive(), acquire by the master, release
+//    by the master's generation bump, acquire by the followers).
+//  * FileCore gate/held/close state: the file's home worker only (and the master while every
+//    worker is parked at the barrier, in decide()).
+//  * EngineSlot (async engines): submit/reap under its mutex, by any worker.
+//  * The registry (files, by_path, by_tree) and tree destruction: under files_mu_.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <boost/lockfree/queue.hpp>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "tai/controller.hpp"
+#include "tai/detail/futex.hpp"
+#include "tai/engine_selector.hpp"
+
+namespace tai {
+namespace detail {
+
+namespace {
+
+enum class RoundKind : std::uint8_t { normal, recycle, flush, close, stop };
+
+/// A counter with one writer (its worker) and any number of readers (stats()): a relaxed load
+/// and store, no read-modify-write, so counting costs no locked instruction.
+struct Counter {
+  std::atomic<std::uint64_t> v{0};
+  void add(std::uint64_t n = 1) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void raise_to(std::uint64_t n) noexcept {
+    if (n > v.load(std::memory_order_relaxed)) v.store(n, std::memory_order_relaxed);
+  }
+  std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+unsigned log2_bucket(std::uint64_t ns) noexcept {
+  if (ns == 0) return 0;
+  const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(ns));
+  return std::min<unsigned>(b, LatencyHistogram::kBuckets - 1);
+}
+
+const char* const kClosedReason = "the file is closed";
+const char* const kShutdownReason = "the controller is shutting down";
+
+}  // namespace
+
+class Worker;
+
+/// One engine instance of a controller, with what the rounds need to drive it.
+struct EngineSlot {
+  std::string name;
+  std::unique_ptr<Engine> engine;
+  SyncEngine* sync = nullptr;  // execute() inline, from any worker, no lock
+  bool async = false;          // submitted and reaped inside the rounds, under mu
+  std::mutex mu;               // async engines; and engines that are neither (driven inline)
+  std::vector<Step> conts;     // continuation of each request in flight, indexed by user_data
+  std::vector<std::uint32_t> free_conts;
+  // Requests at the engine. Written under mu; read by the master in decide() after the barrier
+  // (every worker's writes happen-before it) or under mu. Relaxed.
+  std::atomic<std::uint64_t> in_flight{0};
+};
+
+/// One open (or closing) file: the handle's target and the home worker's state for it.
+class FileCore {
+ public:
+  ~FileCore() {
+    if (predecessor) file_release(predecessor);
+  }
+  std::string path;  // as given to open()
+  std::string key;   // canonical path: the registry key (reopen detection)
+  std::string tree_name;
+  ControllerCore* ctl = nullptr;
+  EngineSlot* slot = nullptr;
+  std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
+  std::unique_ptr<TreeCore> tree;     // reset by the close, under files_mu_
+  std::uint64_t tree_id = 0;
+  unsigned home = 0;
+
+  // References: the handle, the registry (until fully closed), every task of the file in
+  // flight. acq_rel on release: the last releaser deletes.
+  std::atomic<std::uint32_t> refs{0};
+  // close()/detach() happened (or shutdown closed it). acq_rel exchange: one close task only;
+  // acquire loads in submissions (a submission that sees it false may still race with the
+  // close: the home worker then rejects it, see begin()).
+  std::atomic<bool> closed{false};
+  // The close finished: tree and engine file are gone. Release store by the home worker,
+  // acquire loads (a successor file's gate; status()).
+  std::atomic<bool> fully_closed{false};
+  // errno of a failed engine sync: every later fsync/close of this handle fails with it.
+  // Relaxed: set by the worker that reaped the sync, read by the worker that completes a later
+  // fsync, which runs at least one round later (the barrier orders them).
+  std::atomic<int> sticky{0};
+  bool detached = false;  // written before the close task is pushed (the queue publishes it)
+
+  // --- home worker only (and the master in decide(), with every worker parked) ---
+  Task* gate = nullptr;  // the hook / barrier / close that later tasks wait behind
+  Task* held_head = nullptr;
+  Task* held_tail = nullptr;
+  FileCore* predecessor = nullptr;  // an earlier handle of the same path, still closing
+  bool listed = false;              // in the home worker's gated list
+  bool tree_gone = false;
+  int close_phase = 0;  // 0: waiting for the tree to go idle, 1: write-back in flight
+};
+
+void file_retain(FileCore* f) noexcept { f->refs.fetch_add(1, std::memory_order_relaxed); }
+void file_release(FileCore* f) noexcept {
+  if (f->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete f;
+}
+
+thread_local Worker* t_worker = nullptr;
+
+class ControllerCore {
+ public:
+  explicit ControllerCore(const ControllerOptions& o);
+  ~ControllerCore();
+
+  Result<File> open(const OpenRequest& req);
+  bool add_engine(std::string name, std::unique_ptr<Engine> engine);
+  Receipt submit_task(Task* t);
+  Receipt submit_file_task(FileCore* f, Task* t);
+  Receipt flush();
+  ShutdownReport shutdown();
+  ControllerStats stats() const;
+  void close_file(FileCore* f, Task* t);  // t == nullptr: detach
+
+  // Called by workers.
+  void push(unsigned worker, Task* t);
+  void on_op_complete(Task& t);
+  void finish(Task& t, TaskState s, int error = 0, const char* reason = nullptr);
+  void add_failure(std::string what);
+  EngineSlot* slot_of(const Engine& e) const noexcept;
+
+  ControllerOptions opt;
+  unsigned n = 1;
+  unsigned lanes = 1;
+  Quota quota;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> lane_claim;  // round that claimed each lane (acq_rel exchange)
+  std::string engine_note;
+  std::string default_engine;
+
+  // --- rounds (see Worker::part and master_loop) ---
+  // generation: bumped by the master to start a round (seq_cst RMW, then a check of sleepers
+  // with seq_cst: the followers' Dekker pair). round_kind/round: written by the master before
+  // the bump, read by followers after they see it (acquire).
+  std::atomic<std::uint32_t> generation{0};
+  std::atomic<std::uint32_t> sleepers{0};
+  std::atomic<std::uint32_t> arrived{0};  // followers done with the round (acq_rel adds; master acquires)
+  std::atomic<bool> master_sleeping{false};
+  RoundKind round_kind = RoundKind::normal;
+  std::uint64_t round = 0;
+
+  // --- the master's doorbell: an eventfd, so that the master can also wait on engines' eventfds.
+  int wake_fd = -1;
+  // The master sleeps (or is about to). seq_cst with a seq_cst fence on both sides: a submitter
+  // pushes, fences, loads it; the master stores it, fences, re-checks the queues.
+  std::atomic<bool> sleeping{false};
+  void ring() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping.load(std::memory_order_relaxed)) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
+    }
+  }
+
+  // --- engines: a fixed table, so the rounds read it without a lock (count: release/acquire).
+  static constexpr unsigned kMaxEngines = 32;
+  mutable std::mutex engines_mu;
+  std::array<std::unique_ptr<EngineSlot>, kMaxEngines> slots;
+  std::atomic<unsigned> slot_count{0};
+  Result<EngineSlot*> slot_for(std::string_view name);
+
+  // --- files ---
+  mutable std::mutex files_mu;
+  std::vector<FileCore*> files;  // not yet fully closed; each holds a registry reference
+  std::unordered_map<std::string, FileCore*> by_path;
+  std::unordered_map<std::uint64_t, FileCore*> by_tree;
+  BTreeStats retired{};  // summed stats of closed trees
+  std::uint64_t engine_syncs_retired = 0;
+
+  // --- shutdown ---
+  std::atomic<bool> accepting{true};  // acquire loads by submitters, release store by shutdown()
+  std::atomic<bool> closing{false};
+  bool shut_down = false;
+  std::mutex report_mu;
+  std::vector<std::string> failures;
+  std::atomic<std::uint64_t> rejected_outside{0};  // rejections on application threads (RMW: many writers)
+  std::atomic<std::uint64_t> flushes{0};           // Controller::flush() calls (relaxed counter)
+
+  // --- master state (master thread only) ---
+  std::int64_t idle_since = -1;
+  std::atomic<std::uint32_t> evictions_in_flight{0};  // +1 by the master, -1 on completion (relaxed counter)
+  Counter rounds_normal, rounds_recycle, rounds_flush, rounds_idle, rounds_close;
+
+  void master_loop();
+  void follower_loop(Worker& w);
+  RoundKind decide();
+  bool something_runnable(bool* gates);
+  bool gate_can_progress(const FileCore& f) const noexcept;
+  void issue_evictions();
+  bool issue_flush();
+  void master_sleep(bool with_engines, std::int64_t timeout_ns);
+  std::vector<std::thread> threads;
+};
+
+/// A worker thread's state; it is also the StepSink its steps emit into.
+class Worker final : public StepSink {
+ public:
+  Worker(ControllerCore& core, unsigned index)
+      : c(core), index(index), pending(core.opt.pending_capacity) {
+    for (auto& side : out) side.resize(core.lanes);
+    for (auto& side : out)
+      for (auto& v : side) v.reserve(64);
+  }
+
+  ControllerCore& c;
+  const unsigned index;
+  boost::lockfree::queue<Task*, boost::lockfree::fixed_sized<true>> pending;
+  // Tasks pushed from a worker thread when `pending` was full (a worker must not wait for
+  // itself). has_overflow: release store after the push, acquire load before taking.
+  std::mutex overflow_mu;
+  std::deque<Task*> overflow;
+  std::atomic<bool> has_overflow{false};
+
+  std::array<std::vector<std::vector<Step>>, 2> out;  // [parity][lane]
+  unsigned parity_out = 1;
+  struct AsyncIo {
+    EngineSlot* slot;
+    Request request;
+    Step cont;
+  };
+  std::vector<AsyncIo> backlog;  // async requests to submit at the end of this worker's part
+  std::vector<FileCore*> gated;  // files of this home worker with a gate or held tasks
+
+  // Per-worker statistics (single writer).
+  std::array<Counter, kRequestKinds> requests;
+  std::array<std::array<Counter, LatencyHistogram::kBuckets>, kRequestKinds> latency;
+  Counter failed, bytes_read, bytes_written, steps, steals, sleeps, max_pending, max_ready, engine_syncs, evictions;
+
+  void emit(const Step& s) override { out[parity_out][lane_of(s.node)].push_back(s); }
+  void io(const Request& r, const Step& cont) override;
+
+  void part(RoundKind kind, std::uint64_t round);
+  void admit(Task* t);
+  void begin(Task* t);
+  void progress_gates();
+  bool progress(FileCore& f);
+  void drive_async();
+  void reap_slot(EngineSlot& s);
+  void run_function(Task& t);
+  void count_request(const Task& t);
+  void reject(Task& t, int error, const char* reason);
+
+  unsigned lane_of(const Node* node) const noexcept {
+    if (node == nullptr) return index;  // node-less steps run anywhere: keep them here
+    const auto h = (reinterpret_cast<std::uintptr_t>(node) >> 4) * 0x9E3779B97F4A7C15ull;
+    return static_cast<unsigned>((h >> 32) % c.lanes);
+  }
+  std::thread::id thread_id;
+};
+
+namespace {
+
+RequestKind kind_of(const Task& t) noexcept {
+  switch (t.kind) {
+    case TaskKind::tree_op:
+      switch (t.op.kind) {
+        case TreeOp::read: return RequestKind::read;
+        case TreeOp::write: return RequestKind::write;
+        case TreeOp::fsync: return RequestKind::fsync;
+        default: return RequestKind::fdatasync;
+      }
+    case TaskKind::function: return RequestKind::task;
+    case TaskKind::hook: return RequestKind::hook;
+    case TaskKind::barrier: return RequestKind::barrier;
+    case TaskKind::close: return RequestKind::close;
+    default: return RequestKind::flush;
+  }
+}
+
+void op_complete_trampoline(Operation&, void* ctx) {
+  Task* t = static_cast<Task*>(ctx);
+  t->owner->on_op_complete(*t);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Construction and engines
+
+ControllerCore::ControllerCore(const ControllerOptions& o)
+    : opt(o), quota(o.weak_quota, o.strict_quota) {
+  n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
+  lanes = n * std::max(1u, opt.lanes_per_worker);
+  if (opt.pending_capacity < 64) opt.pending_capacity = 64;
+  if (opt.pending_capacity > 65534) opt.pending_capacity = 65534;  // Boost's fixed-size limit
+  lane_claim = std::make_unique<std::atomic<std::uint64_t>[]>(lanes);
+  for (unsigned i = 0; i < lanes; ++i) lane_claim[i].store(0, std::memory_order_relaxed);
+  wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) throw std::system_error(errno, std::generic_category(), "tai::Controller: eventfd");
+
+  default_engine = opt.engine.empty() ? "auto" : opt.engine;
+  if (default_engine == "auto") {
+    std::string note;
+    auto e = make_engine("auto", opt.engine_options, &note);
+    if (!e) throw std::system_error(e.error().code, "tai::Controller: " + e.error().message);
+    engine_note = note;
+    auto slot = std::make_unique<EngineSlot>();
+    slot->name = std::string(e.value()->name());
+    default_engine = slot->name;
+    slot->engine = std::move(e.value());
+    add_engine(slot->name, std::move(slot->engine));
+  } else {
+    engine_note = default_engine;
+  }
+
+  workers.reserve(n);
+  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(*this, i));
+  arrived.store(n - 1, std::memory_order_relaxed);  // as if every follower finished round 0
+  threads.reserve(n);
+  for (unsigned i = 0; i < n; ++i) {
+    threads.emplace_back([this, i] {
+      Worker& w = *workers[i];
+      t_worker = &w;
+      if (i == 0)
+        master_loop();
+      else
+        follower_loop(w);
+      t_worker = nullptr;
+    });
+  }
+}
+
+ControllerCore::~ControllerCore() {
+  shutdown();
+  if (wake_fd >= 0) ::close(wake_fd);
+}
+
+bool ControllerCore::add_engine(std::string name, std::unique_ptr<Engine> engine) {
+  std::lock_guard<std::mutex> lock(engines_mu);
+  const unsigned count = slot_count.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < count; ++i)
+    if (slots[i]->name == name) return false;
+  if (count == kMaxEngines || !engine) return false;
+  auto s = std::make_unique<EngineSlot>();
+  s->name = std::move(name);
+  s->engine = std::move(engine);
+  s->sync = dynamic_cast<SyncEngine*>(s->engine.get());
+  s->async = s->sync == nullptr && s->engine->capabilities().asynchronous;
+  const std::size_t depth = std::max<std::size_t>(1, s->engine->depth());
+  s->conts.resize(2 * depth);
+  for (std::size_t i = s->conts.size(); i-- > 0;) s->free_conts.push_back(static_cast<std::uint32_t>(i));
+  slots[count] = std::move(s);
+  slot_count.store(count + 1, std::memory_order_release);  // publishes the slot to slot_of()
+  return true;
+}
+
+Result<EngineSlot*> ControllerCore::slot_for(std::string_view name) {
+  std::string want(name.empty() || name == "auto" ? std::string_view(default_engine) : name);
+  {
+    std::lock_guard<std::mutex> lock(engines_mu);
+    const unsigned count = slot_count.load(std::memory_order_relaxed);
+    for (unsigned i = 0; i < count; ++i)
+      if (slots[i]->name == want) return slots[i].get();
+  }
+  auto e = make_engine(want, opt.engine_options);
+  if (!e) return e.error();
+  add_engine(want, std::move(e.value()));  // a concurrent open may have added it first: fine
+  std::lock_guard<std::mutex> lock(engines_mu);
+  const unsigned count = slot_count.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < count; ++i)
+    if (slots[i]->name == want) return slots[i].get();
+  return Error{std::make_error_code(std::errc::too_many_files_open),
+               "tai::Controller: no room for engine '" + want + "' (at most 32 engines per controller)"};
+}
+
+EngineSlot* ControllerCore::slot_of(const Engine& e) const noexcept {
+  const unsigned count = slot_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < count; ++i)
+    if (slots[i]->engine.get() == &e) return slots[i].get();
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening and submitting
+
+Result<File> ControllerCore::open(const OpenRequest& req) {
+  if (!accepting.load(std::memory_order_acquire))
+    return Error{std::make_error_code(std::errc::operation_canceled),
+                 "tai::Controller::open(" + *req.path + "): " + kShutdownReason};
+  auto slot = slot_for(req.engine);
+  if (!slot) return slot.error();
+  EngineSlot* s = slot.value();
+  auto ef = s->engine->open(*req.path, req.mode);
+  if (!ef) return ef.error();
+
+  auto f = std::make_unique<FileCore>();
+  f->path = *req.path;
+  if (char* real = ::realpath(req.path->c_str(), nullptr)) {
+    f->key = real;
+    std::free(real);
+  } else {
+    f->key = *req.path;
+  }
+  f->tree_name = req.tree;
+  f->ctl = this;
+  f->slot = s;
+  f->efile = std::move(ef.value());
+  try {
+    f->tree = req.factory(f->efile.get(), quota, req.tree_options ? *req.tree_options : opt.tree_options);
+  } catch (const std::exception& ex) {
+    s->engine->close(*f->efile);
+    return Error{std::make_error_code(std::errc::not_enough_memory),
+                 "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
+  }
+  f->tree_id = f->tree->id();
+  f->home = static_cast<unsigned>(std::hash<std::string>{}(f->key) % n);
+  f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
+  FileCore* raw = f.release();
+  {
+    std::lock_guard<std::mutex> lock(files_mu);
+    auto it = by_path.find(raw->key);
+    if (it != by_path.end() && it->second->closed.load(std::memory_order_acquire) &&
+        !it->second->fully_closed.load(std::memory_order_acquire)) {
+      raw->predecessor = it->second;  // its data must be written back before we read
+      file_retain(raw->predecessor);
+    }
+    by_path[raw->key] = raw;
+    by_tree[raw->tree_id] = raw;
+    files.push_back(raw);
+  }
+  return File(raw);
+}
+
+void ControllerCore::push(unsigned w, Task* t) {
+  Worker& wk = *workers[w];
+  if (!wk.pending.bounded_push(t)) {
+    if (t_worker != nullptr && &t_worker->c == this) {
+      // A worker must never wait for a queue that only the workers drain.
+      std::lock_guard<std::mutex> lock(wk.overflow_mu);
+      wk.overflow.push_back(t);
+      wk.has_overflow.store(true, std::memory_order_release);
+    } else {
+      // Back-pressure: the application thread waits for room.
+      do {
+        ring();
+        std::this_thread::yield();
+      } while (!wk.pending.bounded_push(t));
+    }
+  }
+  ring();
+}
+
+Receipt ControllerCore::submit_task(Task* t) {
+  t->owner = this;
+  const bool inside = t_worker != nullptr && &t_worker->c == this;
+  if (!inside && !accepting.load(std::memory_order_acquire)) {
+    finish(*t, TaskState::rejected, ECANCELED, kShutdownReason);
+    rejected_outside.fetch_add(1, std::memory_order_relaxed);
+    return Receipt(t);
+  }
+  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  retain_task(t);  // the controller's reference
+  // Function tasks go to the submitting worker (a continuation's follow-up stays local), else
+  // round-robin by a per-thread counter.
+  static thread_local unsigned rr = 0;
+  const unsigned w = inside ? t_worker->index : (rr++ % n);
+  push(w, t);
+  return Receipt(t);
+}
+
+Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
+  t->owner = this;
+  t->file = f;
+  file_retain(f);
+  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  retain_task(t);  // the controller's reference
+  push(f->home, t);
+  return Receipt(t);
+}
+
+void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason) {
+  finish_task(t, s, error, reason);
+}
+
+void ControllerCore::add_failure(std::string what) {
+  std::lock_guard<std::mutex> lock(report_mu);
+  failures.push_back(std::move(what));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion of tree operations (on the worker that ran the last step)
+
+void ControllerCore::on_op_complete(Task& t) {
+  Worker* w = t_worker;
+  FileCore* f = t.file;
+  const std::int64_t res = t.op.result();
+  TaskState state = TaskState::done;
+  int err = 0;
+  const char* reason = nullptr;
+  if (res < 0) {
+    state = TaskState::failed;
+    err = static_cast<int>(-res);
+  } else if (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync) {
+    if (const int st = f->sticky.load(std::memory_order_relaxed); st != 0) {
+      state = TaskState::failed;
+      err = st;
+      reason = "an earlier fsync of this file failed; data written before it may not be on storage";
+    }
+  }
+  t.result = res < 0 ? 0 : res;
+  switch (t.kind) {
+    case TaskKind::tree_op:
+    case TaskKind::barrier: {
+      const RequestKind k = kind_of(t);
+      if (w && res > 0) {
+        if (t.op.kind == TreeOp::read) w->bytes_read.add(static_cast<std::uint64_t>(res));
+        if (t.op.kind == TreeOp::write) w->bytes_written.add(static_cast<std::uint64_t>(res));
+      }
+      if (w && state == TaskState::failed) w->failed.add();
+      if (w && t.submit_ns != 0) {
+        const auto now = static_cast<std::uint64_t>(monotonic_ns());
+        w->latency[static_cast<std::size_t>(k)][log2_bucket(now > t.submit_ns ? now - t.submit_ns : 0)].add();
+      }
+      finish(t, state, err, reason);
+      if (t.kind == TaskKind::barrier) return;  // the gate holds the controller's reference
+      break;
+    }
+    case TaskKind::write_back: {
+      if (state == TaskState::done) {
+        if (const std::error_code rec = f->tree->recorded_error()) {
+          state = TaskState::failed;
+          err = rec.value();
+          reason = "an earlier write-back of this file failed";
+        }
+      }
+      if (Task* p = t.parent) {
+        if (err != 0) {
+          int expected = 0;
+          p->part_error.compare_exchange_strong(expected, err, std::memory_order_relaxed);
+        }
+        if (p->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          const int pe = p->part_error.load(std::memory_order_relaxed);
+          if (w && p->submit_ns != 0) {
+            const auto now = static_cast<std::uint64_t>(monotonic_ns());
+            w->latency[static_cast<std::size_t>(RequestKind::flush)][log2_bucket(now - p->submit_ns)].add();
+          }
+          finish(*p, pe ? TaskState::failed : TaskState::done, pe, pe ? "a file's write-back failed" : nullptr);
+          release_task(p);
+        }
+      }
+      finish(t, state, err, reason);
+      break;
+    }
+    case TaskKind::evict:
+      if (w) w->evictions.add();
+      evictions_in_flight.fetch_sub(1, std::memory_order_relaxed);
+      finish(t, state, err, reason);
+      break;
+    default:
+      finish(t, state, err, reason);
+      break;
+  }
+  release_task(&t);
+  file_release(f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker: one part of a round
+
+void Worker::count_request(const Task& t) { requests[static_cast<std::size_t>(kind_of(t))].add(); }
+
+void Worker::reject(Task& t, int error, const char* reason) {
+  c.finish(t, TaskState::rejected, error, reason);
+  FileCore* f = t.file;
+  if (Task* p = t.parent) {  // a flush part of a file that closed meanwhile: nothing to do there
+    if (p->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      const int pe = p->part_error.load(std::memory_order_relaxed);
+      c.finish(*p, pe ? TaskState::failed : TaskState::done, pe, pe ? "a file's write-back failed" : nullptr);
+      release_task(p);
+    }
+  }
+  release_task(&t);
+  if (f) file_release(f);
+}
+
+void Worker::run_function(Task& t) {
+  t.phase.store(static_cast<std::uint8_t>(TaskState::running), std::memory_order_relaxed);
+  TaskState s = TaskState::done;
+  int err = 0;
+  const char* reason = nullptr;
+  try {
+    t.fn();
+  } catch (...) {
+    s = TaskState::failed;
+    err = ECANCELED;
+    reason = "the function threw an exception";
+  }
+  t.fn.reset();  // destroy what it captured now, not when the task is recycled
+  if (s == TaskState::failed) failed.add();
+  if (t.submit_ns != 0) {
+    const auto now = static_cast<std::uint64_t>(monotonic_ns());
+    latency[static_cast<std::size_t>(kind_of(t))][log2_bucket(now - t.submit_ns)].add();
+  }
+  c.finish(t, s, err, reason);
+}
+
+void Worker::admit(Task* t) {
+  count_request(*t);
+  if (t->kind == TaskKind::function) {
+    run_function(*t);
+    release_task(t);
+    return;
+  }
+  FileCore& f = *t->file;
+  if (f.predecessor || f.gate || f.held_head) {
+    t->phase.store(static_cast<std::uint8_t>(TaskState::waiting), std::memory_order_relaxed);
+    t->next = nullptr;
+    if (f.held_tail)
+      f.held_tail->next = t;
+    else
+      f.held_head = t;
+    f.held_tail = t;
+    if (!f.listed) {
+      f.listed = true;
+      gated.push_back(&f);
+    }
+    return;
+  }
+  begin(t);
+}
+
+void Worker::begin(Task* t) {
+  FileCore& f = *t->file;
+  if (f.tree_gone) {
+    // After the close: user operations are rejected; internal ones have nothing left to do.
+    if (t->kind == TaskKind::write_back || t->kind == TaskKind::evict) {
+      if (t->kind == TaskKind::evict) c.evictions_in_flight.fetch_sub(1, std::memory_order_relaxed);
+      reject(*t, 0, nullptr);
+    } else {
+      reject(*t, EBADF, kClosedReason);
+    }
+    return;
+  }
+  auto start_op = [&](Task* task) {
+    task->phase.store(static_cast<std::uint8_t>(TaskState::ready), std::memory_order_relaxed);
+    task->op.on_complete = &op_complete_trampoline;
+    task->op.context = task;
+    f.tree->start(task->op, *this);
+  };
+  auto gate_on = [&](Task* task) {
+    f.gate = task;
+    if (!f.listed) {
+      f.listed = true;
+      gated.push_back(&f);
+    }
+  };
+  switch (t->kind) {
+    case TaskKind::tree_op:
+    case TaskKind::write_back:
+    case TaskKind::evict:
+      start_op(t);
+      return;
+    case TaskKind::hook:
+      if (f.tree->idle()) {
+        run_function(*t);
+        release_task(t);
+        file_release(&f);
+      } else {
+        t->phase.store(static_cast<std::uint8_t>(TaskState::waiting), std::memory_order_relaxed);
+        gate_on(t);
+      }
+      return;
+    case TaskKind::barrier:
+      t->op.kind = TreeOp::fdatasync;
+      gate_on(t);
+      start_op(t);
+      return;
+    case TaskKind::close:
+      t->phase.store(static_cast<std::uint8_t>(TaskState::waiting), std::memory_order_relaxed);
+      f.close_phase = 0;
+      gate_on(t);
+      progress(f);
+      return;
+    default:
+      reject(*t, EINVAL, "internal: a task of this kind has no file");
+      return;
+  }
+}
+
+/// Moves the file's gate forward as far as it can; true when the file has nothing gated left.
+bool Worker::progress(FileCore& f) {
+  for (;;) {
+    if (f.predecessor) {
+      if (!f.predecessor->fully_closed.load(std::memory_order_acquire)) return false;
+      file_release(f.predecessor);
+      f.predecessor = nullptr;
+    }
+    if (Task* g = f.gate) {
+      switch (g->kind) {
+        case TaskKind::hook:
+          if (!f.tree->idle()) return false;
+          f.gate = nullptr;
+          run_function(*g);
+          release_task(g);
+          file_release(&f);
+          break;
+        case TaskKind::barrier:
+          if (!(g->word.load(std::memory_order_acquire) & Task::kFinished)) return false;
+          f.gate = nullptr;
+          release_task(g);  // the reference on_op_complete left for the gate
+          file_release(&f);
+          break;
+        case TaskKind::close: {
+          if (f.close_phase == 0) {
+            if (!f.tree->idle()) return false;
+            g->phase.store(static_cast<std::uint8_t>(TaskState::ready), std::memory_order_relaxed);
+            g->op.kind = TreeOp::write_back;
+            g->op.offset = 0;
+            g->op.length = 0;
+            g->op.on_complete = nullptr;  // the close finishes here, after the round (see below)
+            f.close_phase = 1;
+            f.tree->start(g->op, *this);
+          }
+          // The write-back's last step may still be returning in this round: the tree goes
+          // only in a later round (this runs at the start of a round, after the barrier).
+          if (!g->op.done() || !f.tree->idle()) return false;
+          int err = g->op.result() < 0 ? static_cast<int>(-g->op.result()) : 0;
+          const char* reason = err ? "writing back the file's cached data failed" : nullptr;
+          if (!err) {
+            if (const std::error_code rec = f.tree->recorded_error()) {
+              err = rec.value();
+              reason = "an earlier write-back of this file failed";
+            }
+          }
+          if (!err) {
+            if (const int st = f.sticky.load(std::memory_order_relaxed)) {
+              err = st;
+              reason = "an earlier fsync of this file failed";
+            }
+          }
+          {
+            std::lock_guard<std::mutex> lock(c.files_mu);
+            const BTreeStats st = f.tree->stats();
+            BTreeStats& r = c.retired;
+            r.reroutes += st.reroutes;
+            r.uncached += st.uncached;
+            r.merges += st.merges;
+            r.merged_bytes += st.merged_bytes;
+            r.write_throughs += st.write_throughs;
+            r.cache_hits += st.cache_hits;
+            r.fills += st.fills;
+            r.engine_reads += st.engine_reads;
+            r.engine_writes += st.engine_writes;
+            r.bytes_from_engine += st.bytes_from_engine;
+            r.bytes_to_engine += st.bytes_to_engine;
+            r.write_back_errors += st.write_back_errors;
+            f.tree.reset();  // its blocks go back to the quota
+            c.by_tree.erase(f.tree_id);
+          }
+          const std::error_code ec = f.slot->engine->close(*f.efile);
+          if (!err && ec) {
+            err = ec.value();
+            reason = "closing the engine file failed";
+          }
+          f.efile.reset();
+          f.tree_gone = true;
+          f.gate = nullptr;
+          {
+            std::lock_guard<std::mutex> lock(c.files_mu);
+            auto it = c.by_path.find(f.key);
+            if (it != c.by_path.end() && it->second == &f) c.by_path.erase(it);
+            c.files.erase(std::remove(c.files.begin(), c.files.end(), &f), c.files.end());
+          }
+          if (err && f.detached) {
+            c.add_failure("close of " + f.path + ": " + (reason ? std::string(reason) + ": " : std::string()) +
+                          std::generic_category().message(err));
+          }
+          if (g->submit_ns != 0) {
+            const auto now = static_cast<std::uint64_t>(monotonic_ns());
+            latency[static_cast<std::size_t>(RequestKind::close)][log2_bucket(now - g->submit_ns)].add();
+          }
+          if (err) failed.add();
+          c.finish(*g, err ? TaskState::failed : TaskState::done, err, reason);
+          release_task(g);
+          // Release: a successor handle of the same path (same home worker) and status() see
+          // the file fully written back and closed.
+          f.fully_closed.store(true, std::memory_order_release);
+          file_release(&f);  // the close task's reference
+          file_release(&f);  // the registry's reference (f may be gone now only if no handle
+                             // and no held task refers to it; held tasks hold references)
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+    // No gate: release held tasks in order until one gates the file again.
+    while (!f.gate && !f.predecessor && f.held_head) {
+      Task* t = f.held_head;
+      f.held_head = t->next;
+      if (!f.held_head) f.held_tail = nullptr;
+      t->next = nullptr;
+      begin(t);
+    }
+    if (!f.gate && !f.predecessor && !f.held_head) return true;
+  }
+}
+
+void Worker::progress_gates() {
+  if (gated.empty()) return;
+  // progress() may append to `gated` (begin() of a released task that gates again): index loop.
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < gated.size(); ++i) {
+    FileCore* f = gated[i];
+    // Keep a reference across progress(): a close inside drops the registry's.
+    file_retain(f);
+    if (progress(*f)) {
+      f->listed = false;
+    } else {
+      gated[keep++] = f;
+    }
+    file_release(f);
+  }
+  gated.resize(keep);
+}
+
+void Worker::io(const Request& r, const Step& cont) {
+  if (r.op == Op::fsync || r.op == Op::fdatasync) engine_syncs.add();
+  EngineSlot* s = r.file ? c.slot_of(r.file->engine()) : nullptr;
+  auto deliver = [&](std::int64_t result) {
+    Step k = cont;
+    k.io_result = result;
+    if (result < 0 && (r.op == Op::fsync || r.op == Op::fdatasync) && cont.op && cont.op->context) {
+      // An engine sync failed: after it the kernel may have dropped dirty pages (fsyncgate), so
+      // this handle's later fsyncs must fail too.
+      static_cast<Task*>(cont.op->context)->file->sticky.store(static_cast<int>(-result), std::memory_order_relaxed);
+    }
+    emit(k);
+  };
+  if (s == nullptr) {
+    deliver(-EBADF);
+    return;
+  }
+  if (s->sync) {
+    deliver(s->sync->execute(r).result);
+    return;
+  }
+  if (s->async) {
+    backlog.push_back(AsyncIo{s, r, cont});
+    return;
+  }
+  // Neither a SyncEngine nor asynchronous (a wrapper such as `fault` around a synchronous
+  // engine): drive it inline, one request at a time, under its lock.
+  std::lock_guard<std::mutex> lock(s->mu);
+  Request q = r;
+  q.user_data = 0;
+  Completion done{};
+  if (s->engine->submit(&q, 1) != 1) {
+    deliver(-EAGAIN);
+    return;
+  }
+  while (s->engine->reap(&done, 1, 1) == 0) {
+  }
+  deliver(done.result);
+}
+
+void Worker::reap_slot(EngineSlot& s) {
+  Completion got[64];
+  for (;;) {
+    const std::size_t k = s.engine->reap(got, 64, 0);
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto idx = static_cast<std::uint32_t>(got[i].user_data);
+      Step step = s.conts[idx];
+      s.free_conts.push_back(idx);
+      step.io_result = got[i].result;
+      if (got[i].result < 0 && step.kind == StepKind::op_io_done && step.op && step.op->context)
+        static_cast<Task*>(step.op->context)->file->sticky.store(static_cast<int>(-got[i].result),
+                                                                 std::memory_order_relaxed);
+      emit(step);
+    }
+    s.in_flight.store(s.in_flight.load(std::memory_order_relaxed) - k, std::memory_order_relaxed);
+    if (k < 64) return;
+  }
+}
+
+void Worker::drive_async() {
+  // Submit what this worker's steps asked for, engine by engine in order of first appearance
+  // (requests of one engine keep their order), then reap every engine with requests in flight,
+  // so that completions are taken inside the rounds. What an engine refuses (depth reached)
+  // stays in the backlog for the next round.
+  if (!backlog.empty()) {
+    EngineSlot* handled[ControllerCore::kMaxEngines];
+    unsigned nhandled = 0;
+    for (std::size_t i = 0; i < backlog.size(); ++i) {
+      EngineSlot* s = backlog[i].slot;
+      if (s == nullptr || std::find(handled, handled + nhandled, s) != handled + nhandled) continue;
+      handled[nhandled++] = s;
+      std::lock_guard<std::mutex> lock(s->mu);
+      Request batch[64];
+      std::size_t pos[64];
+      std::size_t m = 0;
+      bool full = false;
+      auto submit_batch = [&] {
+        const std::size_t taken = s->engine->submit(batch, m);
+        for (std::size_t j = 0; j < taken; ++j) backlog[pos[j]].slot = nullptr;
+        for (std::size_t j = taken; j < m; ++j) s->free_conts.push_back(static_cast<std::uint32_t>(batch[j].user_data));
+        s->in_flight.store(s->in_flight.load(std::memory_order_relaxed) + taken, std::memory_order_relaxed);
+        if (taken < m) full = true;
+        m = 0;
+      };
+      for (std::size_t j = i; j < backlog.size() && !full; ++j) {
+        if (backlog[j].slot != s) continue;
+        if (s->free_conts.empty()) {
+          full = true;
+          break;
+        }
+        const std::uint32_t ci = s->free_conts.back();
+        s->free_conts.pop_back();
+        s->conts[ci] = backlog[j].cont;
+        batch[m] = backlog[j].request;
+        batch[m].user_data = ci;
+        pos[m++] = j;
+        if (m == 64) submit_batch();
+      }
+      if (m) submit_batch();
+      reap_slot(*s);
+    }
+    backlog.erase(std::remove_if(backlog.begin(), backlog.end(), [](const AsyncIo& a) { return a.slot == nullptr; }),
+                  backlog.end());
+  }
+  const unsigned count = c.slot_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < count; ++i) {
+    EngineSlot& s = *c.slots[i];
+    if (!s.async || s.in_flight.load(std::memory_order_relaxed) == 0) continue;
+    std::unique_lock<std::mutex> lock(s.mu, std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // another worker is reaping it now
+    reap_slot(s);
+  }
+}
+
+void Worker::part(RoundKind, std::uint64_t round) {
+  const unsigned parity_in = static_cast<unsigned>(round & 1);
+  parity_out = parity_in ^ 1u;
+
+  // 1. Gates, first: every step of the previous round has returned, so a file whose tree is
+  //    idle can be closed (its tree destroyed) or run its hook.
+  progress_gates();
+
+  // 2. New work from Pending (bounded per round so that a flood cannot starve the steps).
+  std::size_t taken = 0;
+  const std::size_t cap = c.opt.pending_capacity;
+  Task* t = nullptr;
+  while (taken < cap && pending.pop(t)) {
+    admit(t);
+    ++taken;
+  }
+  if (has_overflow.load(std::memory_order_acquire)) {
+    std::deque<Task*> mine;
+    {
+      std::lock_guard<std::mutex> lock(overflow_mu);
+      mine.swap(overflow);
+      has_overflow.store(false, std::memory_order_relaxed);
+    }
+    for (Task* x : mine) admit(x);
+    taken += mine.size();
+  }
+  max_pending.raise_to(taken);
+
+  // 3. Ready steps: own lanes first, then steal unclaimed ones. A lane is claimed by an
+  //    exchange of the round number (acq_rel): exactly one worker runs it this round.
+  std::uint64_t ran = 0;
+  auto run_lane = [&](unsigned lane) {
+    bool any = false;
+    for (unsigned p = 0; p < c.n && !any; ++p) any = !c.workers[p]->out[parity_in][lane].empty();
+    if (!any) return false;
+    if (c.lane_claim[lane].exchange(round, std::memory_order_acq_rel) == round) return false;
+    for (unsigned p = 0; p < c.n; ++p) {
+      std::vector<Step>& v = c.workers[p]->out[parity_in][lane];
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const Step s = v[i];  // by value: running it may not touch v, but be safe against reuse
+        s.run(*this);
+      }
+      ran += v.size();
+      v.clear();
+    }
+    return true;
+  };
+  for (unsigned lane = index; lane < c.lanes; lane += c.n) run_lane(lane);
+  for (unsigned k = 1; k < c.n; ++k) {
+    const unsigned victim = (index + k) % c.n;
+    for (unsigned lane = victim; lane < c.lanes; lane += c.n)
+      if (run_lane(lane)) steals.add();
+  }
+  steps.add(ran);
+  max_ready.raise_to(ran);
+
+  // 4. Asynchronous engines: submit what the steps asked for, reap what completed.
+  drive_async();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds: the master decides, the followers follow
+
+void ControllerCore::follower_loop(Worker& w) {
+  std::uint32_t seen = 0;
+  for (;;) {
+    // Wait for the next round: spin, then sleep on the generation word.
+    std::uint32_t g = generation.load(std::memory_order_acquire);
+    if (g == seen) {
+      const std::int64_t until = monotonic_ns() + opt.spin_ns;
+      for (unsigned i = 0; (g = generation.load(std::memory_order_acquire)) == seen; ++i) {
+        cpu_relax();
+        if ((i & 63) == 63 && monotonic_ns() >= until) break;
+      }
+      while (g == seen) {
+        sleepers.fetch_add(1, std::memory_order_seq_cst);
+        if (generation.load(std::memory_order_seq_cst) == seen) {
+          w.sleeps.add();
+          futex_wait(generation, seen);
+        }
+        sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        g = generation.load(std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    const RoundKind k = round_kind;
+    const std::uint64_t r = round;
+    if (k == RoundKind::stop) return;
+    w.part(k, r);
+    // Arrive (acq_rel: publishes this part's writes to the master's acquire).
+    if (arrived.fetch_add(1, std::memory_order_seq_cst) + 1 == n - 1 && master_sleeping.load(std::memory_order_seq_cst))
+      futex_wake(arrived);
+  }
+}
+
+bool ControllerCore::gate_can_progress(const FileCore& f) const noexcept {
+  if (f.predecessor) return f.predecessor->fully_closed.load(std::memory_order_acquire);
+  const Task* g = f.gate;
+  if (!g) return f.held_head != nullptr;
+  switch (g->kind) {
+    case TaskKind::hook: return f.tree->idle();
+    case TaskKind::barrier: return (g->word.load(std::memory_order_acquire) & Task::kFinished) != 0;
+    case TaskKind::close: return f.close_phase == 0 ? f.tree->idle() : (g->op.done() && f.tree->idle());
+    default: return false;
+  }
+}
+
+/// Anything for a normal round to do? Called by the master with every follower parked.
+bool ControllerCore::something_runnable(bool* gates) {
+  bool any = false;
+  if (gates) *gates = false;
+  for (auto& wp : workers) {
+    Worker& w = *wp;
+    if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) any = true;
+    const unsigned parity_next = static_cast<unsigned>((round + 1) & 1);
+    for (const auto& v : w.out[parity_next])
+      if (!v.empty()) {
+        any = true;
+        break;
+      }
+    for (const FileCore* f : w.gated)
+      if (gate_can_progress(*f)) {
+        any = true;
+        if (gates) *gates = true;
+        break;
+      }
+  }
+  return any;
+}
+
+void ControllerCore::issue_evictions() {
+  constexpr std::uint32_t kMaxEvictions = 64;
+  std::uint64_t want = quota.over_weak_bytes();
+  BlockRecord rec;
+  while (want > 0 && evictions_in_flight.load(std::memory_order_relaxed) < kMaxEvictions && quota.pop_oldest(rec)) {
+    FileCore* f = nullptr;
+    std::uint64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(files_mu);
+      auto it = by_tree.find(rec.tree_id);
+      if (it == by_tree.end() || !it->second->tree) continue;  // the tree is gone: a stale record
+      f = it->second;
+      if (rec.depth >= f->tree->levels()) continue;
+      bytes = std::uint64_t{1} << std::min(63u, f->tree->node_shift(rec.depth));
+      file_retain(f);
+    }
+    Task* t = acquire_task();  // refs = 1: the controller's (no receipt)
+    t->kind = TaskKind::evict;
+    t->owner = this;
+    t->file = f;
+    t->op.kind = TreeOp::evict;
+    t->op.offset = rec.base;
+    t->op.evict_seq = rec.seq;
+    t->op.evict_depth = rec.depth;
+    evictions_in_flight.fetch_add(1, std::memory_order_relaxed);
+    push(f->home, t);
+    want = want > bytes ? want - bytes : 0;
+  }
+}
+
+bool ControllerCore::issue_flush() {
+  // Write back whole files, most dirty first, until at least half of the dirty bytes are covered.
+  std::vector<std::pair<std::uint64_t, FileCore*>> dirty;
+  std::uint64_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(files_mu);
+    for (FileCore* f : files) {
+      if (!f->tree) continue;
+      const std::uint64_t d = f->tree->stats().dirty_bytes;
+      if (d == 0) continue;
+      dirty.emplace_back(d, f);
+      total += d;
+      file_retain(f);
+    }
+  }
+  if (dirty.empty()) return false;
+  std::sort(dirty.begin(), dirty.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::uint64_t covered = 0;
+  for (auto& [d, f] : dirty) {
+    if (covered * 2 >= total) {
+      file_release(f);
+      continue;
+    }
+    covered += d;
+    Task* t = acquire_task();
+    t->kind = TaskKind::write_back;
+    t->owner = this;
+    t->file = f;  // takes the reference retained above
+    t->op.kind = TreeOp::write_back;
+    push(f->home, t);
+  }
+  return true;
+}
+
+void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
+  pollfd fds[kMaxEngines + 1];
+  nfds_t nfds = 0;
+  fds[nfds++] = pollfd{wake_fd, POLLIN, 0};
+  bool engine_without_fd = false;
+  if (with_engines) {
+    const unsigned count = slot_count.load(std::memory_order_acquire);
+    for (unsigned i = 0; i < count; ++i) {
+      EngineSlot& s = *slots[i];
+      if (!s.async || s.in_flight.load(std::memory_order_relaxed) == 0) continue;
+      const int fd = s.engine->eventfd();
+      if (fd >= 0)
+        fds[nfds++] = pollfd{fd, POLLIN, 0};
+      else
+        engine_without_fd = true;
+    }
+  }
+  if (engine_without_fd && (timeout_ns < 0 || timeout_ns > 100'000)) timeout_ns = 100'000;  // poll the engine
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
+    tsp = &ts;
+  }
+  workers[0]->sleeps.add();
+  ::ppoll(fds, nfds, tsp, nullptr);
+  // Consume the engines' counters (nonblocking eventfds; the completions themselves are reaped
+  // by the next round).
+  for (nfds_t i = 1; i < nfds; ++i)
+    if (fds[i].revents & POLLIN) {
+      std::uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(fds[i].fd, &v, sizeof v);
+    }
+}
+
+RoundKind ControllerCore::decide() {
+  for (;;) {
+    if (something_runnable(nullptr)) {
+      idle_since = -1;
+      if (quota.over_weak()) {
+        issue_evictions();
+        rounds_recycle.add();
+        return RoundKind::recycle;
+      }
+      if (closing.load(std::memory_order_relaxed)) {
+        rounds_close.add();
+        return RoundKind::close;
+      }
+      rounds_normal.add();
+      return RoundKind::normal;
+    }
+    // Nothing to run now. Requests at asynchronous engines?
+    std::uint64_t at_engines = 0;
+    const unsigned count = slot_count.load(std::memory_order_acquire);
+    for (unsigned i = 0; i < count; ++i)
+      if (slots[i]->async) at_engines += slots[i]->in_flight.load(std::memory_order_relaxed);
+    if (at_engines) {
+      // Reap what is there (into the master's outbox for the next round), else sleep until an
+      // engine's eventfd or the doorbell rings, after spinning for the spin budget.
+      const std::int64_t until = monotonic_ns() + opt.spin_ns;
+      bool got = false;
+      do {
+        for (unsigned i = 0; i < count && !got; ++i) {
+          EngineSlot& s = *slots[i];
+          if (!s.async || s.in_flight.load(std::memory_order_relaxed) == 0) continue;
+          std::lock_guard<std::mutex> lock(s.mu);
+          const std::uint64_t before = s.in_flight.load(std::memory_order_relaxed);
+          workers[0]->parity_out = static_cast<unsigned>((round + 1) & 1);
+          workers[0]->reap_slot(s);
+          got = s.in_flight.load(std::memory_order_relaxed) != before;
+        }
+        if (got || something_runnable(nullptr)) break;
+        cpu_relax();
+      } while (monotonic_ns() < until);
+      if (got) continue;
+      // Dekker with the submitters (see `sleeping`).
+      std::uint64_t drain;
+      while (::read(wake_fd, &drain, sizeof drain) > 0) {
+      }
+      sleeping.store(true, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!something_runnable(nullptr)) master_sleep(true, -1);
+      sleeping.store(false, std::memory_order_relaxed);
+      continue;
+    }
+    if (quota.over_weak() && evictions_in_flight.load(std::memory_order_relaxed) == 0) {
+      issue_evictions();
+      if (something_runnable(nullptr)) continue;
+    }
+    // Quiet. Shutting down and every file closed: stop.
+    if (closing.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(files_mu);
+      if (files.empty()) return RoundKind::stop;
+    }
+    const std::int64_t now = monotonic_ns();
+    if (idle_since < 0) idle_since = now;
+    std::int64_t timeout = -1;
+    if (opt.flush_idle_ns >= 0) {
+      bool dirty = false;
+      {
+        std::lock_guard<std::mutex> lock(files_mu);
+        for (FileCore* f : files)
+          if (f->tree && f->tree->stats().dirty_bytes) {
+            dirty = true;
+            break;
+          }
+      }
+      if (dirty) {
+        if (now - idle_since >= opt.flush_idle_ns) {
+          if (issue_flush()) {
+            idle_since = -1;
+            rounds_flush.add();
+            return RoundKind::flush;
+          }
+        } else {
+          timeout = opt.flush_idle_ns - (now - idle_since);
+        }
+      }
+    }
+    // Idle: the master sleeps on the doorbell (the followers sleep on the barrier).
+    std::uint64_t drain;
+    while (::read(wake_fd, &drain, sizeof drain) > 0) {
+    }
+    sleeping.store(true, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!something_runnable(nullptr) && !(closing.load(std::memory_order_relaxed) && timeout < 0 && [&] {
+          std::lock_guard<std::mutex> lock(files_mu);
+          return files.empty();
+        }())) {
+      rounds_idle.add();
+      // While closing, wake up now and then: close progress needs no doorbell, but be safe.
+      master_sleep(false, closing.load(std::memory_order_relaxed) && timeout < 0 ? 1'000'000 : timeout);
+    }
+    sleeping.store(false, std::memory_order_relaxed);
+  }
+}
+
+void ControllerCore::master_loop() {
+  Worker& m = *workers[0];
+  for (;;) {
+    // Wait for the followers of the last round: spin, then sleep on `arrived`.
+    if (n > 1) {
+      std::uint32_t a = arrived.load(std::memory_order_acquire);
+      if (a != n - 1) {
+        const std::int64_t until = monotonic_ns() + opt.spin_ns;
+        for (unsigned i = 0; (a = arrived.load(std::memory_order_acquire)) != n - 1; ++i) {
+          cpu_relax();
+          if ((i & 63) == 63 && monotonic_ns() >= until) break;
+        }
+        while (a != n - 1) {
+          master_sleeping.store(true, std::memory_order_seq_cst);
+          a = arrived.load(std::memory_order_seq_cst);
+          if (a != n - 1) {
+            m.sleeps.add();
+            futex_wait(arrived, a);
+          }
+          master_sleeping.store(false, std::memory_order_relaxed);
+          a = arrived.load(std::memory_order_acquire);
+        }
+      }
+      arrived.store(0, std::memory_order_relaxed);
+    }
+    const RoundKind k = decide();
+    ++round;
+    round_kind = k;
+    // Start the round (seq_cst: the followers' sleepers check pairs with it).
+    generation.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(generation);
+    if (k == RoundKind::stop) return;
+    m.part(k, round);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flush, close, shutdown, stats
+
+Receipt ControllerCore::flush() {
+  Task* agg = acquire_task();  // the receipt's reference
+  agg->kind = TaskKind::flush;
+  agg->owner = this;
+  if (!accepting.load(std::memory_order_acquire)) {
+    finish(*agg, TaskState::rejected, ECANCELED, kShutdownReason);
+    return Receipt(agg);
+  }
+  flushes.fetch_add(1, std::memory_order_relaxed);
+  if (opt.latency_histograms) agg->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  retain_task(agg);  // the controller's, dropped by the last part
+  std::vector<FileCore*> open_files;
+  {
+    std::lock_guard<std::mutex> lock(files_mu);
+    for (FileCore* f : files)
+      if (f->tree) {
+        file_retain(f);
+        open_files.push_back(f);
+      }
+  }
+  agg->parts.store(static_cast<std::uint32_t>(open_files.size()) + 1, std::memory_order_relaxed);
+  for (FileCore* f : open_files) {
+    Task* t = acquire_task();
+    t->kind = TaskKind::write_back;
+    t->owner = this;
+    t->file = f;
+    t->parent = agg;
+    t->op.kind = TreeOp::write_back;
+    push(f->home, t);
+  }
+  // The guard part: the aggregate finishes when the last real part does (or now, if none).
+  if (agg->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    finish(*agg, TaskState::done);
+    release_task(agg);
+  }
+  return Receipt(agg);
+}
+
+void ControllerCore::close_file(FileCore* f, Task* t) {
+  if (t == nullptr) {
+    t = acquire_task();  // refs 1 becomes the controller's below (no receipt)
+    t->refs.store(0, std::memory_order_relaxed);
+    f->detached = true;
+  }
+  t->kind = TaskKind::close;
+  t->owner = this;
+  t->file = f;
+  file_retain(f);
+  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  retain_task(t);  // the controller's reference
+  push(f->home, t);
+}
+
+ShutdownReport ControllerCore::shutdown() {
+  if (shut_down) return {};
+  shut_down = true;
+  accepting.store(false, std::memory_order_release);
+  closing.store(true, std::memory_order_relaxed);
+  std::vector<FileCore*> open_files;
+  {
+    std::lock_guard<std::mutex> lock(files_mu);
+    for (FileCore* f : files) {
+      file_retain(f);
+      open_files.push_back(f);
+    }
+  }
+  for (FileCore* f : open_files) {
+    if (!f->closed.exchange(true, std::memory_order_acq_rel)) close_file(f, nullptr);
+    file_release(f);
+  }
+  ring();
+  {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
+  }
+  for (auto& th : threads) th.join();
+  threads.clear();
+  ShutdownReport rep;
+  std::lock_guard<std::mutex> lock(report_mu);
+  rep.failures = failures;
+  return rep;
+}
+
+ControllerStats ControllerCore::stats() const {
+  ControllerStats s;
+  s.workers = n;
+  for (const auto& wp : workers) {
+    const Worker& w = *wp;
+    for (std::size_t k = 0; k < kRequestKinds; ++k) {
+      s.requests[k] += w.requests[k].get();
+      for (std::size_t b = 0; b < LatencyHistogram::kBuckets; ++b) s.latency[k].counts[b] += w.latency[k][b].get();
+    }
+    s.failed += w.failed.get();
+    s.bytes_read += w.bytes_read.get();
+    s.bytes_written += w.bytes_written.get();
+    s.steps += w.steps.get();
+    s.steals += w.steals.get();
+    s.sleeps += w.sleeps.get();
+    s.max_pending = std::max(s.max_pending, w.max_pending.get());
+    s.max_ready = std::max(s.max_ready, w.max_ready.get());
+    s.engine_syncs += w.engine_syncs.get();
+    s.evictions += w.evictions.get();
+  }
+  s.rejected = rejected_outside.load(std::memory_order_relaxed);
+  s.requests[static_cast<std::size_t>(RequestKind::flush)] += flushes.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(files_mu);
+    BTreeStats sum = retired;
+    for (const FileCore* f : files) {
+      if (!f->tree) continue;
+      const BTreeStats t = f->tree->stats();
+      sum.reroutes += t.reroutes;
+      sum.merges += t.merges;
+      sum.merged_bytes += t.merged_bytes;
+      sum.write_throughs += t.write_throughs;
+      sum.cache_hits += t.cache_hits;
+      sum.fills += t.fills;
+      sum.engine_reads += t.engine_reads;
+      sum.engine_writes += t.engine_writes;
+      sum.bytes_from_engine += t.bytes_from_engine;
+      sum.bytes_to_engine += t.bytes_to_engine;
+      s.cached_bytes += t.cached_bytes;
+      s.dirty_bytes += t.dirty_bytes;
+    }
+    s.open_files = files.size();
+    s.engine_reads = sum.engine_reads;
+    s.engine_writes = sum.engine_writes;
+    s.bytes_from_engine = sum.bytes_from_engine;
+    s.bytes_to_engine = sum.bytes_to_engine;
+    s.cache_hits = sum.cache_hits;
+    s.fills = sum.fills;
+    s.merges = sum.merges;
+    s.merged_bytes = sum.merged_bytes;
+    s.write_throughs = sum.write_throughs;
+    s.reroutes = sum.reroutes;
+  }
+  s.quota_denials = quota.denials();
+  s.quota_used = quota.used();
+  s.quota_peak = quota.peak();
+  s.quota_weak = quota.weak();
+  s.quota_strict = quota.strict();
+  s.rounds_normal = rounds_normal.get();
+  s.rounds_recycle = rounds_recycle.get();
+  s.rounds_flush = rounds_flush.get();
+  s.rounds_idle = rounds_idle.get();
+  s.rounds_close = rounds_close.get();
+  const unsigned count = slot_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < count; ++i) s.async_in_flight += slots[i]->in_flight.load(std::memory_order_relaxed);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Free functions the public headers call
+
+Receipt controller_submit(ControllerCore& core, Task* t) { return core.submit_task(t); }
+
+namespace {
+Receipt reject_now(Task* t, int err, const char* reason) {
+  finish_task(*t, TaskState::rejected, err, reason);
+  return Receipt(t);
+}
+bool file_usable(FileCore* f) noexcept { return f && !f->closed.load(std::memory_order_acquire); }
+}  // namespace
+
+Receipt file_hook(FileCore* f, Task* t) {
+  if (!file_usable(f)) return reject_now(t, EBADF, kClosedReason);
+  return f->ctl->submit_file_task(f, t);
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// tai::File
+
+using detail::FileCore;
+using detail::Task;
+using detail::TaskKind;
+
+bool File::is_open() const noexcept { return core_ && !core_->closed.load(std::memory_order_acquire); }
+
+const std::string& File::path() const noexcept {
+  static const std::string empty;
+  return core_ ? core_->path : empty;
+}
+
+namespace {
+Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::uint64_t length, std::byte* buffer) {
+  t->kind = TaskKind::tree_op;
+  t->op.kind = kind;
+  t->op.offset = offset;
+  t->op.length = length;
+  t->op.buffer = buffer;
+  if (!f || f->closed.load(std::memory_order_acquire)) return detail::reject_now(t, EBADF, detail::kClosedReason);
+  return f->ctl->submit_file_task(f, t);
+}
+}  // namespace
+
+Receipt File::read(std::uint64_t offset, void* dst, std::size_t n) {
+  return tree_op(core_, detail::acquire_task(), TreeOp::read, offset, n, static_cast<std::byte*>(dst));
+}
+
+Receipt File::read(std::uint64_t offset, std::size_t n) {
+  Task* t = detail::acquire_task();
+  if (n != 0) {
+    t->data = detail::AlignedBuffer::try_allocate(n, Buffer::kDefaultAlignment);
+    if (t->data.empty()) {
+      t->kind = TaskKind::tree_op;
+      t->op.kind = TreeOp::read;
+      t->op.offset = offset;
+      t->op.length = n;
+      return detail::reject_now(t, ENOMEM, "no memory for the read's buffer");
+    }
+  }
+  t->returns_buffer = true;
+  return tree_op(core_, t, TreeOp::read, offset, n, t->data.data());
+}
+
+Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
+  Task* t = detail::acquire_task();
+  if (n != 0 && src == nullptr) {
+    t->kind = TaskKind::tree_op;
+    t->op.kind = TreeOp::write;
+    t->op.offset = offset;
+    t->op.length = n;
+    return detail::reject_now(t, EFAULT, "the source buffer is null");
+  }
+  if (n != 0 && n - 1 > ~std::uint64_t{0} - offset) {
+    t->kind = TaskKind::tree_op;
+    t->op.kind = TreeOp::write;
+    t->op.offset = offset;
+    t->op.length = n;
+    return detail::reject_now(t, EOVERFLOW, "offset + length passes 2^64");
+  }
+  if (n != 0 && t->data.size() < n) {
+    // Round small copies up so that a recycled task fits the next write of a similar size.
+    const std::size_t want = n <= 4096 ? 4096 : n;
+    t->data = detail::AlignedBuffer::try_allocate(want, 64);
+    if (t->data.empty()) {
+      t->kind = TaskKind::tree_op;
+      t->op.kind = TreeOp::write;
+      t->op.offset = offset;
+      t->op.length = n;
+      return detail::reject_now(t, ENOMEM, "no memory for the write's copy");
+    }
+  }
+  if (n != 0) std::memcpy(t->data.data(), src, n);
+  return tree_op(core_, t, TreeOp::write, offset, n, t->data.data());
+}
+
+Receipt File::write(std::uint64_t offset, Buffer&& data) {
+  Task* t = detail::acquire_task();
+  const std::size_t n = data.size();
+  t->data = data.release_memory();
+  return tree_op(core_, t, TreeOp::write, offset, n, t->data.data());
+}
+
+Receipt File::fsync() { return tree_op(core_, detail::acquire_task(), TreeOp::fsync, 0, 0, nullptr); }
+Receipt File::fdatasync() { return tree_op(core_, detail::acquire_task(), TreeOp::fdatasync, 0, 0, nullptr); }
+
+Receipt File::barrier() {
+  Task* t = detail::acquire_task();
+  t->kind = TaskKind::barrier;
+  t->op.kind = TreeOp::fdatasync;
+  if (!core_ || core_->closed.load(std::memory_order_acquire))
+    return detail::reject_now(t, EBADF, detail::kClosedReason);
+  return core_->ctl->submit_file_task(core_, t);
+}
+
+void File::detach() noexcept {
+  if (!core_ || core_->closed.exchange(true, std::memory_order_acq_rel)) return;
+  core_->ctl->close_file(core_, nullptr);
+}
+
+Receipt File::close() {
+  Task* t = detail::acquire_task();
+  t->kind = TaskKind::close;
+  if (!core_ || core_->closed.exchange(true, std::memory_order_acq_rel))
+    return detail::reject_now(t, EBADF, "the file is already closed");
+  core_->ctl->close_file(core_, t);
+  return Receipt(t);
+}
+
+FileStatus File::status() const {
+  FileStatus s;
+  if (!core_) return s;
+  FileCore& f = *core_;
+  s.path = f.path;
+  s.engine = f.slot ? f.slot->name : std::string();
+  s.tree = f.tree_name;
+  s.open = !f.closed.load(std::memory_order_acquire);
+  // refs: the handle (this), the registry until fully closed, one per task in flight.
+  const bool registered = !f.fully_closed.load(std::memory_order_acquire);
+  const std::uint32_t refs = f.refs.load(std::memory_order_acquire);
+  const std::uint32_t structural = 1u + (registered ? 1u : 0u);
+  s.in_flight = refs > structural ? refs - structural : 0;
+  if (const int st = f.sticky.load(std::memory_order_relaxed)) s.sticky_error = std::error_code(st, std::generic_category());
+  if (registered) {
+    std::lock_guard<std::mutex> lock(f.ctl->files_mu);
+    if (f.tree) {
+      const BTreeStats t = f.tree->stats();
+      s.cached_bytes = t.cached_bytes;
+      s.dirty_bytes = t.dirty_bytes;
+      s.size = f.tree->logical_size();
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// tai::Controller
+
+Controller::Controller(const ControllerOptions& options) : core_(std::make_unique<detail::ControllerCore>(options)) {}
+
+Controller::~Controller() {
+  const ShutdownReport rep = core_->shutdown();
+  if (!rep.ok()) std::fprintf(stderr, "tai::Controller: shutdown: %s\n", rep.to_string().c_str());
+}
+
+Result<File> Controller::open_file(const detail::OpenRequest& req) { return core_->open(req); }
+bool Controller::add_engine(std::string name, std::unique_ptr<Engine> engine) {
+  return core_->add_engine(std::move(name), std::move(engine));
+}
+Receipt Controller::flush() { return core_->flush(); }
+ShutdownReport Controller::shutdown() { return core_->shutdown(); }
+ControllerStats Controller::stats() const { return core_->stats(); }
+unsigned Controller::workers() const noexcept { return core_->n; }
+const ControllerOptions& Controller::options() const noexcept { return core_->opt; }
+const std::string& Controller::engine_note() const noexcept { return core_->engine_note; }
+
+std::string ShutdownReport::to_string() const {
+  if (failures.empty()) return "nothing failed";
+  std::string s = std::to_string(failures.size()) + " failure(s): ";
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    if (i) s += "; ";
+    s += failures[i];
+  }
+  return s;
+}
+
+}  // namespace tai

@@ -172,9 +172,11 @@ class ControllerCore {
   // The master sleeps (or is about to). seq_cst with a seq_cst fence on both sides: a submitter
   // pushes, fences, loads it; the master stores it, fences, re-checks the queues.
   std::atomic<bool> sleeping{false};
+  // Only the first submitter after the master fell asleep rings (the exchange): one system
+  // call per sleep, not one per request.
   void ring() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping.load(std::memory_order_relaxed)) {
+    if (sleeping.load(std::memory_order_relaxed) && sleeping.exchange(false, std::memory_order_seq_cst)) {
       const std::uint64_t one = 1;
       [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
     }
@@ -228,6 +230,8 @@ class Worker final : public StepSink {
     for (auto& side : out) side.resize(core.lanes);
     for (auto& side : out)
       for (auto& v : side) v.reserve(64);
+    claimed_.assign(core.lanes, ~std::uint64_t{0});
+    now_.reserve(1024);
   }
 
   ControllerCore& c;
@@ -254,7 +258,24 @@ class Worker final : public StepSink {
   std::array<std::array<Counter, LatencyHistogram::kBuckets>, kRequestKinds> latency;
   Counter failed, bytes_read, bytes_written, steps, steals, sleeps, max_pending, max_ready, engine_syncs, evictions;
 
-  void emit(const Step& s) override { out[parity_out][lane_of(s.node)].push_back(s); }
+  /// A step for a lane this worker holds in this round runs in this round (queued in now_);
+  /// otherwise it waits for the next round. See own_lane() for why that keeps each node's order.
+  void emit(const Step& s) override {
+    const unsigned lane = lane_of(s.node);
+    if (in_round_ && own_lane(lane))
+      now_.push_back(s);
+    else
+      out[parity_out][lane].push_back(s);
+  }
+  bool own_lane(unsigned lane);
+  void drain();
+  bool in_round_ = false;
+  std::uint64_t round_ = 0;
+  unsigned parity_in_ = 0;
+  std::vector<std::uint64_t> claimed_;  // claimed_[lane] == round_: this worker holds the lane
+  std::vector<Step> now_;               // steps to run in this round, FIFO from now_head_
+  std::size_t now_head_ = 0;
+  std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;
 
   void part(RoundKind kind, std::uint64_t round);
@@ -956,15 +977,66 @@ void Worker::drive_async() {
   }
 }
 
+/// Claims `lane` for this round if nobody has (exchange of the round number, acq_rel: exactly one
+/// worker holds a lane per round, and it sees what the lane's previous holders wrote). Holding
+/// it, this worker runs every step of the lane's nodes in this round: first the lane's input
+/// (steps emitted for it in the previous round, by every worker), then the steps this worker
+/// emitted for it earlier in this round before it held it, then new ones as they are emitted.
+/// Per node that is emission order: a node's visits come from its parent's steps, which in one
+/// round all run on the one worker holding the parent's lane (root visits: from start() on the
+/// file's home worker), so no other worker can hold visits of that node for this round.
+bool Worker::own_lane(unsigned lane) {
+  if (claimed_[lane] == round_) return true;
+  if (c.lane_claim[lane].exchange(round_, std::memory_order_acq_rel) == round_) return false;
+  claimed_[lane] = round_;
+  if (lane % c.n != index) steals.add();
+  for (unsigned p = 0; p < c.n; ++p) {
+    std::vector<Step>& v = c.workers[p]->out[parity_in_][lane];
+    now_.insert(now_.end(), v.begin(), v.end());
+    v.clear();
+  }
+  std::vector<Step>& mine = out[parity_out][lane];
+  now_.insert(now_.end(), mine.begin(), mine.end());
+  mine.clear();
+  return true;
+}
+
+void Worker::drain() {
+  while (now_head_ < now_.size()) {
+    const Step s = now_[now_head_++];  // by value: running it may grow now_
+    s.run(*this);
+    ++ran_;
+  }
+  now_.clear();
+  now_head_ = 0;
+}
+
 void Worker::part(RoundKind, std::uint64_t round) {
-  const unsigned parity_in = static_cast<unsigned>(round & 1);
-  parity_out = parity_in ^ 1u;
+  round_ = round;
+  parity_in_ = static_cast<unsigned>(round & 1);
+  parity_out = parity_in_ ^ 1u;
+  in_round_ = true;
+  ran_ = 0;
 
   // 1. Gates, first: every step of the previous round has returned, so a file whose tree is
   //    idle can be closed (its tree destroyed) or run its hook.
   progress_gates();
+  drain();
 
-  // 2. New work from Pending (bounded per round so that a flood cannot starve the steps).
+  // 2. Ready steps: the lanes that have input, own lanes first, then others' (stealing).
+  auto has_input = [&](unsigned lane) {
+    for (unsigned p = 0; p < c.n; ++p)
+      if (!c.workers[p]->out[parity_in_][lane].empty()) return true;
+    return false;
+  };
+  for (unsigned k = 0; k < c.n; ++k) {
+    const unsigned owner = (index + k) % c.n;
+    for (unsigned lane = owner; lane < c.lanes; lane += c.n)
+      if (has_input(lane) && own_lane(lane)) drain();
+  }
+
+  // 3. New work from Pending (bounded per round so that a flood cannot starve the rest). Taken
+  //    at the end of the part, so that what arrived while the round ran starts now.
   std::size_t taken = 0;
   const std::size_t cap = c.opt.pending_capacity;
   Task* t = nullptr;
@@ -983,37 +1055,18 @@ void Worker::part(RoundKind, std::uint64_t round) {
     taken += mine.size();
   }
   max_pending.raise_to(taken);
+  drain();
 
-  // 3. Ready steps: own lanes first, then steal unclaimed ones. A lane is claimed by an
-  //    exchange of the round number (acq_rel): exactly one worker runs it this round.
-  std::uint64_t ran = 0;
-  auto run_lane = [&](unsigned lane) {
-    bool any = false;
-    for (unsigned p = 0; p < c.n && !any; ++p) any = !c.workers[p]->out[parity_in][lane].empty();
-    if (!any) return false;
-    if (c.lane_claim[lane].exchange(round, std::memory_order_acq_rel) == round) return false;
-    for (unsigned p = 0; p < c.n; ++p) {
-      std::vector<Step>& v = c.workers[p]->out[parity_in][lane];
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const Step s = v[i];  // by value: running it may not touch v, but be safe against reuse
-        s.run(*this);
-      }
-      ran += v.size();
-      v.clear();
-    }
-    return true;
-  };
-  for (unsigned lane = index; lane < c.lanes; lane += c.n) run_lane(lane);
-  for (unsigned k = 1; k < c.n; ++k) {
-    const unsigned victim = (index + k) % c.n;
-    for (unsigned lane = victim; lane < c.lanes; lane += c.n)
-      if (run_lane(lane)) steals.add();
+  // 4. Asynchronous engines: submit what the steps asked for, reap what completed (and run the
+  //    continuations whose lanes this worker can hold), submit what those asked for.
+  for (int pass = 0; pass < 2; ++pass) {
+    drive_async();
+    drain();
+    if (backlog.empty()) break;
   }
-  steps.add(ran);
-  max_ready.raise_to(ran);
-
-  // 4. Asynchronous engines: submit what the steps asked for, reap what completed.
-  drive_async();
+  in_round_ = false;
+  steps.add(ran_);
+  max_ready.raise_to(ran_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1270,7 +1323,23 @@ RoundKind ControllerCore::decide() {
         }
       }
     }
-    // Idle: the master sleeps on the doorbell (the followers sleep on the barrier).
+    // Idle. Spin for the budget first (new work usually follows soon), then the master sleeps
+    // on the doorbell (the followers sleep on the barrier).
+    {
+      const std::int64_t until = now + opt.spin_ns;
+      bool woke = false;
+      for (unsigned i = 0;; ++i) {
+        cpu_relax();
+        if ((i & 15) == 15) {
+          if (something_runnable(nullptr)) {
+            woke = true;
+            break;
+          }
+          if (monotonic_ns() >= until) break;
+        }
+      }
+      if (woke) continue;
+    }
     std::uint64_t drain;
     while (::read(wake_fd, &drain, sizeof drain) > 0) {
     }

@@ -231,6 +231,7 @@ class Worker final : public StepSink {
     for (auto& side : out)
       for (auto& v : side) v.reserve(64);
     claimed_.assign(core.lanes, ~std::uint64_t{0});
+    for (auto& d : deferred_) d.assign(core.lanes, 0);
     now_.reserve(1024);
   }
 
@@ -262,11 +263,18 @@ class Worker final : public StepSink {
   /// otherwise it waits for the next round. See own_lane() for why that keeps each node's order.
   void emit(const Step& s) override {
     const unsigned lane = lane_of(s.node);
-    if (in_round_ && own_lane(lane))
+    if (in_round_ && own_lane(lane)) {
       now_.push_back(s);
-    else
+    } else {
       out[parity_out][lane].push_back(s);
+      deferred_[parity_out][lane] = 1;
+    }
   }
+  // deferred_[parity][lane]: this worker queued steps for the lane for the next round. Written
+  // by this worker in round r (cleared at the start of its part in round r+1 for the other
+  // parity), read by every worker in round r+1 to find lanes with input without touching the
+  // vectors (which the lane's holder empties meanwhile). The round barrier orders all of it.
+  std::array<std::vector<std::uint8_t>, 2> deferred_;
   bool own_lane(unsigned lane);
   void drain();
   bool in_round_ = false;
@@ -1017,6 +1025,7 @@ void Worker::part(RoundKind, std::uint64_t round) {
   parity_out = parity_in_ ^ 1u;
   in_round_ = true;
   ran_ = 0;
+  std::fill(deferred_[parity_out].begin(), deferred_[parity_out].end(), 0);
 
   // 1. Gates, first: every step of the previous round has returned, so a file whose tree is
   //    idle can be closed (its tree destroyed) or run its hook.
@@ -1026,7 +1035,7 @@ void Worker::part(RoundKind, std::uint64_t round) {
   // 2. Ready steps: the lanes that have input, own lanes first, then others' (stealing).
   auto has_input = [&](unsigned lane) {
     for (unsigned p = 0; p < c.n; ++p)
-      if (!c.workers[p]->out[parity_in_][lane].empty()) return true;
+      if (c.workers[p]->deferred_[parity_in_][lane]) return true;
     return false;
   };
   for (unsigned k = 0; k < c.n; ++k) {

@@ -2,7 +2,11 @@
 // tai/controller.hpp explains the design; this file keeps the rules close to the code.
 //
 // Who touches what:
-//  * Worker::pending (Boost.Lockfree queue, MPMC): pushed by any thread, popped by its worker.
+//  * Worker::inbox[p] (Boost.Lockfree spsc_queue): application thread p's Pending queue for
+//    that worker; pushed by that thread only, popped by the worker. One per (thread, worker), so
+//    a submission costs no compare-and-swap and each thread's requests stay in its order.
+//  * Worker::pending (Boost.Lockfree queue, MPMC): the Pending queue for worker threads (tasks
+//    submitted by tasks and continuations) and for application threads beyond kMaxProducers.
 //  * Worker::out[parity][lane]: the steps a worker emitted for a lane. Written only by that
 //    worker during a round; in the next round read and cleared by whichever worker claimed the
 //    lane. The round barrier orders the two (release by arrive(), acquire by the master, release
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
 
 #include <algorithm>
 #include <array>
@@ -95,11 +100,11 @@ class FileCore {
 
   // References: the handle, the registry (until fully closed), every task of the file in
   // flight. acq_rel on release: the last releaser deletes.
-  std::atomic<std::uint32_t> refs{0};
+  alignas(64) std::atomic<std::uint32_t> refs{0};
   // close()/detach() happened (or shutdown closed it). acq_rel exchange: one close task only;
   // acquire loads in submissions (a submission that sees it false may still race with the
   // close: the home worker then rejects it, see begin()).
-  std::atomic<bool> closed{false};
+  alignas(64) std::atomic<bool> closed{false};
   // The close finished: tree and engine file are gone. Release store by the home worker,
   // acquire loads (a successor file's gate; status()).
   std::atomic<bool> fully_closed{false};
@@ -211,6 +216,19 @@ class ControllerCore {
   std::atomic<std::uint32_t> evictions_in_flight{0};  // +1 by the master, -1 on completion (relaxed counter)
   Counter rounds_normal, rounds_recycle, rounds_flush, rounds_idle, rounds_close;
 
+  // --- per-thread Pending queues (Worker::inbox) ---
+  static constexpr unsigned kMaxProducers = 64;
+  std::mutex producers_mu;
+  unsigned producers = 0;  // inboxes handed out (under producers_mu)
+  const std::uint64_t serial = next_serial();  // tells controllers apart in thread-local caches
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> s{0};  // relaxed: only uniqueness matters
+    return s.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  /// The calling application thread's inbox index (made on its first submission), or -1 when
+  /// every inbox is taken (it then uses the shared queue).
+  int producer_index();
+
   void master_loop();
   void follower_loop(Worker& w);
   RoundKind decide();
@@ -238,6 +256,15 @@ class Worker final : public StepSink {
   ControllerCore& c;
   const unsigned index;
   boost::lockfree::queue<Task*, boost::lockfree::fixed_sized<true>> pending;
+  using Inbox = boost::lockfree::spsc_queue<Task*>;
+  // inbox[p]: application thread p's queue to this worker. Published once (release store) by
+  // producer_index() before `inboxes` is raised (release); the worker loads `inboxes`, then the
+  // pointers (acquire). Owned here.
+  std::array<std::atomic<Inbox*>, ControllerCore::kMaxProducers> inbox{};
+  std::atomic<unsigned> inboxes{0};
+  ~Worker() {
+    for (auto& q : inbox) delete q.load(std::memory_order_relaxed);
+  }
   // Tasks pushed from a worker thread when `pending` was full (a worker must not wait for
   // itself). has_overflow: release store after the push, acquire load before taking.
   std::mutex overflow_mu;
@@ -277,11 +304,21 @@ class Worker final : public StepSink {
   std::array<std::vector<std::uint8_t>, 2> deferred_;
   bool own_lane(unsigned lane);
   void drain();
+  // File references of finished tasks, dropped at the end of the part with one atomic
+  // subtraction per file instead of one per request: the submitting threads keep the FileCore's
+  // counter in their caches instead of bouncing it with the workers every request.
+  void release_later(FileCore* f);
+  void flush_releases();
+  std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
   bool in_round_ = false;
   std::uint64_t round_ = 0;
   unsigned parity_in_ = 0;
   std::vector<std::uint64_t> claimed_;  // claimed_[lane] == round_: this worker holds the lane
   std::vector<Step> now_;               // steps to run in this round, FIFO from now_head_
+  // Completions of synchronous engine requests, run right after the step that issued them
+  // (io_done may run in any order relative to visits): the node's set of uncached requests in
+  // flight then stays small instead of growing with every visit queued ahead in now_.
+  std::vector<Step> urgent_;
   std::size_t now_head_ = 0;
   std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;
@@ -478,8 +515,44 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   return File(raw);
 }
 
+int ControllerCore::producer_index() {
+  struct Entry {
+    std::uint64_t serial = 0;
+    int index = -1;
+  };
+  static thread_local Entry cache[4];
+  static thread_local unsigned victim = 0;
+  for (const Entry& e : cache)
+    if (e.serial == serial) return e.index;
+  int idx = -1;
+  {
+    std::lock_guard<std::mutex> lock(producers_mu);
+    if (producers < kMaxProducers) {
+      idx = static_cast<int>(producers++);
+      for (auto& w : workers) {
+        w->inbox[static_cast<unsigned>(idx)].store(new Worker::Inbox(opt.pending_capacity), std::memory_order_release);
+        w->inboxes.store(producers, std::memory_order_release);
+      }
+    }
+  }
+  cache[victim++ % 4] = Entry{serial, idx};
+  return idx;
+}
+
 void ControllerCore::push(unsigned w, Task* t) {
   Worker& wk = *workers[w];
+  const bool inside = t_worker != nullptr && &t_worker->c == this;
+  if (!inside) {
+    if (const int p = producer_index(); p >= 0) {
+      Worker::Inbox* q = wk.inbox[static_cast<unsigned>(p)].load(std::memory_order_relaxed);  // stored by this thread
+      while (!q->push(t)) {  // back-pressure: wait for room
+        ring();
+        std::this_thread::yield();
+      }
+      ring();
+      return;
+    }
+  }
   if (!wk.pending.bounded_push(t)) {
     if (t_worker != nullptr && &t_worker->c == this) {
       // A worker must never wait for a queue that only the workers drain.
@@ -608,11 +681,30 @@ void ControllerCore::on_op_complete(Task& t) {
       break;
   }
   release_task(&t);
-  file_release(f);
+  if (w)
+    w->release_later(f);
+  else
+    file_release(f);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Worker: one part of a round
+
+void Worker::release_later(FileCore* f) {
+  // Usually one file or a few: a short scan of the latest entries.
+  for (std::size_t i = releases_.size(), k = 0; i-- > 0 && k < 4; ++k)
+    if (releases_[i].first == f) {
+      ++releases_[i].second;
+      return;
+    }
+  releases_.emplace_back(f, 1u);
+}
+
+void Worker::flush_releases() {
+  for (auto& [f, n] : releases_)
+    if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
+  releases_.clear();
+}
 
 void Worker::count_request(const Task& t) { requests[static_cast<std::size_t>(kind_of(t))].add(); }
 
@@ -882,7 +974,10 @@ void Worker::io(const Request& r, const Step& cont) {
       // this handle's later fsyncs must fail too.
       static_cast<Task*>(cont.op->context)->file->sticky.store(static_cast<int>(-result), std::memory_order_relaxed);
     }
-    emit(k);
+    if (in_round_ && own_lane(lane_of(k.node)))
+      urgent_.push_back(k);
+    else
+      emit(k);
   };
   if (s == nullptr) {
     deliver(-EBADF);
@@ -1010,7 +1105,14 @@ bool Worker::own_lane(unsigned lane) {
 }
 
 void Worker::drain() {
-  while (now_head_ < now_.size()) {
+  for (;;) {
+    while (!urgent_.empty()) {
+      const Step u = urgent_.back();
+      urgent_.pop_back();
+      u.run(*this);
+      ++ran_;
+    }
+    if (now_head_ == now_.size()) break;
     const Step s = now_[now_head_++];  // by value: running it may grow now_
     s.run(*this);
     ++ran_;
@@ -1049,6 +1151,14 @@ void Worker::part(RoundKind, std::uint64_t round) {
   std::size_t taken = 0;
   const std::size_t cap = c.opt.pending_capacity;
   Task* t = nullptr;
+  const unsigned ninbox = inboxes.load(std::memory_order_acquire);
+  for (unsigned p = 0; p < ninbox && taken < cap; ++p) {
+    Inbox* q = inbox[p].load(std::memory_order_acquire);
+    while (taken < cap && q->pop(t)) {
+      admit(t);
+      ++taken;
+    }
+  }
   while (taken < cap && pending.pop(t)) {
     admit(t);
     ++taken;
@@ -1074,6 +1184,7 @@ void Worker::part(RoundKind, std::uint64_t round) {
     if (backlog.empty()) break;
   }
   in_round_ = false;
+  flush_releases();
   steps.add(ran_);
   max_ready.raise_to(ran_);
 }
@@ -1132,6 +1243,9 @@ bool ControllerCore::something_runnable(bool* gates) {
   for (auto& wp : workers) {
     Worker& w = *wp;
     if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) any = true;
+    const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
+    for (unsigned p = 0; p < ninbox && !any; ++p)
+      if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) any = true;
     const unsigned parity_next = static_cast<unsigned>((round + 1) & 1);
     for (const auto& v : w.out[parity_next])
       if (!v.empty()) {

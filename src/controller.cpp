@@ -10,7 +10,7 @@
 //  * Worker::out[parity][lane]: the steps a worker emitted for a lane. Written only by that
 //    worker during a round; in the next round read and cleared by whichever worker claimed the
 //    lane. The round barrier orders the two (release by arrive(), acquire by the master, release
-//    by the master's generation bump, acquire by the followers).
+//    by the master's store of Worker::go, acquire by the followers).
 //  * FileCore gate/held/close state: the file's home worker only (and the master while every
 //    worker is parked at the barrier, in decide()).
 //  * EngineSlot (async engines): submit/reap under its mutex, by any worker.
@@ -161,26 +161,23 @@ class ControllerCore {
   std::string engine_note;
   std::string default_engine;
 
-  // --- rounds (see Worker::part and master_loop) ---
-  // generation: bumped by the master to start a round (seq_cst RMW, then a check of sleepers
-  // with seq_cst: the followers' Dekker pair). round_kind/round: written by the master before
-  // the bump, read by followers after they see it (acquire).
-  std::atomic<std::uint32_t> generation{0};
-  std::atomic<std::uint32_t> sleepers{0};
-  std::atomic<std::uint32_t> arrived{0};  // followers done with the round (acq_rel adds; master acquires)
+  // --- rounds (see Worker::part, master_loop, follower_loop) ---
+  // round_kind/round: written by the master before it tells followers to go (Worker::go).
+  std::atomic<std::uint32_t> arrived{0};  // followers done with the round (seq_cst adds; master acquires)
   std::atomic<bool> master_sleeping{false};
   RoundKind round_kind = RoundKind::normal;
   std::uint64_t round = 0;
 
   // --- the master's doorbell: an eventfd, so that the master can also wait on engines' eventfds.
   int wake_fd = -1;
-  // The master sleeps (or is about to). seq_cst with a seq_cst fence on both sides: a submitter
-  // pushes, fences, loads it; the master stores it, fences, re-checks the queues.
+  // The master sleeps (or is about to). A submitter pushes, runs AsymmetricFence::light(), loads
+  // it; the master stores it, runs AsymmetricFence::heavy(), re-checks the queues: one of them
+  // sees the other (no lost wake-up), and the submitter's side costs no fence instruction.
   std::atomic<bool> sleeping{false};
   // Only the first submitter after the master fell asleep rings (the exchange): one system
   // call per sleep, not one per request.
   void ring() noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    AsymmetricFence::light();
     if (sleeping.load(std::memory_order_relaxed) && sleeping.exchange(false, std::memory_order_seq_cst)) {
       const std::uint64_t one = 1;
       [[maybe_unused]] ssize_t r = ::write(wake_fd, &one, sizeof one);
@@ -231,6 +228,7 @@ class ControllerCore {
 
   void master_loop();
   void follower_loop(Worker& w);
+  bool needs(const Worker& w, std::uint64_t input_steps) const;
   RoundKind decide();
   bool something_runnable(bool* gates);
   bool gate_can_progress(const FileCore& f) const noexcept;
@@ -270,6 +268,14 @@ class Worker final : public StepSink {
   std::mutex overflow_mu;
   std::deque<Task*> overflow;
   std::atomic<bool> has_overflow{false};
+
+  // Followers: the round this worker is told to run (low 32 bits of the round number; a futex
+  // word). The master writes round/round_kind, then stores `go` (seq_cst); the follower loads it
+  // (acquire) and then reads them. A follower the round does not need is not told (it sleeps on).
+  std::atomic<std::uint32_t> go{0};
+  // The follower sleeps on `go` (or is about to): seq_cst store, then it re-reads `go`; the
+  // master stores `go`, then loads this (seq_cst) and wakes it when set. No lost wake-up.
+  std::atomic<bool> asleep{false};
 
   std::array<std::vector<std::vector<Step>>, 2> out;  // [parity][lane]
   unsigned parity_out = 1;
@@ -399,7 +405,6 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
 
   workers.reserve(n);
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(*this, i));
-  arrived.store(n - 1, std::memory_order_relaxed);  // as if every follower finished round 0
   threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
     threads.emplace_back([this, i] {
@@ -1195,22 +1200,22 @@ void Worker::part(RoundKind, std::uint64_t round) {
 void ControllerCore::follower_loop(Worker& w) {
   std::uint32_t seen = 0;
   for (;;) {
-    // Wait for the next round: spin, then sleep on the generation word.
-    std::uint32_t g = generation.load(std::memory_order_acquire);
+    // Wait to be told to run a round: spin, then sleep on `go`.
+    std::uint32_t g = w.go.load(std::memory_order_acquire);
     if (g == seen) {
       const std::int64_t until = monotonic_ns() + opt.spin_ns;
-      for (unsigned i = 0; (g = generation.load(std::memory_order_acquire)) == seen; ++i) {
+      for (unsigned i = 0; (g = w.go.load(std::memory_order_acquire)) == seen; ++i) {
         cpu_relax();
         if ((i & 63) == 63 && monotonic_ns() >= until) break;
       }
       while (g == seen) {
-        sleepers.fetch_add(1, std::memory_order_seq_cst);
-        if (generation.load(std::memory_order_seq_cst) == seen) {
+        w.asleep.store(true, std::memory_order_seq_cst);
+        if (w.go.load(std::memory_order_seq_cst) == seen) {
           w.sleeps.add();
-          futex_wait(generation, seen);
+          futex_wait(w.go, seen);
         }
-        sleepers.fetch_sub(1, std::memory_order_seq_cst);
-        g = generation.load(std::memory_order_acquire);
+        w.asleep.store(false, std::memory_order_relaxed);
+        g = w.go.load(std::memory_order_acquire);
       }
     }
     seen = g;
@@ -1218,9 +1223,10 @@ void ControllerCore::follower_loop(Worker& w) {
     const std::uint64_t r = round;
     if (k == RoundKind::stop) return;
     w.part(k, r);
-    // Arrive (acq_rel: publishes this part's writes to the master's acquire).
-    if (arrived.fetch_add(1, std::memory_order_seq_cst) + 1 == n - 1 && master_sleeping.load(std::memory_order_seq_cst))
-      futex_wake(arrived);
+    // Arrive (seq_cst RMW: publishes this part's writes to the master's acquire; then the
+    // master_sleeping check pairs with the master's seq_cst store before it sleeps).
+    arrived.fetch_add(1, std::memory_order_seq_cst);
+    if (master_sleeping.load(std::memory_order_seq_cst)) futex_wake(arrived);
   }
 }
 
@@ -1386,7 +1392,7 @@ RoundKind ControllerCore::decide() {
     if (at_engines) {
       // Reap what is there (into the master's outbox for the next round), else sleep until an
       // engine's eventfd or the doorbell rings, after spinning for the spin budget.
-      const std::int64_t until = monotonic_ns() + opt.spin_ns;
+      const std::int64_t until = monotonic_ns() + opt.io_spin_ns;
       bool got = false;
       do {
         for (unsigned i = 0; i < count && !got; ++i) {
@@ -1407,7 +1413,7 @@ RoundKind ControllerCore::decide() {
       while (::read(wake_fd, &drain, sizeof drain) > 0) {
       }
       sleeping.store(true, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      AsymmetricFence::heavy();
       if (!something_runnable(nullptr)) master_sleep(true, -1);
       sleeping.store(false, std::memory_order_relaxed);
       continue;
@@ -1467,7 +1473,7 @@ RoundKind ControllerCore::decide() {
     while (::read(wake_fd, &drain, sizeof drain) > 0) {
     }
     sleeping.store(true, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    AsymmetricFence::heavy();
     if (!something_runnable(nullptr) && !(closing.load(std::memory_order_relaxed) && timeout < 0 && [&] {
           std::lock_guard<std::mutex> lock(files_mu);
           return files.empty();
@@ -1480,22 +1486,40 @@ RoundKind ControllerCore::decide() {
   }
 }
 
+/// Does follower w have to take part in the next round? Only a worker can take from its own
+/// queues, move its own gates and submit its own backlog; lanes of steps anyone can run, so the
+/// followers join for those only when there are enough steps to share (kShareSteps). Otherwise
+/// they sleep on and the master runs the round alone: a single busy file costs no barrier
+/// wake-ups. Called by the master with every follower parked.
+bool ControllerCore::needs(const Worker& w, std::uint64_t input_steps) const {
+  constexpr std::uint64_t kShareSteps = 128;
+  if (input_steps >= kShareSteps) return true;
+  if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) return true;
+  const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
+  for (unsigned p = 0; p < ninbox; ++p)
+    if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) return true;
+  for (const FileCore* f : w.gated)
+    if (gate_can_progress(*f)) return true;
+  return false;
+}
+
 void ControllerCore::master_loop() {
   Worker& m = *workers[0];
+  std::uint32_t expected = 0;  // followers taking part in the current round
   for (;;) {
     // Wait for the followers of the last round: spin, then sleep on `arrived`.
-    if (n > 1) {
+    if (expected != 0) {
       std::uint32_t a = arrived.load(std::memory_order_acquire);
-      if (a != n - 1) {
+      if (a != expected) {
         const std::int64_t until = monotonic_ns() + opt.spin_ns;
-        for (unsigned i = 0; (a = arrived.load(std::memory_order_acquire)) != n - 1; ++i) {
+        for (unsigned i = 0; (a = arrived.load(std::memory_order_acquire)) != expected; ++i) {
           cpu_relax();
           if ((i & 63) == 63 && monotonic_ns() >= until) break;
         }
-        while (a != n - 1) {
+        while (a != expected) {
           master_sleeping.store(true, std::memory_order_seq_cst);
           a = arrived.load(std::memory_order_seq_cst);
-          if (a != n - 1) {
+          if (a != expected) {
             m.sleeps.add();
             futex_wait(arrived, a);
           }
@@ -1506,11 +1530,21 @@ void ControllerCore::master_loop() {
       arrived.store(0, std::memory_order_relaxed);
     }
     const RoundKind k = decide();
+    // Steps queued for the coming round (everyone is parked: the vectors are quiet).
+    std::uint64_t input = 0;
+    const unsigned pn = static_cast<unsigned>((round + 1) & 1);
+    for (auto& wp : workers)
+      for (const auto& v : wp->out[pn]) input += v.size();
     ++round;
     round_kind = k;
-    // Start the round (seq_cst: the followers' sleepers check pairs with it).
-    generation.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(generation);
+    expected = 0;
+    for (unsigned i = 1; i < n; ++i) {
+      Worker& w = *workers[i];
+      if (k != RoundKind::stop && !needs(w, input)) continue;
+      ++expected;
+      w.go.store(static_cast<std::uint32_t>(round), std::memory_order_seq_cst);
+      if (w.asleep.load(std::memory_order_seq_cst)) futex_wake(w.go);
+    }
     if (k == RoundKind::stop) return;
     m.part(k, round);
   }

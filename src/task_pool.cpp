@@ -184,7 +184,7 @@ void finish_task(Task& t, TaskState final_state, int error, const char* reason) 
 
 namespace {
 // How long wait() spins before it sleeps: about one round trip through the rounds.
-constexpr std::int64_t kReceiptSpinNs = 5'000;
+constexpr std::int64_t kReceiptSpinNs = 1500;
 }  // namespace
 
 TaskState Receipt::state() const noexcept {

@@ -55,6 +55,10 @@ struct ControllerOptions {
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
   /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
   std::int64_t spin_ns = 20'000;
+  /// How long the master spins for completions of asynchronous engines before it sleeps on
+  /// their eventfds. Short by default: device latencies are tens of microseconds and more, and
+  /// spinning takes the CPU the application and the kernel's completion work need.
+  std::int64_t io_spin_ns = 2'000;
   /// Idle this long with dirty data in the cache: start flush rounds (each writes back at least
   /// half of what is dirty). Negative: never flush while idle (only fsync, close, flush(),
   /// recycling and shutdown write back).

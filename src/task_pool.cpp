@@ -6,8 +6,16 @@
 // empty takes kBatch back from it before it allocates. Tasks flow from the threads that release
 // them (usually the submitting thread, when it drops the receipt; a worker when the receipt was
 // dropped first) to the threads that acquire them, through the shared list.
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <mutex>
 #include <string>
+
+#include <boost/lockfree/queue.hpp>
 
 #include "tai/detail/futex.hpp"
 #include "tai/receipt.hpp"
@@ -184,7 +192,7 @@ void finish_task(Task& t, TaskState final_state, int error, const char* reason) 
 
 namespace {
 // How long wait() spins before it sleeps: about one round trip through the rounds.
-constexpr std::int64_t kReceiptSpinNs = 1500;
+constexpr std::int64_t kReceiptSpinNs = 3000;
 }  // namespace
 
 TaskState Receipt::state() const noexcept {
@@ -226,6 +234,68 @@ bool Receipt::wait_ns(std::int64_t ns) const noexcept {
 }
 
 void Receipt::wait() const noexcept { wait_ns(-1); }
+
+std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t timeout_ns) noexcept {
+  if (n == 0) return -1;
+  auto scan = [&]() -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < n; ++i)
+      if (rs[i].finished()) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
+  if (const auto i = scan(); i >= 0) return i;
+  const std::int64_t start = detail::monotonic_ns();
+  const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
+  const std::int64_t spin_until = start + std::min<std::int64_t>(kReceiptSpinNs, timeout_ns < 0 ? kReceiptSpinNs : timeout_ns);
+  for (unsigned k = 0;; ++k) {
+    detail::cpu_relax();
+    if ((k & 15) == 15) {
+      if (const auto i = scan(); i >= 0) return i;
+      if (detail::monotonic_ns() >= spin_until) break;
+    }
+  }
+  constexpr std::size_t kMax = FUTEX_WAITV_MAX;
+  static std::atomic<bool> have_waitv{true};  // relaxed: every thread computes the same answer
+  for (;;) {
+    if (const auto i = scan(); i >= 0) return i;
+    std::int64_t now = detail::monotonic_ns();
+    if (deadline >= 0 && now >= deadline) return -1;
+    // Announce a sleeper on every unfinished task (the finisher wakes when it sees the bit).
+    futex_waitv w[kMax];
+    std::size_t m = 0;
+    for (std::size_t i = 0; i < n && m < kMax; ++i) {
+      detail::Task* t = rs[i].task_;
+      if (!t) return static_cast<std::ptrdiff_t>(i);
+      std::uint32_t v = t->word.load(std::memory_order_acquire);
+      while (!(v & detail::Task::kFinished) && !(v & detail::Task::kWaiter) &&
+             !t->word.compare_exchange_weak(v, v | detail::Task::kWaiter, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      }
+      if (v & detail::Task::kFinished) return static_cast<std::ptrdiff_t>(i);
+      w[m].val = v | detail::Task::kWaiter;
+      w[m].uaddr = reinterpret_cast<std::uintptr_t>(&t->word);
+      w[m].flags = FUTEX_32 | FUTEX_PRIVATE_FLAG;
+      w[m].__reserved = 0;
+      ++m;
+    }
+    if (have_waitv.load(std::memory_order_relaxed)) {
+      timespec ts{};
+      timespec* tsp = nullptr;
+      if (deadline >= 0) {  // futex_waitv takes an absolute CLOCK_MONOTONIC time
+        ts.tv_sec = static_cast<time_t>(deadline / 1'000'000'000);
+        ts.tv_nsec = static_cast<long>(deadline % 1'000'000'000);
+        tsp = &ts;
+      }
+      const long r = ::syscall(SYS_futex_waitv, w, m, 0, tsp, CLOCK_MONOTONIC);
+      if (r < 0 && errno == ENOSYS) have_waitv.store(false, std::memory_order_relaxed);
+      continue;
+    }
+    // Older kernels: sleep on the first one for at most 50 us, then look at all again.
+    std::int64_t slice = 50'000;
+    if (deadline >= 0) slice = std::min(slice, deadline - now);
+    detail::futex_wait(*reinterpret_cast<std::atomic<std::uint32_t>*>(static_cast<std::uintptr_t>(w[0].uaddr)),
+                       static_cast<std::uint32_t>(w[0].val), slice);
+  }
+}
 
 bool Receipt::ok() const noexcept {
   wait();
@@ -296,6 +366,64 @@ bool Receipt::attach(detail::InplaceFunction<void(detail::Task&), 64>&& fn) {
   t.then(t);
   t.then.reset();
   return true;
+}
+
+// --- CompletionQueue -------------------------------------------------------------------------
+
+struct CompletionQueue::Impl {
+  explicit Impl(std::size_t capacity) : tags(capacity) {}
+  // Not fixed-size: a burst beyond the capacity allocates nodes (kept for reuse) instead of
+  // making the posting worker wait for the consumer, which could be waiting for that worker.
+  boost::lockfree::queue<std::uint64_t> tags;
+  // Futex word: bumped (release) after every push; the consumer sleeps on it.
+  std::atomic<std::uint32_t> posted{0};
+  // The consumer sleeps (or is about to): it stores true (seq_cst), re-checks the queue, sleeps;
+  // a poster pushes, bumps `posted` (seq_cst), and wakes when it takes the flag (exchange): one
+  // wake-up per sleep.
+  std::atomic<bool> sleeping{false};
+};
+
+CompletionQueue::CompletionQueue(std::size_t capacity)
+    : impl_(new Impl(std::max<std::size_t>(capacity, 2))) {}
+CompletionQueue::~CompletionQueue() { delete impl_; }
+
+void CompletionQueue::push(std::uint64_t tag) noexcept {
+  while (!impl_->tags.push(tag)) detail::cpu_relax();  // fails only when memory is exhausted
+  impl_->posted.fetch_add(1, std::memory_order_seq_cst);
+  if (impl_->sleeping.load(std::memory_order_seq_cst) && impl_->sleeping.exchange(false, std::memory_order_seq_cst))
+    detail::futex_wake(impl_->posted);
+}
+
+std::size_t CompletionQueue::pop(std::uint64_t* out, std::size_t max, std::size_t min, std::int64_t timeout_ns) noexcept {
+  std::size_t got = 0;
+  auto take = [&] {
+    while (got < max && impl_->tags.pop(out[got])) ++got;
+  };
+  take();
+  if (got >= min || max == 0) return got;
+  const std::int64_t start = detail::monotonic_ns();
+  const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
+  const std::int64_t spin_until = start + std::min<std::int64_t>(kReceiptSpinNs, timeout_ns < 0 ? kReceiptSpinNs : timeout_ns);
+  for (unsigned k = 0; got < min; ++k) {
+    detail::cpu_relax();
+    take();
+    if ((k & 15) == 15 && detail::monotonic_ns() >= spin_until) break;
+  }
+  while (got < min) {
+    const std::uint32_t seen = impl_->posted.load(std::memory_order_seq_cst);
+    impl_->sleeping.store(true, std::memory_order_seq_cst);
+    take();
+    if (got >= min) break;
+    std::int64_t left = -1;
+    if (deadline >= 0) {
+      left = deadline - detail::monotonic_ns();
+      if (left <= 0) break;
+    }
+    detail::futex_wait(impl_->posted, seen, left);
+    take();
+  }
+  impl_->sleeping.store(false, std::memory_order_relaxed);
+  return got;
 }
 
 }  // namespace tai

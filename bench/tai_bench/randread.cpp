@@ -6,6 +6,11 @@
 // depth). Times: steady_clock and getrusage(RUSAGE_SELF) deltas around the loop, the final drain
 // included, so the thread pool's worker CPU counts too. us/op is the seed's latency estimate
 // rtime * depth / reqs; MB/s is MiB/s as in the seed.
+//
+// --via controller adds a second TAI cell per engine and block size: the same reads through
+// tai::Controller (File::read into the caller's buffers on a BTreeTrivial file, so every read
+// goes to the engine uncached; depth receipts in flight), run interleaved with the IoQueue cell
+// (the raw engine queue) and reported as its own row with the ratio controller / queue op/s.
 #include "tai_bench/randread.hpp"
 
 #include <fcntl.h>
@@ -17,6 +22,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +32,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "tai/controller.hpp"
 #include "tai/detail/aligned_buffer.hpp"
 #include "tai/engine_selector.hpp"
 #include "tai/io_queue.hpp"
@@ -277,6 +284,108 @@ class TaiCell {
   std::string note_;
 };
 
+/// The same reads through tai::Controller: a controller with default options (a worker per CPU)
+/// and the file opened under BTreeTrivial (no cache: each read is one engine request into the
+/// caller's buffer). depth reads are in flight, each with its receipt and its buffer. When every
+/// slot is busy, the loop takes every finished receipt (a scan of depth states); if none has
+/// finished it waits for the oldest, the way a program that holds receipts would (the API has
+/// no "wait for any"), then takes every finished one.
+class ControllerCell {
+ public:
+  static std::variant<std::unique_ptr<ControllerCell>, std::string> make(const RandreadConfig& cfg,
+                                                                           const std::string& label, std::uint64_t bs) {
+    const std::string engine_name = label == "threads" ? "posix" : label;
+    auto cell = std::unique_ptr<ControllerCell>(new ControllerCell);
+    ControllerOptions co;
+    if (cfg.ctl_workers) co.workers = cfg.ctl_workers;
+    if (cfg.ctl_spin_ns >= 0) co.spin_ns = cfg.ctl_spin_ns;
+    if (cfg.ctl_io_spin_ns >= 0) co.io_spin_ns = cfg.ctl_io_spin_ns;
+    co.engine_options.depth = std::max(co.engine_options.depth, cfg.depth);
+    try {
+      cell->ctl_ = std::make_unique<Controller>(co);
+    } catch (const std::exception& e) {
+      return fmt::format("making a controller: {}", e.what());
+    }
+    auto file = cell->ctl_->open<BTreeTrivial>(cfg.file, OpenMode(Open::read | Open::direct), engine_name);
+    if (!file) return file.error().message;
+    cell->file_ = std::move(file.value());
+    if (label == "threads")
+      cell->note_ = fmt::format("through the controller, 'threads' is the posix engine run synchronously on its {} "
+                                "worker(s), not a pool of {} threads",
+                                cell->ctl_->workers(), cfg.depth);
+    cell->bs_ = bs;
+    cell->depth_ = cfg.depth;
+    cell->blocks_ = cfg.size / bs;
+    cell->buffers_ = std::make_unique<ReadBuffers>(static_cast<std::size_t>(bs) * cfg.depth, cfg.huge_pages);
+    cell->slots_.resize(cfg.depth);
+    cell->free_.resize(cfg.depth);
+    return cell;
+  }
+
+  ~ControllerCell() {
+    if (file_) file_.close().wait();
+    ctl_.reset();
+  }
+
+  const std::string& note() const { return note_; }
+
+  /// `reqs` reads (or until `stop_after_ns` passes, when non-zero), as TaiCell::run.
+  TaiRun run(std::uint64_t reqs, std::uint64_t seed, std::int64_t stop_after_ns = 0) {
+    Rng rng(seed);
+    TaiRun out;
+    std::size_t top = 0;
+    for (unsigned i = 0; i < depth_; ++i) free_[top++] = i;
+    std::byte* const base = buffers_->data();
+    const std::uint64_t bs = bs_;
+    const std::int64_t deadline = stop_after_ns ? now_ns() + stop_after_ns : 0;
+    // Checks slot s's finished read and frees the slot.
+    auto take = [&](std::uint32_t s) {
+      Receipt& r = slots_[s];
+      const std::int64_t got = r.ok() ? r.bytes() : -static_cast<std::int64_t>(r.error().value());
+      if (got != static_cast<std::int64_t>(bs) && out.errors++ == 0) out.first_bad_result = got;
+      r = Receipt();
+      free_[top++] = s;
+    };
+
+    UsageMeter meter;
+    std::uint64_t issued = 0;
+    for (; issued < reqs; ++issued) {
+      if (deadline && (issued & 31) == 0 && now_ns() >= deadline) break;
+      if (top == 0) {
+        // Like the queue's reap(1): wait for any read, not the oldest (no head-of-line wait).
+        const std::size_t k = done_.pop(tags_.data(), depth_, 1);
+        for (std::size_t i = 0; i < k; ++i) take(static_cast<std::uint32_t>(tags_[i]));
+      }
+      const std::uint32_t s = free_[--top];
+      slots_[s] = file_.read(rng.below(blocks_) * bs, base + static_cast<std::size_t>(s) * bs, bs);
+      slots_[s].then(done_.post(s));
+    }
+    // The reads still in flight: every one posts its tag (after it reports finished).
+    for (std::uint32_t left = depth_ - top; left != 0;) {
+      const std::size_t k = done_.pop(tags_.data(), depth_, 1);
+      for (std::size_t i = 0; i < k; ++i) take(static_cast<std::uint32_t>(tags_[i]));
+      left -= static_cast<std::uint32_t>(k);
+    }
+    out.usage = meter.stop();
+    out.reqs = issued;
+    return out;
+  }
+
+ private:
+  ControllerCell() = default;
+  std::uint64_t bs_ = 0;
+  unsigned depth_ = 0;
+  std::uint64_t blocks_ = 0;
+  std::unique_ptr<Controller> ctl_;
+  File file_;
+  std::unique_ptr<ReadBuffers> buffers_;
+  std::vector<Receipt> slots_;           // the read in flight in each buffer (empty: free)
+  CompletionQueue done_{1024};           // slots whose read finished (posted by then())
+  std::vector<std::uint64_t> tags_ = std::vector<std::uint64_t>(1024);
+  std::vector<std::uint32_t> free_;      // stack of free slots
+  std::string note_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // fio runs
 
@@ -365,12 +474,28 @@ struct Cell {
   double tai_cpu_per_op = 0, fio_cpu_per_op = 0;
   double tai_user_per_op = 0, fio_user_per_op = 0;
   bool has_fio() const { return fio_ops > 0; }
+  // --via controller: the controller cell's runs (run i next to tai[i]), the one of median op/s,
+  // and the median over the pairs of controller op/s / queue op/s.
+  std::vector<TaiRun> ctl;
+  TaiRun ctl_median_run;
+  double ctl_ratio = 0;
 };
 
+/// The run of median op/s.
+TaiRun median_run(std::vector<TaiRun> runs) {
+  std::sort(runs.begin(), runs.end(), [](const TaiRun& a, const TaiRun& b) { return a.ops_per_s() < b.ops_per_s(); });
+  return runs[(runs.size() - 1) / 2];
+}
+
 void summarise(Cell& c) {
-  std::vector<TaiRun> sorted = c.tai;
-  std::sort(sorted.begin(), sorted.end(), [](const TaiRun& a, const TaiRun& b) { return a.ops_per_s() < b.ops_per_s(); });
-  c.median_run = sorted[(sorted.size() - 1) / 2];
+  c.median_run = median_run(c.tai);
+  if (!c.ctl.empty()) {
+    c.ctl_median_run = median_run(c.ctl);
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < c.tai.size() && i < c.ctl.size(); ++i)
+      if (c.tai[i].ops_per_s() > 0) ratios.push_back(c.ctl[i].ops_per_s() / c.tai[i].ops_per_s());
+    c.ctl_ratio = median(ratios);
+  }
   std::vector<double> ops, cpu, user;
   for (const auto& r : c.tai) {
     ops.push_back(r.ops_per_s());
@@ -423,7 +548,7 @@ int run_randread(const RandreadConfig& cfg) {
     if (!fio_path) fmt::print(stderr, "randread: --fio given but fio is not in $PATH (apt-get install fio); running TAI only\n");
   }
   const bool with_fio = fio_path.has_value();
-  const unsigned repeat = cfg.repeat ? cfg.repeat : (with_fio ? 3 : 1);
+  const unsigned repeat = cfg.repeat ? cfg.repeat : (with_fio || cfg.via_controller ? 3 : 1);
 
   if (auto err = prepare_file(cfg.file, cfg.size)) {
     fmt::print(stderr, "randread: {}\n", *err);
@@ -453,6 +578,12 @@ int run_randread(const RandreadConfig& cfg) {
     fmt::print("fio: {} on the same file, interleaved with TAI (TAI, fio, fio, TAI, TAI, fio, ...); fio_op/s = its median, "
                "ratio = median over the pairs of TAI op/s / fio op/s\n",
                fio_version);
+  if (cfg.via_controller)
+    fmt::print("via controller: rows '<engine>/ctl' read through tai::Controller (default options, BTreeTrivial, {} "
+               "receipts in flight into the same kind of buffers), interleaved with the IoQueue row above them "
+               "(queue, controller{}, then the reverse); vs_queue = median over the pairs of controller op/s / queue "
+               "op/s\n",
+               cfg.depth, with_fio ? ", fio" : "");
 
   std::vector<std::string> headers = {"backend", "reqs", "bufsize", "depth", "rtime", "utime",
                                       "stime",   "cpu",  "us/op",   "op/s",  "MB/s"};
@@ -460,11 +591,13 @@ int run_randread(const RandreadConfig& cfg) {
     headers.push_back("fio_op/s");
     headers.push_back("ratio");
   }
+  if (cfg.via_controller) headers.push_back("vs_queue");
   Table table(headers);
   CsvWriter csv;
   if (!cfg.csv.empty()) {
     auto err = csv.open(cfg.csv, {"backend", "reqs", "bufsize", "depth", "rtime_ms", "utime_ms", "stime_ms", "cpu_ms",
-                                  "us_per_op", "ops_per_s", "mb_per_s", "fio_ops_per_s", "ratio_vs_fio"});
+                                  "us_per_op", "ops_per_s", "mb_per_s", "fio_ops_per_s", "ratio_vs_fio", "via",
+                                  "ratio_vs_queue"});
     if (!err.empty()) {
       fmt::print(stderr, "randread: {}\n", err);
       return 1;
@@ -487,6 +620,17 @@ int run_randread(const RandreadConfig& cfg) {
       }
       auto& tai = std::get<std::unique_ptr<TaiCell>>(made);
       if (!tai->note().empty()) notes.push_back(fmt::format("{} {}: {}", label, bs, tai->note()));
+      std::unique_ptr<ControllerCell> ctl;
+      if (cfg.via_controller) {
+        auto made_ctl = ControllerCell::make(cfg, label, bs);
+        if (auto* why = std::get_if<std::string>(&made_ctl)) {
+          fmt::print(stderr, "randread: {} bs {} through the controller: {}\n", label, bs, *why);
+          read_errors = true;
+        } else {
+          ctl = std::move(std::get<std::unique_ptr<ControllerCell>>(made_ctl));
+          if (!ctl->note().empty()) notes.push_back(fmt::format("{}/ctl {}: {}", label, bs, ctl->note()));
+        }
+      }
       any_engine = true;
       Cell cell;
       cell.engine = label;
@@ -503,61 +647,68 @@ int run_randread(const RandreadConfig& cfg) {
         n = std::max<std::uint64_t>(n, 8ull * cfg.depth);
         cell.reqs = (n + cfg.depth - 1) / cfg.depth * cfg.depth;  // whole fio psync jobs
       }
-      // Pairs alternate their order (TAI then fio, fio then TAI, ...) so that a machine that
-      // speeds up or slows down over the pairs favours neither side.
+      // A short warm-up of the controller cell too (its workers, its task pool, its engine).
+      if (ctl) (void)ctl->run(~0ull, cfg.seed ^ 0xca11c, static_cast<std::int64_t>(0.05e9));
+      // The runs of a round alternate their order (TAI, [controller,] fio; then the reverse) so
+      // that a machine that speeds up or slows down over the rounds favours no side.
+      auto check = [&](const char* via, const TaiRun& last) {
+        if (!last.errors) return;
+        read_errors = true;
+        fmt::print(stderr, "randread: {}{} bs {}: {} of {} reads did not return {} bytes (first result: {})\n", label,
+                   via, bs, last.errors, last.reqs, bs, last.first_bad_result);
+      };
       for (unsigned r = 0; r < repeat; ++r) {
         const std::uint64_t seed = cfg.seed + 1000003ull * r + bs;
-        auto run_tai = [&] {
+        std::vector<std::function<void()>> runs;
+        runs.emplace_back([&] {
           cell.tai.push_back(tai->run(cell.reqs, seed));
-          const TaiRun& last = cell.tai.back();
-          if (last.errors) {
-            read_errors = true;
-            fmt::print(stderr, "randread: {} bs {}: {} of {} reads did not return {} bytes (first result: {})\n",
-                       label, bs, last.errors, last.reqs, bs, last.first_bad_result);
-          }
-        };
-        auto run_fio_once = [&] {
-          FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
-          if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
-          cell.fio.push_back(f);
-        };
-        if (with_fio && r % 2 == 1) {
-          run_fio_once();
-          run_tai();
-        } else {
-          run_tai();
-          if (with_fio) run_fio_once();
-        }
+          check("", cell.tai.back());
+        });
+        if (ctl)
+          runs.emplace_back([&] {
+            cell.ctl.push_back(ctl->run(cell.reqs, seed));
+            check("/ctl", cell.ctl.back());
+          });
+        if (with_fio)
+          runs.emplace_back([&] {
+            FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
+            if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
+            cell.fio.push_back(f);
+          });
+        if (r % 2 == 1) std::reverse(runs.begin(), runs.end());
+        for (auto& run : runs) run();
       }
       summarise(cell);
-      const TaiRun& m = cell.median_run;
-      const double us_per_op = m.usage.real_ms * 1e3 * cfg.depth / static_cast<double>(m.reqs);
-      const double mbs = m.ops_per_s() * static_cast<double>(bs) / (1024.0 * 1024.0);
-      std::vector<std::string> row = {label,
-                                      fmt::format("{}", m.reqs),
-                                      fmt::format("{}", bs),
-                                      fmt::format("{}", cfg.depth),
-                                      fixed(m.usage.real_ms, 0),
-                                      fixed(m.usage.user_ms, 0),
-                                      fixed(m.usage.sys_ms, 0),
-                                      fixed(m.usage.cpu_ms(), 0),
-                                      fixed(us_per_op, 1),
-                                      fixed(m.ops_per_s(), 0),
-                                      fixed(mbs, 2)};
-      std::string fio_ops, ratio;
-      if (with_fio && cell.has_fio()) {
-        fio_ops = fixed(cell.fio_ops, 0);
-        ratio = fixed(cell.ops_ratio, 3);
-      }
-      if (with_fio) {
-        row.push_back(fio_ops.empty() ? "-" : fio_ops);
-        row.push_back(ratio.empty() ? "-" : ratio);
-      }
-      table.add_row(row);
-      csv.row({label, fmt::format("{}", m.reqs), fmt::format("{}", bs), fmt::format("{}", cfg.depth),
-               fixed(m.usage.real_ms, 3), fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3), fixed(m.usage.cpu_ms(), 3),
-               fixed(us_per_op, 3), fixed(m.ops_per_s(), 1), fixed(mbs, 3), with_fio && cell.has_fio() ? fixed(cell.fio_ops, 1) : "",
-               with_fio && cell.has_fio() ? fixed(cell.ops_ratio, 4) : ""});
+      // One table row and CSV line per TAI cell: the queue's (with fio's columns), the controller's.
+      auto add_row = [&](const std::string& backend, const TaiRun& m, bool queue_row) {
+        const double us_per_op = m.usage.real_ms * 1e3 * cfg.depth / static_cast<double>(m.reqs);
+        const double mbs = m.ops_per_s() * static_cast<double>(bs) / (1024.0 * 1024.0);
+        const bool fio_cols = queue_row && with_fio && cell.has_fio();
+        std::vector<std::string> row = {backend,
+                                        fmt::format("{}", m.reqs),
+                                        fmt::format("{}", bs),
+                                        fmt::format("{}", cfg.depth),
+                                        fixed(m.usage.real_ms, 0),
+                                        fixed(m.usage.user_ms, 0),
+                                        fixed(m.usage.sys_ms, 0),
+                                        fixed(m.usage.cpu_ms(), 0),
+                                        fixed(us_per_op, 1),
+                                        fixed(m.ops_per_s(), 0),
+                                        fixed(mbs, 2)};
+        if (with_fio) {
+          row.push_back(fio_cols ? fixed(cell.fio_ops, 0) : "-");
+          row.push_back(fio_cols ? fixed(cell.ops_ratio, 3) : "-");
+        }
+        if (cfg.via_controller) row.push_back(queue_row ? "-" : fixed(cell.ctl_ratio, 3));
+        table.add_row(row);
+        csv.row({backend, fmt::format("{}", m.reqs), fmt::format("{}", bs), fmt::format("{}", cfg.depth),
+                 fixed(m.usage.real_ms, 3), fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3),
+                 fixed(m.usage.cpu_ms(), 3), fixed(us_per_op, 3), fixed(m.ops_per_s(), 1), fixed(mbs, 3),
+                 fio_cols ? fixed(cell.fio_ops, 1) : "", fio_cols ? fixed(cell.ops_ratio, 4) : "",
+                 queue_row ? "queue" : "controller", queue_row ? "" : fixed(cell.ctl_ratio, 4)});
+      };
+      add_row(label, cell.median_run, true);
+      if (!cell.ctl.empty()) add_row(label + "/ctl", cell.ctl_median_run, false);
       cells.push_back(std::move(cell));
     }
     (void)engine_ok;
@@ -570,6 +721,19 @@ int run_randread(const RandreadConfig& cfg) {
   fmt::print("\n");
   table.print(stdout);
   for (const auto& n : notes) fmt::print("note: {}\n", n);
+
+  if (cfg.via_controller) {
+    fmt::print("\nthrough tai::Controller against the raw engine queue (op/s, medians; ratio: median of the per-pair "
+               "ratios):\n");
+    for (const auto& c : cells) {
+      if (c.ctl.empty()) continue;
+      std::string verdict;
+      if (c.bs == 4096 && cfg.depth == 32)
+        verdict = fmt::format(" (target, issue 5: >= 0.95 at 4 KiB, depth 32: {})", c.ctl_ratio >= 0.95 ? "met" : "MISSED");
+      fmt::print("  {} bs {:>6}: controller {:.0f} op/s, queue {:.0f} op/s, controller/queue {:.3f}{}\n", c.engine, c.bs,
+                 c.ctl_median_run.ops_per_s(), c.median_run.ops_per_s(), c.ctl_ratio, verdict);
+    }
+  }
 
   // CPU per operation against fio, and the issue's target for the kernel-queue engines.
   if (with_fio) {
@@ -636,6 +800,7 @@ void add_randread_command(CLI::App& app) {
     std::string size = "4G";
     std::string engines = "libaio,uring,threads";
     std::string bs = "512,1k,2k,4k,8k,16k,32k,64k,128k,256k";
+    std::string via = "queue";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -643,8 +808,11 @@ void add_randread_command(CLI::App& app) {
   sub->add_option("--file", opt->cfg.file, "data file (created once, reused when it has the right size)")
       ->capture_default_str();
   sub->add_option("--size", opt->size, "file size (4k/1M/4G...)")->capture_default_str();
-  sub->add_option("--engine", opt->engines, "engines, comma-separated: libaio, uring, threads (pool over posix), ...")
-      ->capture_default_str();
+  CLI::Option* engine_opt =
+      sub->add_option("--engine", opt->engines,
+                      "engines, comma-separated: libaio, uring, threads (pool over posix), ... (with --via controller: "
+                      "uring unless given)")
+          ->capture_default_str();
   sub->add_option("--bs", opt->bs, "block sizes, comma-separated")->capture_default_str();
   sub->add_option("--depth", opt->cfg.depth, "requests in flight (and threads for 'threads')")->capture_default_str();
   sub->add_option("--reqs", opt->cfg.reqs, "requests per run (default: min(seed's count, --seconds worth))");
@@ -656,10 +824,22 @@ void add_randread_command(CLI::App& app) {
                   "IoQueueOptions::submit_batch: submit when this many requests wait (0 = at the next reap)")
       ->capture_default_str();
   sub->add_option("--seed", opt->cfg.seed, "random offsets seed")->capture_default_str();
+  sub->add_option("--via", opt->via,
+                  "queue: TAI through tai::IoQueue; controller: also through tai::Controller (BTreeTrivial, depth "
+                  "receipts in flight), interleaved, with the ratio controller / queue")
+      ->check(CLI::IsMember({"queue", "controller"}))
+      ->capture_default_str();
+  sub->add_option("--ctl-workers", opt->cfg.ctl_workers, "--via controller: worker threads (0: the default)");
+  sub->add_option("--ctl-spin-ns", opt->cfg.ctl_spin_ns, "--via controller: ControllerOptions::spin_ns (default: its default)");
+  sub->add_option("--ctl-io-spin-ns", opt->cfg.ctl_io_spin_ns,
+                  "--via controller: ControllerOptions::io_spin_ns (default: its default)");
   sub->add_flag("--hugepages", opt->cfg.huge_pages,
                 "TAI reads into transparent huge pages (fio cannot): shows what buffer placement is worth");
-  sub->callback([opt] {
+  sub->callback([opt, engine_opt] {
     RandreadConfig cfg = opt->cfg;
+    cfg.via_controller = opt->via == "controller";
+    // The controller comparison is about the kernel queue the controller drives best: uring.
+    const std::string engines = cfg.via_controller && engine_opt->count() == 0 ? "uring" : opt->engines;
     try {
       cfg.size = parse_size(opt->size);
       cfg.block_sizes = parse_size_list(opt->bs);
@@ -667,7 +847,7 @@ void add_randread_command(CLI::App& app) {
       fmt::print(stderr, "randread: {}\n", e.what());
       throw CLI::RuntimeError(2);
     }
-    cfg.engines = split_list(opt->engines);
+    cfg.engines = split_list(engines);
     if (cfg.engines.empty()) {
       fmt::print(stderr, "randread: --engine is empty\n");
       throw CLI::RuntimeError(2);

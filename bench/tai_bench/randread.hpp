@@ -23,6 +23,13 @@ struct RandreadConfig {
   unsigned submit_batch = 0;  ///< IoQueueOptions::submit_batch (kernel-queue engines)
   std::uint64_t seed = 42;  ///< offsets are reproducible from it
   bool huge_pages = false;  ///< TAI's buffers in transparent huge pages (see ReadBuffers in randread.cpp)
+  /// Also read through tai::Controller (--via controller): the same reads as the IoQueue cell,
+  /// through File::read on a BTreeTrivial file, depth receipts in flight, interleaved with the
+  /// queue's runs; the table gains a row per cell and the ratio controller / queue op/s.
+  bool via_controller = false;
+  unsigned ctl_workers = 0;         ///< --via controller: ControllerOptions::workers (0 = default)
+  std::int64_t ctl_spin_ns = -1;    ///< ControllerOptions::spin_ns (-1 = default)
+  std::int64_t ctl_io_spin_ns = -1; ///< ControllerOptions::io_spin_ns (-1 = default)
   std::string title = "randread";
 };
 

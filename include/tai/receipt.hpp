@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <system_error>
@@ -68,6 +69,13 @@ class Receipt {
   /// on failure, and after the first call (the buffer moves out).
   Buffer take_buffer();
 
+  /// Waits until at least one of the `n` receipts has finished (empty ones count as finished)
+  /// and returns its index; -1 when `timeout_ns` (>= 0) passed first or n == 0. Spins briefly,
+  /// then sleeps on all of their futex words at once (futex_waitv, Linux 5.16+; on older kernels
+  /// it sleeps on the first unfinished one in short slices). The way to keep a fixed number of
+  /// requests in flight without waiting for the oldest. Thread-safe (const on the receipts).
+  static std::ptrdiff_t wait_any(const Receipt* receipts, std::size_t n, std::int64_t timeout_ns = -1) noexcept;
+
   /// Attaches the continuation `fn` (callable as fn(const Receipt&) or fn()). It runs once the
   /// task finishes, on the worker thread that finished it; if the task has already finished, at
   /// once on the calling thread. One continuation per task: a second then() replaces nothing and
@@ -91,6 +99,38 @@ class Receipt {
   bool wait_ns(std::int64_t ns) const noexcept;
   bool attach(detail::InplaceFunction<void(detail::Task&), 64>&& fn);
   detail::Task* task_ = nullptr;
+};
+
+/// Tags of finished receipts, for one consumer thread that keeps many requests in flight: the
+/// controller's answer to an engine's reap(). Attach `receipt.then(cq.post(tag))` to each
+/// receipt; the worker that finishes it pushes `tag` here; pop() returns tags, waiting (spin,
+/// then sleep) for at least `min` of them. A sleeping consumer is woken once per sleep, not once
+/// per receipt (compare Receipt::wait_any, which wakes per receipt).
+///
+/// Capacity: the tags it holds without allocating (size it to the requests kept in flight); a
+/// burst beyond it allocates. A tag is posted after its receipt reports finished(): pop the tags
+/// themselves, not the receipts' states, to know what finished. Thread-safety: post() from any
+/// thread; pop() from one thread at a time. Must outlive every receipt attached to it.
+class CompletionQueue {
+ public:
+  explicit CompletionQueue(std::size_t capacity = 1024);
+  ~CompletionQueue();
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  /// The continuation for Receipt::then that posts `tag`.
+  auto post(std::uint64_t tag) noexcept {
+    return [this, tag] { push(tag); };
+  }
+  /// Posts `tag` directly.
+  void push(std::uint64_t tag) noexcept;
+  /// Writes up to `max` tags to `out`, waiting at most `timeout_ns` (negative: no limit) for
+  /// `min` of them; returns how many were written.
+  std::size_t pop(std::uint64_t* out, std::size_t max, std::size_t min = 1, std::int64_t timeout_ns = -1) noexcept;
+
+ private:
+  struct Impl;
+  Impl* impl_;
 };
 
 }  // namespace tai

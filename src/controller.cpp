@@ -95,6 +95,8 @@ class FileCore {
   EngineSlot* slot = nullptr;
   std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
   std::unique_ptr<TreeCore> tree;     // reset by the close, under files_mu_
+  TreeFactory factory = nullptr;      // to remake the tree once a predecessor has closed
+  BTreeOptions tree_options;
   std::uint64_t tree_id = 0;
   unsigned home = 0;
 
@@ -150,7 +152,7 @@ class ControllerCore {
   void on_op_complete(Task& t);
   void finish(Task& t, TaskState s, int error = 0, const char* reason = nullptr);
   void add_failure(std::string what);
-  EngineSlot* slot_of(const Engine& e) const noexcept;
+  EngineSlot* slot_owning(const EngineFile& f) const noexcept;
 
   ControllerOptions opt;
   unsigned n = 1;
@@ -439,7 +441,7 @@ bool ControllerCore::add_engine(std::string name, std::unique_ptr<Engine> engine
   s->conts.resize(2 * depth);
   for (std::size_t i = s->conts.size(); i-- > 0;) s->free_conts.push_back(static_cast<std::uint32_t>(i));
   slots[count] = std::move(s);
-  slot_count.store(count + 1, std::memory_order_release);  // publishes the slot to slot_of()
+  slot_count.store(count + 1, std::memory_order_release);  // publishes the slot to slot_owning()
   return true;
 }
 
@@ -462,10 +464,10 @@ Result<EngineSlot*> ControllerCore::slot_for(std::string_view name) {
                "tai::Controller: no room for engine '" + want + "' (at most 32 engines per controller)"};
 }
 
-EngineSlot* ControllerCore::slot_of(const Engine& e) const noexcept {
+EngineSlot* ControllerCore::slot_owning(const EngineFile& f) const noexcept {
   const unsigned count = slot_count.load(std::memory_order_acquire);
   for (unsigned i = 0; i < count; ++i)
-    if (slots[i]->engine.get() == &e) return slots[i].get();
+    if (slots[i]->engine->owns(f)) return slots[i].get();
   return nullptr;
 }
 
@@ -494,8 +496,10 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   f->ctl = this;
   f->slot = s;
   f->efile = std::move(ef.value());
+  f->factory = req.factory;
+  f->tree_options = req.tree_options ? *req.tree_options : opt.tree_options;
   try {
-    f->tree = req.factory(f->efile.get(), quota, req.tree_options ? *req.tree_options : opt.tree_options);
+    f->tree = req.factory(f->efile.get(), quota, f->tree_options);
   } catch (const std::exception& ex) {
     s->engine->close(*f->efile);
     return Error{std::make_error_code(std::errc::not_enough_memory),
@@ -838,6 +842,20 @@ bool Worker::progress(FileCore& f) {
       if (!f.predecessor->fully_closed.load(std::memory_order_acquire)) return false;
       file_release(f.predecessor);
       f.predecessor = nullptr;
+      // The tree was made at open(), when the file's size did not yet include what the
+      // predecessor wrote back: make it again now (it has done nothing yet).
+      try {
+        std::unique_ptr<TreeCore> fresh = f.factory(f.efile.get(), c.quota, f.tree_options);
+        std::lock_guard<std::mutex> lock(c.files_mu);
+        c.by_tree.erase(f.tree_id);
+        f.tree = std::move(fresh);
+        f.tree_id = f.tree->id();
+        c.by_tree[f.tree_id] = &f;
+      } catch (const std::exception&) {
+        // No memory for a new tree: keep the first one. Its size may be short (reads of data
+        // the predecessor appended stop early), which is reported nowhere: record it.
+        c.add_failure("reopen of " + f.path + ": could not refresh the file size after the earlier handle closed");
+      }
     }
     if (Task* g = f.gate) {
       switch (g->kind) {
@@ -862,6 +880,7 @@ bool Worker::progress(FileCore& f) {
             g->op.offset = 0;
             g->op.length = 0;
             g->op.on_complete = nullptr;  // the close finishes here, after the round (see below)
+            g->op.context = g;            // Worker::io finds the file's engine through it
             f.close_phase = 1;
             f.tree->start(g->op, *this);
           }
@@ -970,7 +989,15 @@ void Worker::progress_gates() {
 
 void Worker::io(const Request& r, const Step& cont) {
   if (r.op == Op::fsync || r.op == Op::fdatasync) engine_syncs.add();
-  EngineSlot* s = r.file ? c.slot_of(r.file->engine()) : nullptr;
+  // The engine that opened the file: the FileCore knows it (a wrapper engine's files name
+  // the inner engine as their engine(), so the file cannot tell).
+  EngineSlot* s = nullptr;
+  if (r.file != nullptr) {
+    if (cont.op != nullptr && cont.op->context != nullptr)
+      s = static_cast<Task*>(cont.op->context)->file->slot;
+    else
+      s = c.slot_owning(*r.file);
+  }
   auto deliver = [&](std::int64_t result) {
     Step k = cont;
     k.io_result = result;

@@ -1,7 +1,9 @@
 // ControllerStats: histograms and the printed table.
-#include <fmt/format.h>
-
+#include <cstdarg>
+#include <cstdio>
 #include <ostream>
+
+#include <algorithm>
 
 #include "tai/controller_stats.hpp"
 
@@ -46,23 +48,35 @@ const char* to_string(RequestKind k) noexcept {
 }
 
 namespace {
+// printf into a std::string (the library itself does not depend on {fmt}).
+std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* f, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, f);
+  const int n = std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return std::string(buf, n < 0 ? 0 : static_cast<std::size_t>(std::min<int>(n, sizeof buf - 1)));
+}
 std::string ns_text(std::uint64_t ns) {
-  if (ns < 10'000) return fmt::format("{} ns", ns);
-  if (ns < 10'000'000) return fmt::format("{:.1f} us", static_cast<double>(ns) / 1e3);
-  if (ns < 10'000'000'000ull) return fmt::format("{:.1f} ms", static_cast<double>(ns) / 1e6);
-  return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
+  if (ns < 10'000) return format("%llu ns", static_cast<unsigned long long>(ns));
+  if (ns < 10'000'000) return format("%.1f us", static_cast<double>(ns) / 1e3);
+  if (ns < 10'000'000'000ull) return format("%.1f ms", static_cast<double>(ns) / 1e6);
+  return format("%.1f s", static_cast<double>(ns) / 1e9);
 }
 }  // namespace
 
 std::string ControllerStats::table() const {
   std::string out;
-  auto row = [&out](const char* name, std::uint64_t v) { out += fmt::format("{:<22}{:>16}\n", name, v); };
-  out += fmt::format("{:<22}{:>16}\n", "workers", workers);
+  auto row = [&out](const char* name, std::uint64_t v) {
+    out += format("%-22s%16llu\n", name, static_cast<unsigned long long>(v));
+  };
+  row("workers", workers);
   out += "requests (by kind)    taken by workers  latency p50 / p99 (submit to finish, bucket upper bounds)\n";
   for (std::size_t k = 0; k < kRequestKinds; ++k) {
     const LatencyHistogram& h = latency[k];
-    out += fmt::format("  {:<20}{:>16}", to_string(static_cast<RequestKind>(k)), requests[k]);
-    if (h.count() != 0) out += fmt::format("  {} / {}", ns_text(h.quantile_ns(0.5)), ns_text(h.quantile_ns(0.99)));
+    out += format("  %-20s%16llu", to_string(static_cast<RequestKind>(k)), static_cast<unsigned long long>(requests[k]));
+    if (h.count() != 0) out += "  " + ns_text(h.quantile_ns(0.5)) + " / " + ns_text(h.quantile_ns(0.99));
     out += '\n';
   }
   row("rejected", rejected);

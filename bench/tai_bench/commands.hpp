@@ -18,7 +18,8 @@ namespace tai::bench {
 /// `tai-bench engines`: every engine, available or not with the reason, and its capabilities.
 void add_engines_command(CLI::App& app);
 
-/// `tai-bench randread`: seed 001's random-read table through tai::IoQueue, beside fio (randread.cpp).
+/// `tai-bench randread`: seed 001's random-read table through tai::IoQueue, beside fio; --via controller adds
+/// the same reads through tai::Controller (randread.cpp).
 void add_randread_command(CLI::App& app);
 
 /// `tai-bench demo`: randread on a generated 1 GiB file, 4k and 64k, what `make demo` runs (demo.cpp).
@@ -32,5 +33,11 @@ void add_write_command(CLI::App& app);
 
 /// `tai-bench fadvise`: seed 000's FADV_NOREUSE / FADV_DONTNEED reads vs O_DIRECT, O_DSYNC vs O_DIRECT writes (fadvise.cpp).
 void add_fadvise_command(CLI::App& app);
+
+/// `tai-bench overhead`: a small request's cost through tai::Controller, beside glibc AIO and pwrite (overhead.cpp).
+void add_overhead_command(CLI::App& app);
+
+/// `tai-bench idle`: CPU used by an idle controller, and right after a burst (idle.cpp).
+void add_idle_command(CLI::App& app);
 
 }  // namespace tai::bench

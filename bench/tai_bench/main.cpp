@@ -13,6 +13,8 @@ void register_commands(CLI::App& app) {
   tai::bench::add_latency_command(app);
   tai::bench::add_write_command(app);
   tai::bench::add_fadvise_command(app);
+  tai::bench::add_overhead_command(app);
+  tai::bench::add_idle_command(app);
 }
 
 }  // namespace

@@ -358,6 +358,12 @@ std::string Receipt::message() const {
 bool Receipt::attach(detail::InplaceFunction<void(detail::Task&), 64>&& fn) {
   detail::Task& t = *task_;
   if (t.cont.load(std::memory_order_acquire) == 1) return false;  // one continuation per task
+  if (t.word.load(std::memory_order_acquire) & detail::Task::kFinished) {
+    // Finished (the finisher may not have reached the hand-off yet: leaving `cont` at 0 keeps
+    // it from running anything): run it here, as documented.
+    fn(t);
+    return true;
+  }
   t.then = std::move(fn);
   std::uint8_t expected = 0;
   if (t.cont.compare_exchange_strong(expected, 1, std::memory_order_acq_rel, std::memory_order_acquire))

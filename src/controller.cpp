@@ -91,6 +91,7 @@ class FileCore {
   std::string path;  // as given to open()
   std::string key;   // canonical path: the registry key (reopen detection)
   std::string tree_name;
+  std::string engine_name;  // a copy: status() may outlive the controller (and its engines)
   ControllerCore* ctl = nullptr;
   EngineSlot* slot = nullptr;
   std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
@@ -495,6 +496,7 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   f->tree_name = req.tree;
   f->ctl = this;
   f->slot = s;
+  f->engine_name = s->name;
   f->efile = std::move(ef.value());
   f->factory = req.factory;
   f->tree_options = req.tree_options ? *req.tree_options : opt.tree_options;
@@ -650,8 +652,11 @@ void ControllerCore::on_op_complete(Task& t) {
         const auto now = static_cast<std::uint64_t>(monotonic_ns());
         w->latency[static_cast<std::size_t>(k)][log2_bucket(now > t.submit_ns ? now - t.submit_ns : 0)].add();
       }
+      // A barrier's reference belongs to its gate, whose worker may release it (and the task
+      // be recycled) as soon as it sees the task finished: decide before finishing it.
+      const bool gate_owns_it = t.kind == TaskKind::barrier;
       finish(t, state, err, reason);
-      if (t.kind == TaskKind::barrier) return;  // the gate holds the controller's reference
+      if (gate_owns_it) return;
       break;
     }
     case TaskKind::write_back: {
@@ -1867,7 +1872,7 @@ FileStatus File::status() const {
   if (!core_) return s;
   FileCore& f = *core_;
   s.path = f.path;
-  s.engine = f.slot ? f.slot->name : std::string();
+  s.engine = f.engine_name;
   s.tree = f.tree_name;
   s.open = !f.closed.load(std::memory_order_acquire);
   // refs: the handle (this), the registry until fully closed, one per task in flight.

@@ -1617,7 +1617,9 @@ Receipt ControllerCore::flush() {
   }
   // The guard part: the aggregate finishes when the last real part does (or now, if none).
   if (agg->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    finish(*agg, TaskState::done);
+    // Every part finished already (acq_rel: their part_error is visible here).
+    const int pe = agg->part_error.load(std::memory_order_relaxed);
+    finish(*agg, pe ? TaskState::failed : TaskState::done, pe, pe ? "a file's write-back failed" : nullptr);
     release_task(agg);
   }
   return Receipt(agg);

@@ -318,6 +318,7 @@ class Worker final : public StepSink {
   // counter in their caches instead of bouncing it with the workers every request.
   void release_later(FileCore* f);
   void flush_releases();
+  std::vector<Task*> wakes_;  // waiters to wake at the end of the part (t_deferred_wakes)
   std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
   bool in_round_ = false;
   std::uint64_t round_ = 0;
@@ -1164,6 +1165,7 @@ void Worker::part(RoundKind, std::uint64_t round) {
   parity_out = parity_in_ ^ 1u;
   in_round_ = true;
   ran_ = 0;
+  t_deferred_wakes = &wakes_;
   std::fill(deferred_[parity_out].begin(), deferred_[parity_out].end(), 0);
 
   // 1. Gates, first: every step of the previous round has returned, so a file whose tree is
@@ -1221,6 +1223,8 @@ void Worker::part(RoundKind, std::uint64_t round) {
     if (backlog.empty()) break;
   }
   in_round_ = false;
+  t_deferred_wakes = nullptr;
+  wake_deferred(wakes_);
   flush_releases();
   steps.add(ran_);
   max_ready.raise_to(ran_);

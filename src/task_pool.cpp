@@ -166,6 +166,16 @@ void release_task(Task* t) noexcept {
 
 std::uint64_t tasks_allocated() noexcept { return g_allocated.load(std::memory_order_relaxed); }
 
+thread_local std::vector<Task*>* t_deferred_wakes = nullptr;
+
+void wake_deferred(std::vector<Task*>& tasks) noexcept {
+  for (Task* t : tasks) {
+    futex_wake(t->word);
+    release_task(t);
+  }
+  tasks.clear();
+}
+
 void finish_task(Task& t, TaskState final_state, int error, const char* reason) noexcept {
   t.final_state = final_state;
   t.error = error;
@@ -173,7 +183,14 @@ void finish_task(Task& t, TaskState final_state, int error, const char* reason) 
   // Release: publishes the result (and a read's data, already published to this thread by the
   // tree's completion) to Receipt's acquire loads.
   const std::uint32_t prev = t.word.exchange(Task::kFinished, std::memory_order_acq_rel);
-  if (prev & Task::kWaiter) futex_wake(t.word);
+  if (prev & Task::kWaiter) {
+    if (t_deferred_wakes != nullptr) {
+      retain_task(&t);  // the futex word must stay this task's until the wake
+      t_deferred_wakes->push_back(&t);
+    } else {
+      futex_wake(t.word);
+    }
+  }
   // acq_rel: pairs with then()'s CAS; whoever is second runs the continuation.
   if (t.cont.exchange(2, std::memory_order_acq_rel) == 1) {
     try {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tai/detail/aligned_buffer.hpp"
 #include "tai/detail/btree_step.hpp"
@@ -108,6 +109,15 @@ std::uint64_t tasks_allocated() noexcept;
 /// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
 /// Called once per task, by the controller.
 void finish_task(Task& t, TaskState final_state, int error = 0, const char* reason = nullptr) noexcept;
+
+/// While a worker runs a round, the waiters of the tasks it finishes are woken at the end of
+/// its part rather than one by one: a thread waiting for its oldest request is then woken once
+/// per round, with everything the round finished, instead of once per request (each wake-up is
+/// a system call on the worker and a context switch). The worker installs a list on its thread
+/// (t_deferred_wakes); finish_task() holds a reference on each task in it; wake_deferred()
+/// wakes and releases them.
+extern thread_local std::vector<Task*>* t_deferred_wakes;
+void wake_deferred(std::vector<Task*>& tasks) noexcept;
 
 }  // namespace detail
 }  // namespace tai

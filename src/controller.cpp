@@ -414,6 +414,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
     threads.emplace_back([this, i] {
       Worker& w = *workers[i];
       t_worker = &w;
+      set_worker_task_cache();
       if (i == 0)
         master_loop();
       else

@@ -44,6 +44,9 @@ namespace {
 // allocation) after a few hundred requests. One mutex acquisition per kBatch tasks either way.
 constexpr std::size_t kLocalMax = 64;
 constexpr std::size_t kBatch = 32;
+// Worker threads release tasks but seldom acquire any: they keep few (see set_worker_task_cache).
+constexpr std::size_t kWorkerLocalMax = 8;
+constexpr std::size_t kWorkerBatch = 8;
 constexpr std::size_t kSharedMax = 16384;
 
 struct SharedPool {
@@ -61,6 +64,8 @@ std::atomic<std::uint64_t> g_allocated{0};  // relaxed: a statistic
 struct LocalCache {
   Task* head = nullptr;
   std::size_t count = 0;
+  std::size_t limit = kLocalMax;  // spill when count passes it
+  std::size_t batch = kBatch;     // tasks moved per spill
   ~LocalCache() {
     SharedPool& sp = shared_pool();
     std::lock_guard<std::mutex> lock(sp.mu);
@@ -141,10 +146,10 @@ void release_task(Task* t) noexcept {
   LocalCache& c = t_cache;
   t->next = c.head;
   c.head = t;
-  if (++c.count <= kLocalMax) return;
+  if (++c.count <= c.limit) return;
   // Hand a batch to the shared list (or free it when that is full too).
   Task* batch = nullptr;
-  for (std::size_t i = 0; i < kBatch; ++i) {
+  for (std::size_t i = 0; i < c.batch; ++i) {
     Task* x = c.head;
     c.head = x->next;
     --c.count;
@@ -169,6 +174,11 @@ void release_task(Task* t) noexcept {
 }
 
 std::uint64_t tasks_allocated() noexcept { return g_allocated.load(std::memory_order_relaxed); }
+
+void set_worker_task_cache() noexcept {
+  t_cache.limit = kWorkerLocalMax;
+  t_cache.batch = kWorkerBatch;
+}
 
 thread_local std::vector<Task*>* t_deferred_wakes = nullptr;
 

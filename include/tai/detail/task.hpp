@@ -105,6 +105,10 @@ inline void retain_task(Task* t) noexcept {
 }
 /// Tasks ever allocated from the heap by the pool (a test counts allocations with this).
 std::uint64_t tasks_allocated() noexcept;
+/// Makes the calling thread keep only a few free tasks: for controller workers, which drop the
+/// last reference of many tasks but acquire few, so that what they free flows back to the
+/// submitting threads (through the shared list) instead of idling in their caches.
+void set_worker_task_cache() noexcept;
 
 /// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
 /// Called once per task, by the controller.

@@ -200,7 +200,6 @@ class ControllerCore {
   std::unordered_map<std::string, FileCore*> by_path;
   std::unordered_map<std::uint64_t, FileCore*> by_tree;
   BTreeStats retired{};  // summed stats of closed trees
-  std::uint64_t engine_syncs_retired = 0;
 
   // --- shutdown ---
   std::atomic<bool> accepting{true};  // acquire loads by submitters, release store by shutdown()
@@ -233,7 +232,8 @@ class ControllerCore {
   void follower_loop(Worker& w);
   bool needs(const Worker& w, std::uint64_t input_steps) const;
   RoundKind decide();
-  bool something_runnable(bool* gates);
+  bool something_runnable();
+  bool has_local_work(const Worker& w) const;
   bool gate_can_progress(const FileCore& f) const noexcept;
   void issue_evictions();
   bool issue_flush();
@@ -333,7 +333,7 @@ class Worker final : public StepSink {
   std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;
 
-  void part(RoundKind kind, std::uint64_t round);
+  void part(std::uint64_t round);
   void admit(Task* t);
   void begin(Task* t);
   void progress_gates();
@@ -349,7 +349,6 @@ class Worker final : public StepSink {
     const auto h = (reinterpret_cast<std::uintptr_t>(node) >> 4) * 0x9E3779B97F4A7C15ull;
     return static_cast<unsigned>((h >> 32) % c.lanes);
   }
-  std::thread::id thread_id;
 };
 
 namespace {
@@ -1160,7 +1159,7 @@ void Worker::drain() {
   now_head_ = 0;
 }
 
-void Worker::part(RoundKind, std::uint64_t round) {
+void Worker::part(std::uint64_t round) {
   round_ = round;
   parity_in_ = static_cast<unsigned>(round & 1);
   parity_out = parity_in_ ^ 1u;
@@ -1259,7 +1258,7 @@ void ControllerCore::follower_loop(Worker& w) {
     const RoundKind k = round_kind;
     const std::uint64_t r = round;
     if (k == RoundKind::stop) return;
-    w.part(k, r);
+    w.part(r);
     // Arrive (seq_cst RMW: publishes this part's writes to the master's acquire; then the
     // master_sleeping check pairs with the master's seq_cst store before it sleeps).
     arrived.fetch_add(1, std::memory_order_seq_cst);
@@ -1279,30 +1278,27 @@ bool ControllerCore::gate_can_progress(const FileCore& f) const noexcept {
   }
 }
 
+/// Work only worker w can do: take from its own queues, move its own gates, submit its own
+/// backlog. Called by the master with every follower parked.
+bool ControllerCore::has_local_work(const Worker& w) const {
+  if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) return true;
+  const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
+  for (unsigned p = 0; p < ninbox; ++p)
+    if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) return true;
+  for (const FileCore* f : w.gated)
+    if (gate_can_progress(*f)) return true;
+  return false;
+}
+
 /// Anything for a normal round to do? Called by the master with every follower parked.
-bool ControllerCore::something_runnable(bool* gates) {
-  bool any = false;
-  if (gates) *gates = false;
+bool ControllerCore::something_runnable() {
+  const unsigned parity_next = static_cast<unsigned>((round + 1) & 1);
   for (auto& wp : workers) {
-    Worker& w = *wp;
-    if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) any = true;
-    const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
-    for (unsigned p = 0; p < ninbox && !any; ++p)
-      if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) any = true;
-    const unsigned parity_next = static_cast<unsigned>((round + 1) & 1);
-    for (const auto& v : w.out[parity_next])
-      if (!v.empty()) {
-        any = true;
-        break;
-      }
-    for (const FileCore* f : w.gated)
-      if (gate_can_progress(*f)) {
-        any = true;
-        if (gates) *gates = true;
-        break;
-      }
+    if (has_local_work(*wp)) return true;
+    for (const auto& v : wp->out[parity_next])
+      if (!v.empty()) return true;
   }
-  return any;
+  return false;
 }
 
 void ControllerCore::issue_evictions() {
@@ -1407,7 +1403,7 @@ void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
 
 RoundKind ControllerCore::decide() {
   for (;;) {
-    if (something_runnable(nullptr)) {
+    if (something_runnable()) {
       idle_since = -1;
       if (quota.over_weak()) {
         issue_evictions();
@@ -1441,7 +1437,7 @@ RoundKind ControllerCore::decide() {
           workers[0]->reap_slot(s);
           got = s.in_flight.load(std::memory_order_relaxed) != before;
         }
-        if (got || something_runnable(nullptr)) break;
+        if (got || something_runnable()) break;
         cpu_relax();
       } while (monotonic_ns() < until);
       if (got) continue;
@@ -1451,13 +1447,13 @@ RoundKind ControllerCore::decide() {
       }
       sleeping.store(true, std::memory_order_seq_cst);
       AsymmetricFence::heavy();
-      if (!something_runnable(nullptr)) master_sleep(true, -1);
+      if (!something_runnable()) master_sleep(true, -1);
       sleeping.store(false, std::memory_order_relaxed);
       continue;
     }
     if (quota.over_weak() && evictions_in_flight.load(std::memory_order_relaxed) == 0) {
       issue_evictions();
-      if (something_runnable(nullptr)) continue;
+      if (something_runnable()) continue;
     }
     // Quiet. Shutting down and every file closed: stop.
     if (closing.load(std::memory_order_relaxed)) {
@@ -1497,7 +1493,7 @@ RoundKind ControllerCore::decide() {
       for (unsigned i = 0;; ++i) {
         cpu_relax();
         if ((i & 15) == 15) {
-          if (something_runnable(nullptr)) {
+          if (something_runnable()) {
             woke = true;
             break;
           }
@@ -1511,7 +1507,7 @@ RoundKind ControllerCore::decide() {
     }
     sleeping.store(true, std::memory_order_seq_cst);
     AsymmetricFence::heavy();
-    if (!something_runnable(nullptr) && !(closing.load(std::memory_order_relaxed) && timeout < 0 && [&] {
+    if (!something_runnable() && !(closing.load(std::memory_order_relaxed) && timeout < 0 && [&] {
           std::lock_guard<std::mutex> lock(files_mu);
           return files.empty();
         }())) {
@@ -1530,14 +1526,7 @@ RoundKind ControllerCore::decide() {
 /// wake-ups. Called by the master with every follower parked.
 bool ControllerCore::needs(const Worker& w, std::uint64_t input_steps) const {
   constexpr std::uint64_t kShareSteps = 128;
-  if (input_steps >= kShareSteps) return true;
-  if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) return true;
-  const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
-  for (unsigned p = 0; p < ninbox; ++p)
-    if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) return true;
-  for (const FileCore* f : w.gated)
-    if (gate_can_progress(*f)) return true;
-  return false;
+  return input_steps >= kShareSteps || has_local_work(w);
 }
 
 void ControllerCore::master_loop() {
@@ -1583,7 +1572,7 @@ void ControllerCore::master_loop() {
       if (w.asleep.load(std::memory_order_seq_cst)) futex_wake(w.go);
     }
     if (k == RoundKind::stop) return;
-    m.part(k, round);
+    m.part(round);
   }
 }
 

@@ -116,7 +116,87 @@ void TreeCore::op_fail(Operation& op, std::int64_t error) noexcept {
   op.first_error_.compare_exchange_strong(none, error, std::memory_order_relaxed);
 }
 
+// The inline path. While the tree is idle (no operation in flight: the acquire load of
+// in_flight_ pairs with the acq_rel decrement of the last completion, so every step's effects
+// are visible and no step of this tree runs or can start meanwhile; start() calls are
+// serialised by the caller), the walk that visit steps would make node by node is done at once
+// by the caller of start(). It is taken only when the request lies inside one block that is
+// already cached and needs no engine I/O (a read the block can serve, a write that neither
+// overflows the dirty ranges nor restructures a node); the effects are those of the steps:
+// same counters, same dirty accounting, same logical size. The operation gets no sequence
+// number: it completes before start() returns, so no node needs to remember it (last_seq and
+// last_write_seq matter only for operations that can still be active; dirty_blocks, which the
+// write-back skip rule also checks, is updated as by the step).
+bool TreeCore::try_inline(Operation& op) noexcept {
+  if (!options_.inline_path || (op.kind != TreeOp::read && op.kind != TreeOp::write)) return false;
+  if (op.length == 0 || op.buffer == nullptr) return false;
+  const std::uint64_t first = op.offset;
+  if (op.length - 1 > ~std::uint64_t{0} - first) return false;
+  const std::uint64_t last = first + (op.length - 1);
+  if (in_flight_.load(std::memory_order_acquire) != 0) return false;
+  const bool write = op.kind == TreeOp::write;
+  const bool size_tracked = size_known_ && !size_top_.load(std::memory_order_relaxed);
+  // A read that reaches the logical end of file is shortened by the root step: leave it to it.
+  if (!write && size_tracked && last >= size_end_.load(std::memory_order_relaxed)) return false;
+  Node* n = root_;
+  while (n->block == nullptr) {
+    // No block here: the range must lie inside one existing child (a whole-node request may
+    // restructure or allocate, a leaf without a block must allocate or reroute).
+    if (n->child_count == 0 || n->depth + 1u >= levels_) return false;
+    const unsigned cs = shift_[n->depth + 1];
+    const std::uint64_t i = (first - n->base) >> cs;
+    if (((last - n->base) >> cs) != i) return false;
+    n = child(*n, i);
+    if (n == nullptr) return false;
+  }
+  if (n->busy || n->has_parked() || n->direct_count != 0) return false;  // not while idle; defensive
+  const std::uint64_t lo = first - n->base, hi = last - n->base + 1, len = hi - lo;
+  if (write) {
+    const std::uint64_t size = block_size(*n);
+    const std::uint64_t before = n->dirty.bytes();
+    const bool was_dirty = !n->dirty.empty();
+    if (lo == 0 && hi == size) {
+      bump(counters_.merged_bytes, before);
+      if (was_dirty) bump(counters_.merges);
+      n->dirty.assign_all(size);
+      n->valid = true;
+    } else {
+      if (n->dirty.count_after(lo, hi) > DirtyRanges::kMax) return false;  // the tiny-write rule's case
+      bump(counters_.merged_bytes, n->dirty.overlap(lo, hi));
+      const DirtyRanges::AddResult r = n->dirty.add(lo, hi);
+      bump(counters_.merges, static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0));
+    }
+    std::memcpy(n->block + lo, op.buffer, len);
+    dirty_changed(*n, before, was_dirty);
+    if (size_tracked) {  // as enter() does at the root
+      if (last == ~std::uint64_t{0}) {
+        size_top_.store(true, std::memory_order_relaxed);
+      } else if (last + 1 > size_end_.load(std::memory_order_relaxed)) {
+        size_end_.store(last + 1, std::memory_order_relaxed);
+      }
+    }
+  } else {
+    if (!n->valid && !n->dirty.covers(lo, hi)) return false;  // needs a fill
+    bump(counters_.cache_hits);
+    std::memcpy(op.buffer, n->block + lo, len);
+  }
+  bump(counters_.inline_ops);
+  op.seq_ = 0;
+  op.pending_.store(0, std::memory_order_relaxed);
+  op.first_error_.store(0, std::memory_order_relaxed);
+  op.bytes_ = len;
+  op.result_ = static_cast<std::int64_t>(len);
+  op.phase_ = 0;
+  const Operation::Callback cb = op.on_complete;
+  void* const ctx = op.context;
+  // Release: pairs with the acquire in Operation::done(); publishes the result and a read's data.
+  op.done_.store(true, std::memory_order_release);
+  if (cb != nullptr) cb(op, ctx);
+  return true;
+}
+
 void TreeCore::start(Operation& op, StepSink& sink) {
+  if (try_inline(op)) return;
   if (in_flight_.load(std::memory_order_acquire) == 0 && prefix_.load(std::memory_order_relaxed) != next_seq_) {
     // Idle: every completion is recorded and done with the ring; a prefix that stalled (more
     // than kRing operations in flight at once) can safely jump to the last operation.
@@ -469,6 +549,7 @@ BTreeStats TreeCore::stats() const noexcept {
   s.bytes_from_engine = ld(counters_.bytes_from_engine);
   s.bytes_to_engine = ld(counters_.bytes_to_engine);
   s.write_back_errors = ld(counters_.write_back_errors);
+  s.inline_ops = ld(counters_.inline_ops);
   return s;
 }
 

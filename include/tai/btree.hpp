@@ -20,7 +20,11 @@
 // each step touches one node and emits steps for the children it needs -> leaf steps copy
 // to/from a cache block, or hand an engine request to the runner (StepSink::io) and continue in
 // an io_done step when it completes. A runner (SequentialDriver below, for tests and tools; the
-// controller's rounds on worker threads) keeps the rules listed on tai::Step. There is no mutex
+// controller's rounds on worker threads) keeps the rules listed on tai::Step. The inline path:
+// while no operation of the tree is in flight, a read or write that lies inside one block
+// already cached, and needs no engine I/O, is done by start() itself (same effects and
+// counters, BTreeStats::inline_ops counts them): a cache hit costs a walk and a copy, not a
+// chain of queued steps (see TreeCore::try_inline). There is no mutex
 // in the tree: a node's plain fields are touched only by its own steps (and two of them only by
 // its parent's); the shared counters are atomics, each with its memory order explained where it
 // is declared. A step passing through a node touches no atomic: what other designs track with
@@ -128,6 +132,9 @@ struct BTreeOptions {
   std::uint64_t request_cost_bytes = std::uint64_t{16} << 10;
   /// false: a write that overflows the dirty ranges of a valid block always bridges.
   bool tiny_write_rule = true;
+  /// false: every operation runs as steps, even a cache hit on an idle tree (the inline path of
+  /// the header comment is off). For tests and for measuring what the inline path saves.
+  bool inline_path = true;
 };
 
 /// Introspection counters of one tree (a snapshot; exact when the tree is idle).
@@ -151,6 +158,7 @@ struct BTreeStats {
   std::uint64_t bytes_from_engine = 0;  ///< bytes requested from the engine by reads
   std::uint64_t bytes_to_engine = 0;    ///< bytes written to the engine (reroutes, write-throughs, write-backs)
   std::uint64_t write_back_errors = 0;  ///< failed write-backs (each recorded for the file)
+  std::uint64_t inline_ops = 0;         ///< reads/writes done inside start() (idle tree, one cached block)
 };
 
 namespace detail {
@@ -367,7 +375,7 @@ class TreeCore {
     std::atomic<std::uint64_t> reroutes{0}, uncached{0}, merges{0}, merged_bytes{0}, write_throughs{0};
     std::atomic<std::uint64_t> cache_hits{0}, fills{0}, restructures{0}, quiesces{0};
     std::atomic<std::uint64_t> engine_reads{0}, engine_writes{0}, bytes_from_engine{0}, bytes_to_engine{0};
-    std::atomic<std::uint64_t> write_back_errors{0};
+    std::atomic<std::uint64_t> write_back_errors{0}, inline_ops{0};
   } counters_;
   static void count(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     if (n != 0) c.fetch_add(n, std::memory_order_relaxed);
@@ -375,8 +383,15 @@ class TreeCore {
   static void uncount(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     c.fetch_sub(n, std::memory_order_relaxed);
   }
+  /// count() for the inline path only: no step of the tree runs then (see try_inline), so a
+  /// relaxed load and store cannot lose an update, and skip the locked instruction.
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+    if (n != 0) c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
 
  private:
+  /// The inline path of start() (see src/btree.cpp): true when it did the whole operation.
+  bool try_inline(Operation& op) noexcept;
   void complete(Operation& op) noexcept;
   void delete_node(Node* n) noexcept;
 };

@@ -1,0 +1,144 @@
+// The inline path of tai::BTree::start(): a read or write inside one cached block of an idle
+// tree is done by start() itself, with exactly the effects (data, counters, dirty accounting,
+// logical size) the steps would have had; everything else still runs as steps.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "btree_fuzz/btree_harness.hpp"
+#include "tai/btree.hpp"
+
+namespace tai::test::btree {
+namespace {
+
+struct Fixture {
+  explicit Fixture(bool inline_path = true, std::uint64_t strict = Quota::kUnlimited)
+      : quota(strict, strict) {
+    BTreeOptions o;
+    o.file_size = 0;
+    o.inline_path = inline_path;
+    tree = std::make_unique<BTreeDefault>(nullptr, quota, o);
+    SequentialDriver::Options d;
+    d.executor = &mem;
+    driver = std::make_unique<SequentialDriver>(d);
+  }
+  std::int64_t op(TreeOp k, std::uint64_t off, std::uint64_t len, void* buf = nullptr) {
+    return run_op(*driver, *tree, k, off, len, buf);
+  }
+  MemoryFile mem;
+  Quota quota;
+  std::unique_ptr<BTreeDefault> tree;
+  std::unique_ptr<SequentialDriver> driver;
+};
+
+TEST(BTreeInlinePath, AnIdleCacheHitRunsNoStep) {
+  Fixture f;
+  std::vector<std::uint8_t> a(4096, 0xA1), back(4096);
+  ASSERT_EQ(f.op(TreeOp::write, 8192, 4096, a.data()), 4096);  // allocates: steps
+  EXPECT_EQ(f.tree->stats().inline_ops, 0u);
+  const std::uint64_t steps = f.driver->steps_run();
+  std::vector<std::uint8_t> b(100, 0xB2);
+  ASSERT_EQ(f.op(TreeOp::write, 8192 + 50, 100, b.data()), 100);
+  ASSERT_EQ(f.op(TreeOp::read, 8192, 4096, back.data()), 4096);
+  EXPECT_EQ(f.driver->steps_run(), steps);
+  const BTreeStats st = f.tree->stats();
+  EXPECT_EQ(st.inline_ops, 2u);
+  EXPECT_EQ(st.cache_hits, 1u);
+  EXPECT_EQ(st.merged_bytes, 100u);
+  EXPECT_EQ(st.dirty_bytes, 4096u);
+  std::memcpy(a.data() + 50, b.data(), 100);
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(*f.tree->logical_size(), 8192u + 4096u);
+  EXPECT_EQ(f.tree->check_invariants(), "");
+  ASSERT_EQ(f.op(TreeOp::write_back, 0, 0), 0);
+  std::vector<std::uint8_t> file(4096);
+  f.mem.image().bytes.read(8192, file.size(), file.data());
+  EXPECT_EQ(file, a);
+}
+
+TEST(BTreeInlinePath, AWriteInsideTheLastBlockGrowsTheFileAsTheRootStepWould) {
+  Fixture f;
+  std::vector<std::uint8_t> a(100, 1);
+  ASSERT_EQ(f.op(TreeOp::write, 0, 100, a.data()), 100);  // allocates the block
+  ASSERT_EQ(f.op(TreeOp::write, 1000, 100, a.data()), 100);  // inline, past the end
+  EXPECT_EQ(f.tree->stats().inline_ops, 1u);
+  EXPECT_EQ(*f.tree->logical_size(), 1100u);
+  std::vector<std::uint8_t> back(2000, 0xEE);
+  // Reaches the end of file: the read goes through the root step, which shortens it.
+  EXPECT_EQ(f.op(TreeOp::read, 0, 2000, back.data()), 1100);
+  EXPECT_EQ(f.tree->stats().inline_ops, 1u);
+}
+
+TEST(BTreeInlinePath, WhatNeedsEngineIoOrAnotherNodeStillRunsAsSteps) {
+  Fixture f;
+  std::vector<std::uint8_t> a(8192, 3), back(8192);
+  // A read miss (fill), a write into a fresh block (allocation), a request across two blocks.
+  ASSERT_EQ(f.op(TreeOp::write, 0, 8192, a.data()), 8192);
+  ASSERT_EQ(f.op(TreeOp::read, 100, 8000, back.data()), 8000);  // spans two blocks
+  EXPECT_EQ(f.tree->stats().inline_ops, 0u);
+  // More dirty ranges than a block keeps: the tiny-write rule decides, in a step.
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(f.op(TreeOp::write, 16384 + i * 800, 10, a.data()), 10);
+  EXPECT_EQ(f.tree->stats().inline_ops, 3u);  // the 1st allocates; ranges 2-4 fit; a 5th range does not
+  EXPECT_EQ(f.tree->stats().write_throughs + f.tree->stats().merges, 1u);
+  EXPECT_EQ(f.tree->check_invariants(), "");
+}
+
+TEST(BTreeInlinePath, NotWhileAnOperationIsInFlight) {
+  Fixture f;
+  std::vector<std::uint8_t> a(4096, 7), b(4096, 8);
+  ASSERT_EQ(f.op(TreeOp::write, 0, 4096, a.data()), 4096);
+  Operation first(TreeOp::write, 4096 * 10, 4096, a.data());  // allocates: queued as steps
+  f.driver->start(*f.tree, first);
+  ASSERT_FALSE(first.done());
+  Operation second(TreeOp::write, 0, 4096, b.data());  // a hit, but the tree is busy
+  f.driver->start(*f.tree, second);
+  EXPECT_FALSE(second.done());
+  f.driver->run();
+  ASSERT_TRUE(first.done() && second.done());
+  EXPECT_EQ(second.result(), 4096);
+  EXPECT_EQ(f.tree->stats().inline_ops, 0u);
+}
+
+// Random requests within a few blocks, mostly hits, against the same sequence with the inline
+// path off: identical results, data and counters.
+TEST(BTreeInlinePath, SameEffectsAsTheSteps) {
+  for (std::uint64_t strict : {Quota::kUnlimited, std::uint64_t{3 * 4096}}) {
+    Fixture on(true, strict), off(false, strict);
+    std::mt19937_64 rng(strict + 11);
+    std::vector<std::uint8_t> buf(9000), back_on(9000), back_off(9000);
+    for (int i = 0; i < 20000; ++i) {
+      const std::uint64_t off_ = rng() % (6 * 4096);
+      const std::uint64_t len = 1 + rng() % ((rng() % 4 == 0) ? 8192 : 600);
+      const int kind = static_cast<int>(rng() % 10);
+      SCOPED_TRACE("strict " + std::to_string(strict) + " op " + std::to_string(i));
+      if (kind < 5) {
+        for (auto& x : buf) x = static_cast<std::uint8_t>(rng());
+        ASSERT_EQ(on.op(TreeOp::write, off_, len, buf.data()), off.op(TreeOp::write, off_, len, buf.data()));
+      } else if (kind < 9) {
+        ASSERT_EQ(on.op(TreeOp::read, off_, len, back_on.data()), off.op(TreeOp::read, off_, len, back_off.data()));
+        ASSERT_EQ(0, std::memcmp(back_on.data(), back_off.data(), len));
+      } else {
+        ASSERT_EQ(on.op(TreeOp::write_back, 0, 0), off.op(TreeOp::write_back, 0, 0));
+      }
+    }
+    BTreeStats a = on.tree->stats(), b = off.tree->stats();
+    EXPECT_GT(a.inline_ops, 5000u);
+    EXPECT_EQ(b.inline_ops, 0u);
+    EXPECT_EQ(a.cached_bytes, b.cached_bytes);
+    EXPECT_EQ(a.dirty_bytes, b.dirty_bytes);
+    EXPECT_EQ(a.dirty_blocks, b.dirty_blocks);
+    EXPECT_EQ(a.blocks, b.blocks);
+    EXPECT_EQ(a.merges, b.merges);
+    EXPECT_EQ(a.merged_bytes, b.merged_bytes);
+    EXPECT_EQ(a.cache_hits, b.cache_hits);
+    EXPECT_EQ(a.write_throughs, b.write_throughs);
+    EXPECT_EQ(a.bytes_to_engine, b.bytes_to_engine);
+    EXPECT_EQ(on.tree->check_invariants(), "");
+    EXPECT_EQ(*on.tree->logical_size(), *off.tree->logical_size());
+  }
+}
+
+}  // namespace
+}  // namespace tai::test::btree

@@ -127,7 +127,7 @@ void TreeCore::op_fail(Operation& op, std::int64_t error) noexcept {
 // number: it completes before start() returns, so no node needs to remember it (last_seq and
 // last_write_seq matter only for operations that can still be active; dirty_blocks, which the
 // write-back skip rule also checks, is updated as by the step).
-bool TreeCore::try_inline(Operation& op) noexcept {
+bool TreeCore::try_inline(Operation& op, StepSink& sink) noexcept {
   if (!options_.inline_path || (op.kind != TreeOp::read && op.kind != TreeOp::write)) return false;
   if (op.length == 0 || op.buffer == nullptr) return false;
   const std::uint64_t first = op.offset;
@@ -141,7 +141,9 @@ bool TreeCore::try_inline(Operation& op) noexcept {
   Node* n = root_;
   while (n->block == nullptr) {
     // No block here: the range must lie inside one existing child (a whole-node request may
-    // restructure or allocate, a leaf without a block must allocate or reroute).
+    // restructure or allocate, a leaf without a block must allocate or reroute), unless no
+    // block can ever be here or below (the root of BTreeTrivial): then it goes to the engine.
+    if (n->child_count == 0 && bottom(*n) && !cacheable(n->depth)) return inline_uncached(op, *n, first, last, sink);
     if (n->child_count == 0 || n->depth + 1u >= levels_) return false;
     const unsigned cs = shift_[n->depth + 1];
     const std::uint64_t i = (first - n->base) >> cs;
@@ -181,22 +183,62 @@ bool TreeCore::try_inline(Operation& op) noexcept {
     std::memcpy(op.buffer, n->block + lo, len);
   }
   bump(counters_.inline_ops);
+  complete_inline(op, len, 0);
+  return true;
+}
+
+bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std::uint64_t last,
+                               StepSink& sink) noexcept {
+  if (n.busy || n.has_parked() || n.direct_count != 0) return false;  // not while idle; defensive
+  const bool write = op.kind == TreeOp::write;
+  const std::uint64_t len = last - first + 1;
+  std::int64_t res = 0;
+  if (!sink.io_now(make_request(write ? Op::write : Op::read, op.buffer, first, len), op, res)) return false;
+  // The effects of the root step (enter), go_direct and its io_done.
+  bump(counters_.uncached);
+  bump(counters_.inline_ops);
+  std::int64_t error = 0;
+  if (write) {
+    bump(counters_.engine_writes);
+    if (res > 0) bump(counters_.bytes_to_engine, static_cast<std::uint64_t>(res));
+    if (res < 0 || static_cast<std::uint64_t>(res) != len) error = res < 0 ? res : -EIO;
+    if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
+      if (last == ~std::uint64_t{0}) {
+        size_top_.store(true, std::memory_order_relaxed);
+      } else if (last + 1 > size_end_.load(std::memory_order_relaxed)) {
+        size_end_.store(last + 1, std::memory_order_relaxed);
+      }
+    }
+  } else {
+    bump(counters_.engine_reads);
+    bump(counters_.bytes_from_engine, len);
+    if (res < 0) {
+      error = res;
+    } else if (static_cast<std::uint64_t>(res) < len) {
+      // Past the engine's end of file but inside the logical size: a hole.
+      std::memset(op.buffer + res, 0, len - static_cast<std::uint64_t>(res));
+    }
+  }
+  complete_inline(op, len, error);
+  return true;
+}
+
+void TreeCore::complete_inline(Operation& op, std::uint64_t bytes, std::int64_t error) noexcept {
   op.seq_ = 0;
   op.pending_.store(0, std::memory_order_relaxed);
-  op.first_error_.store(0, std::memory_order_relaxed);
-  op.bytes_ = len;
-  op.result_ = static_cast<std::int64_t>(len);
+  op.first_error_.store(error, std::memory_order_relaxed);
+  op.bytes_ = bytes;
+  op.result_ = error != 0 ? error : static_cast<std::int64_t>(bytes);
   op.phase_ = 0;
   const Operation::Callback cb = op.on_complete;
   void* const ctx = op.context;
   // Release: pairs with the acquire in Operation::done(); publishes the result and a read's data.
   op.done_.store(true, std::memory_order_release);
   if (cb != nullptr) cb(op, ctx);
-  return true;
 }
 
 void TreeCore::start(Operation& op, StepSink& sink) {
-  if (try_inline(op)) return;
+  if (try_inline(op, sink)) return;
   if (in_flight_.load(std::memory_order_acquire) == 0 && prefix_.load(std::memory_order_relaxed) != next_seq_) {
     // Idle: every completion is recorded and done with the ring; a prefix that stalled (more
     // than kRing operations in flight at once) can safely jump to the last operation.
@@ -644,6 +686,14 @@ Completion EngineExecutor::execute(const Request& r) {
 SequentialDriver::SequentialDriver() : SequentialDriver(Options{}) {}
 
 SequentialDriver::SequentialDriver(const Options& options) : options_(options), rng_(options.seed) {}
+
+bool SequentialDriver::io_now(const Request& request, Operation&, std::int64_t& result) {
+  if (!options_.inline_io || options_.defer_io) return false;
+  ++requests_;
+  IoExecutor& ex = options_.executor != nullptr ? *options_.executor : engine_executor_;
+  result = ex.execute(request).result;
+  return true;
+}
 
 void SequentialDriver::io(const Request& request, const Step& continuation) {
   if (options_.defer_io) {

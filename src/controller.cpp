@@ -142,6 +142,8 @@ class ControllerCore {
   Result<File> open(const OpenRequest& req);
   bool add_engine(std::string name, std::unique_ptr<Engine> engine);
   Receipt submit_task(Task* t);
+  /// Sets t.submit_ns for the latency histograms on one request in latency_sample_every.
+  void stamp_submit(Task& t) const noexcept;
   Receipt submit_file_task(FileCore* f, Task* t);
   Receipt flush();
   ShutdownReport shutdown();
@@ -332,6 +334,9 @@ class Worker final : public StepSink {
   std::size_t now_head_ = 0;
   std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;
+  /// The trees' inline path (called from begin(), by this home worker): a synchronous engine
+  /// executes the request now; anything else goes through io() as steps.
+  bool io_now(const Request& r, Operation& op, std::int64_t& result) override;
 
   void part(std::uint64_t round);
   void admit(Task* t);
@@ -509,12 +514,23 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
                  "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
   }
   f->tree_id = f->tree->id();
-  f->home = static_cast<unsigned>(std::hash<std::string>{}(f->key) % n);
   f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
   FileCore* raw = f.release();
   {
     std::lock_guard<std::mutex> lock(files_mu);
     auto it = by_path.find(raw->key);
+    // Home worker: a path keeps the home of its earlier handle (a reopen waits for the earlier
+    // close on that worker, see `predecessor`); a new path goes to the worker with the fewest
+    // files not yet closed, the master first on ties. The master runs every round anyway: a
+    // single busy file homed there needs no follower at all, and no barrier wake-up per round.
+    if (it != by_path.end()) {
+      raw->home = it->second->home;
+    } else {
+      std::vector<unsigned> load(n, 0);
+      for (const FileCore* o : files)
+        if (!o->fully_closed.load(std::memory_order_acquire)) ++load[o->home];
+      raw->home = static_cast<unsigned>(std::min_element(load.begin(), load.end()) - load.begin());
+    }
     if (it != by_path.end() && it->second->closed.load(std::memory_order_acquire) &&
         !it->second->fully_closed.load(std::memory_order_acquire)) {
       raw->predecessor = it->second;  // its data must be written back before we read
@@ -582,6 +598,17 @@ void ControllerCore::push(unsigned w, Task* t) {
   ring();
 }
 
+void ControllerCore::stamp_submit(Task& t) const noexcept {
+  if (!opt.latency_histograms) return;
+  static thread_local unsigned countdown = 0;  // per submitting thread: no shared counter
+  if (countdown != 0 && opt.latency_sample_every > 1) {
+    --countdown;
+    return;
+  }
+  countdown = opt.latency_sample_every > 1 ? opt.latency_sample_every - 1 : 0;
+  t.submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+}
+
 Receipt ControllerCore::submit_task(Task* t) {
   t->owner = this;
   const bool inside = t_worker != nullptr && &t_worker->c == this;
@@ -590,8 +617,8 @@ Receipt ControllerCore::submit_task(Task* t) {
     rejected_outside.fetch_add(1, std::memory_order_relaxed);
     return Receipt(t);
   }
-  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
-  retain_task(t);  // the controller's reference
+  stamp_submit(*t);
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
   // Function tasks go to the submitting worker (a continuation's follow-up stays local), else
   // round-robin by a per-thread counter.
   static thread_local unsigned rr = 0;
@@ -604,8 +631,8 @@ Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
   t->owner = this;
   t->file = f;
   file_retain(f);
-  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
-  retain_task(t);  // the controller's reference
+  stamp_submit(*t);
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
   push(f->home, t);
   return Receipt(t);
 }
@@ -993,6 +1020,14 @@ void Worker::progress_gates() {
   gated.resize(keep);
 }
 
+bool Worker::io_now(const Request& r, Operation& op, std::int64_t& result) {
+  if (r.file == nullptr || op.context == nullptr) return false;
+  EngineSlot* s = static_cast<Task*>(op.context)->file->slot;
+  if (s == nullptr || s->sync == nullptr) return false;
+  result = s->sync->execute(r).result;
+  return true;
+}
+
 void Worker::io(const Request& r, const Step& cont) {
   if (r.op == Op::fsync || r.op == Op::fdatasync) engine_syncs.add();
   // The engine that opened the file: the FileCore knows it (a wrapper engine's files name
@@ -1193,9 +1228,14 @@ void Worker::part(std::uint64_t round) {
   const unsigned ninbox = inboxes.load(std::memory_order_acquire);
   for (unsigned p = 0; p < ninbox && taken < cap; ++p) {
     Inbox* q = inbox[p].load(std::memory_order_acquire);
-    while (taken < cap && q->pop(t)) {
-      admit(t);
-      ++taken;
+    // In batches: one load of the producer's index and one store of ours per batch rather than
+    // per task, so the two cache lines move between the cores once per batch.
+    Task* batch[64];
+    for (;;) {
+      const std::size_t got = q->pop(batch, std::min<std::size_t>(64, cap - taken));
+      for (std::size_t i = 0; i < got; ++i) admit(batch[i]);
+      taken += got;
+      if (got < 64 || taken >= cap) break;
     }
   }
   while (taken < cap && pending.pop(t)) {
@@ -1630,7 +1670,7 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
   t->file = f;
   file_retain(f);
   if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
-  retain_task(t);  // the controller's reference
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
   push(f->home, t);
 }
 

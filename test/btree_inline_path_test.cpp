@@ -3,6 +3,7 @@
 // logical size) the steps would have had; everything else still runs as steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -138,6 +139,68 @@ TEST(BTreeInlinePath, SameEffectsAsTheSteps) {
     EXPECT_EQ(on.tree->check_invariants(), "");
     EXPECT_EQ(*on.tree->logical_size(), *off.tree->logical_size());
   }
+}
+
+}  // namespace
+}  // namespace tai::test::btree
+
+namespace tai::test::btree {
+namespace {
+
+// BTreeTrivial caches nothing: with a runner that can execute a request at once (io_now), an
+// idle tree sends each read and write straight to the engine from start(); the results, the
+// file and the counters are those of the steps.
+TEST(BTreeInlinePath, UncachedRequestsOfAnIdleTreeGoStraightToTheEngine) {
+  auto make = [](bool inline_io, MemoryFile& mem, Quota& quota) {
+    BTreeOptions o;
+    o.file_size = 0;
+    auto tree = std::make_unique<BTreeTrivial>(nullptr, quota, o);
+    SequentialDriver::Options d;
+    d.executor = &mem;
+    d.inline_io = inline_io;
+    return std::make_pair(std::move(tree), std::make_unique<SequentialDriver>(d));
+  };
+  MemoryFile mem_on, mem_off;
+  Quota q_on, q_off;
+  auto [on, drv_on] = make(true, mem_on, q_on);
+  auto [off, drv_off] = make(false, mem_off, q_off);
+  std::mt19937_64 rng(5);
+  std::vector<std::uint8_t> buf(5000), a(5000), b(5000);
+  std::uint64_t size = 0, stepped = 0;  // reads that reach the end of file go through the root step
+  for (int i = 0; i < 5000; ++i) {
+    const std::uint64_t o = rng() % 20000, len = 1 + rng() % 4000;
+    if (rng() % 2) {
+      size = std::max(size, o + len);
+      for (auto& x : buf) x = static_cast<std::uint8_t>(rng());
+      ASSERT_EQ(run_op(*drv_on, *on, TreeOp::write, o, len, buf.data()), run_op(*drv_off, *off, TreeOp::write, o, len, buf.data()));
+    } else {
+      if (o + len > size) ++stepped;
+      ASSERT_EQ(run_op(*drv_on, *on, TreeOp::read, o, len, a.data()), run_op(*drv_off, *off, TreeOp::read, o, len, b.data()));
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), len));
+    }
+  }
+  EXPECT_GT(drv_off->steps_run(), 0u);
+  const BTreeStats x = on->stats(), y = off->stats();
+  EXPECT_GT(stepped, 0u);
+  EXPECT_EQ(x.inline_ops, 5000u - stepped);
+  EXPECT_EQ(x.uncached, y.uncached);
+  EXPECT_EQ(x.engine_writes, y.engine_writes);
+  EXPECT_EQ(x.engine_reads, y.engine_reads);
+  EXPECT_EQ(x.bytes_to_engine, y.bytes_to_engine);
+  EXPECT_EQ(x.bytes_from_engine, y.bytes_from_engine);
+  EXPECT_EQ(*on->logical_size(), *off->logical_size());
+  EXPECT_EQ(mem_on.bytes_written(), mem_off.bytes_written());
+  // A failed engine write is the operation's error, as through the steps.
+  mem_on.fail_writes(-EIO);
+  EXPECT_EQ(run_op(*drv_on, *on, TreeOp::write, 0, 10, buf.data()), -EIO);
+  // A deferring runner cannot execute at once: the steps run.
+  SequentialDriver::Options d;
+  d.executor = &mem_off;
+  d.inline_io = true;
+  d.defer_io = true;
+  SequentialDriver deferring(d);
+  EXPECT_EQ(run_op(deferring, *off, TreeOp::write, 0, 10, buf.data()), 10);
+  EXPECT_GT(deferring.steps_run(), 0u);
 }
 
 }  // namespace

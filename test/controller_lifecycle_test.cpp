@@ -618,6 +618,7 @@ TEST(ControllerLifecycle, StatsCountRequestsAndPrintAsATable) {
   ScratchDir dir;
   ControllerOptions o = options();
   o.latency_histograms = true;
+  o.latency_sample_every = 1;
   Controller ctl(o);
   File f = open_or_fail<BTreeDefault>(ctl, dir.file("stats"));
   std::vector<Receipt> receipts;
@@ -648,6 +649,17 @@ TEST(ControllerLifecycle, StatsCountRequestsAndPrintAsATable) {
   EXPECT_EQ(s.latency[static_cast<std::size_t>(RequestKind::write)].count(), 100u);
   EXPECT_GT(s.latency[static_cast<std::size_t>(RequestKind::write)].quantile_ns(0.5), 0u);
   EXPECT_EQ(s.quota_weak, o.weak_quota);
+  // Sampled: one write in 8 from this thread is timed.
+  ControllerOptions sampled = options();
+  sampled.latency_sample_every = 8;
+  Controller ctl8(sampled);
+  File g = open_or_fail<BTreeDefault>(ctl8, dir.file("stats8"));
+  std::vector<Receipt> more;
+  for (int i = 0; i < 80; ++i) more.push_back(g.write(i * 4096, data.data(), data.size()));
+  for (const Receipt& r : more) ASSERT_TRUE(wait_ok(r));
+  const std::uint64_t timed = ctl8.stats().latency[static_cast<std::size_t>(RequestKind::write)].count();
+  EXPECT_GE(timed, 10u);
+  EXPECT_LE(timed, 11u);
   EXPECT_EQ(s.quota_strict, o.strict_quota);
   EXPECT_GT(s.quota_used, 0u);
 

@@ -24,7 +24,9 @@
 // while no operation of the tree is in flight, a read or write that lies inside one block
 // already cached, and needs no engine I/O, is done by start() itself (same effects and
 // counters, BTreeStats::inline_ops counts them): a cache hit costs a walk and a copy, not a
-// chain of queued steps (see TreeCore::try_inline). There is no mutex
+// chain of queued steps (see TreeCore::try_inline). Likewise a request no block can ever hold
+// (every request of BTreeTrivial) when the runner can execute it synchronously
+// (StepSink::io_now: a synchronous engine). There is no mutex
 // in the tree: a node's plain fields are touched only by its own steps (and two of them only by
 // its parent's); the shared counters are atomics, each with its memory order explained where it
 // is declared. A step passing through a node touches no atomic: what other designs track with
@@ -391,7 +393,11 @@ class TreeCore {
 
  private:
   /// The inline path of start() (see src/btree.cpp): true when it did the whole operation.
-  bool try_inline(Operation& op) noexcept;
+  bool try_inline(Operation& op, StepSink& sink) noexcept;
+  /// try_inline() for a request no block can hold (the node `n` is a leaf that is never cached).
+  bool inline_uncached(Operation& op, Node& n, std::uint64_t first, std::uint64_t last, StepSink& sink) noexcept;
+  /// Completes an operation of the inline path (no sequence number, nothing in flight).
+  static void complete_inline(Operation& op, std::uint64_t bytes, std::int64_t error) noexcept;
   void complete(Operation& op) noexcept;
   void delete_node(Node* n) noexcept;
 };
@@ -533,6 +539,9 @@ class SequentialDriver final : public StepSink {
     IoExecutor* executor = nullptr;  ///< nullptr: an EngineExecutor
     bool defer_io = false;
     std::uint64_t seed = 1;
+    /// Let the trees' inline path execute uncached requests at once (StepSink::io_now) when
+    /// I/O is not deferred. Off by default, so that tests see every request as steps.
+    bool inline_io = false;
   };
   SequentialDriver();
   explicit SequentialDriver(const Options& options);
@@ -552,6 +561,7 @@ class SequentialDriver final : public StepSink {
 
   void emit(const Step& step) override { queue_.push(step); }
   void io(const Request& request, const Step& continuation) override;
+  bool io_now(const Request& request, Operation& op, std::int64_t& result) override;
 
  private:
   /// FIFO of steps: a power-of-two ring that grows (its memory is kept between runs).

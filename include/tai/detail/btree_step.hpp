@@ -151,6 +151,16 @@ class StepSink {
   /// which case the driver's executor knows what to do). When it completes, run `continuation`
   /// as a step with io_result set to the completion's result. Same thread rules as emit().
   virtual void io(const Request& request, const Step& continuation) = 0;
+  /// The inline path's I/O (TreeCore::start() only, while the tree is idle): carry out `request`
+  /// of `op` now, on the calling thread, if the engine completes synchronously, and return true
+  /// with `result` set (bytes or -errno); return false, having done nothing, when it cannot (an
+  /// asynchronous engine, a runner that defers I/O). The default cannot.
+  virtual bool io_now(const Request& request, Operation& op, std::int64_t& result) {
+    (void)request;
+    (void)op;
+    (void)result;
+    return false;
+  }
 };
 
 }  // namespace tai

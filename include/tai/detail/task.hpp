@@ -100,6 +100,13 @@ Task* acquire_task();
 /// Drops one reference; the last one recycles the task into the calling thread's cache.
 /// Thread-safe.
 void release_task(Task* t) noexcept;
+/// retain_task() for a task no other thread has seen yet (a submission, before the push): a
+/// plain relaxed load and store, since nothing can race with it, instead of a locked
+/// read-modify-write, whose store-buffer drain would wait for every store the submission has
+/// just made to the task (cache lines last written by a worker: a miss each).
+inline void retain_unpublished_task(Task* t) noexcept {
+  t->refs.store(t->refs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 inline void retain_task(Task* t) noexcept {
   t->refs.fetch_add(1, std::memory_order_relaxed);  // a holder already has one: no ordering needed
 }

@@ -315,6 +315,7 @@ class ControllerCell {
                                 "worker(s), not a pool of {} threads",
                                 cell->ctl_->workers(), cfg.depth);
     cell->bs_ = bs;
+    cell->print_stats_ = cfg.ctl_stats;
     cell->depth_ = cfg.depth;
     cell->blocks_ = cfg.size / bs;
     cell->buffers_ = std::make_unique<ReadBuffers>(static_cast<std::size_t>(bs) * cfg.depth, cfg.huge_pages);
@@ -324,6 +325,7 @@ class ControllerCell {
   }
 
   ~ControllerCell() {
+    if (print_stats_) fmt::print("controller statistics (all runs of this cell):\n{}\n", ctl_->stats().table());
     if (file_) file_.close().wait();
     ctl_.reset();
   }
@@ -374,6 +376,7 @@ class ControllerCell {
 
  private:
   ControllerCell() = default;
+  bool print_stats_ = false;
   std::uint64_t bs_ = 0;
   unsigned depth_ = 0;
   std::uint64_t blocks_ = 0;
@@ -842,6 +845,7 @@ void add_randread_command(CLI::App& app) {
   sub->add_option("--ctl-spin-ns", opt->cfg.ctl_spin_ns, "--via controller: ControllerOptions::spin_ns (default: its default)");
   sub->add_option("--ctl-io-spin-ns", opt->cfg.ctl_io_spin_ns,
                   "--via controller: ControllerOptions::io_spin_ns (default: its default)");
+  sub->add_flag("--ctl-stats", opt->cfg.ctl_stats, "--via controller: print Controller::stats() of each cell");
   sub->add_flag("--hugepages", opt->cfg.huge_pages,
                 "TAI reads into transparent huge pages (fio cannot): shows what buffer placement is worth");
   sub->callback([opt, engine_opt, seed_opt] {

@@ -30,6 +30,7 @@ struct RandreadConfig {
   unsigned ctl_workers = 0;         ///< --via controller: ControllerOptions::workers (0 = default)
   std::int64_t ctl_spin_ns = -1;    ///< ControllerOptions::spin_ns (-1 = default)
   std::int64_t ctl_io_spin_ns = -1; ///< ControllerOptions::io_spin_ns (-1 = default)
+  bool ctl_stats = false;           ///< print Controller::stats() of each controller cell
   std::string title = "randread";
 };
 

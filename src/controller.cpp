@@ -315,11 +315,16 @@ class Worker final : public StepSink {
   std::array<std::vector<std::uint8_t>, 2> deferred_;
   bool own_lane(unsigned lane);
   void drain();
-  // File references of finished tasks, dropped at the end of the part with one atomic
-  // subtraction per file instead of one per request: the submitting threads keep the FileCore's
-  // counter in their caches instead of bouncing it with the workers every request.
+  // File references of finished tasks, dropped with one atomic subtraction per file for many
+  // requests: at the end of a part for a file with kReleaseBatch or more (or when more than
+  // kReleaseFiles files wait), and all of them before the worker sleeps or stops. Each
+  // subtraction takes the counter's cache line from the submitting thread, whose next
+  // submission's increment then misses: once per batch rather than once per round. A deferred
+  // release only keeps a FileCore alive longer (and status().in_flight counts it until then).
+  static constexpr std::uint32_t kReleaseBatch = 64;
+  static constexpr std::size_t kReleaseFiles = 16;
   void release_later(FileCore* f);
-  void flush_releases();
+  void flush_releases(bool all = true);
   std::vector<Task*> wakes_;  // waiters to wake at the end of the part (t_deferred_wakes)
   std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
   bool in_round_ = false;
@@ -742,10 +747,18 @@ void Worker::release_later(FileCore* f) {
   releases_.emplace_back(f, 1u);
 }
 
-void Worker::flush_releases() {
-  for (auto& [f, n] : releases_)
+void Worker::flush_releases(bool all) {
+  if (releases_.size() > kReleaseFiles) all = true;
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < releases_.size(); ++i) {
+    auto [f, n] = releases_[i];
+    if (!all && n < kReleaseBatch) {
+      releases_[keep++] = releases_[i];
+      continue;
+    }
     if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
-  releases_.clear();
+  }
+  releases_.resize(keep);
 }
 
 void Worker::count_request(const Task& t) { requests[static_cast<std::size_t>(kind_of(t))].add(); }
@@ -1265,7 +1278,7 @@ void Worker::part(std::uint64_t round) {
   in_round_ = false;
   t_deferred_wakes = nullptr;
   wake_deferred(wakes_);
-  flush_releases();
+  flush_releases(false);
   steps.add(ran_);
   max_ready.raise_to(ran_);
 }
@@ -1288,6 +1301,7 @@ void ControllerCore::follower_loop(Worker& w) {
         w.asleep.store(true, std::memory_order_seq_cst);
         if (w.go.load(std::memory_order_seq_cst) == seen) {
           w.sleeps.add();
+          w.flush_releases();
           futex_wait(w.go, seen);
         }
         w.asleep.store(false, std::memory_order_relaxed);
@@ -1297,7 +1311,10 @@ void ControllerCore::follower_loop(Worker& w) {
     seen = g;
     const RoundKind k = round_kind;
     const std::uint64_t r = round;
-    if (k == RoundKind::stop) return;
+    if (k == RoundKind::stop) {
+      w.flush_releases();
+      return;
+    }
     w.part(r);
     // Arrive (seq_cst RMW: publishes this part's writes to the master's acquire; then the
     // master_sleeping check pairs with the master's seq_cst store before it sleeps).
@@ -1406,6 +1423,7 @@ bool ControllerCore::issue_flush() {
 }
 
 void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
+  workers[0]->flush_releases();
   pollfd fds[kMaxEngines + 1];
   nfds_t nfds = 0;
   fds[nfds++] = pollfd{wake_fd, POLLIN, 0};
@@ -1611,7 +1629,10 @@ void ControllerCore::master_loop() {
       w.go.store(static_cast<std::uint32_t>(round), std::memory_order_seq_cst);
       if (w.asleep.load(std::memory_order_seq_cst)) futex_wake(w.go);
     }
-    if (k == RoundKind::stop) return;
+    if (k == RoundKind::stop) {
+      m.flush_releases();
+      return;
+    }
     m.part(round);
   }
 }

@@ -14,24 +14,15 @@
 namespace tai::test::btree {
 namespace {
 
-struct Fixture {
+// A BTreeDefault over an empty in-memory file, with the inline path on or off.
+struct Fixture : TreeOnMemory<> {
   explicit Fixture(bool inline_path = true, std::uint64_t strict = Quota::kUnlimited)
-      : quota(strict, strict) {
-    BTreeOptions o;
-    o.file_size = 0;
+      : TreeOnMemory<>(options(inline_path), strict) {}
+  static BTreeOptions options(bool inline_path) {
+    BTreeOptions o = empty_file();
     o.inline_path = inline_path;
-    tree = std::make_unique<BTreeDefault>(nullptr, quota, o);
-    SequentialDriver::Options d;
-    d.executor = &mem;
-    driver = std::make_unique<SequentialDriver>(d);
+    return o;
   }
-  std::int64_t op(TreeOp k, std::uint64_t off, std::uint64_t len, void* buf = nullptr) {
-    return run_op(*driver, *tree, k, off, len, buf);
-  }
-  MemoryFile mem;
-  Quota quota;
-  std::unique_ptr<BTreeDefault> tree;
-  std::unique_ptr<SequentialDriver> driver;
 };
 
 TEST(BTreeInlinePath, AnIdleCacheHitRunsNoStep) {
@@ -151,19 +142,16 @@ namespace {
 // idle tree sends each read and write straight to the engine from start(); the results, the
 // file and the counters are those of the steps.
 TEST(BTreeInlinePath, UncachedRequestsOfAnIdleTreeGoStraightToTheEngine) {
-  auto make = [](bool inline_io, MemoryFile& mem, Quota& quota) {
-    BTreeOptions o;
-    o.file_size = 0;
-    auto tree = std::make_unique<BTreeTrivial>(nullptr, quota, o);
+  auto driver_options = [](bool inline_io) {
     SequentialDriver::Options d;
-    d.executor = &mem;
     d.inline_io = inline_io;
-    return std::make_pair(std::move(tree), std::make_unique<SequentialDriver>(d));
+    return d;
   };
-  MemoryFile mem_on, mem_off;
-  Quota q_on, q_off;
-  auto [on, drv_on] = make(true, mem_on, q_on);
-  auto [off, drv_off] = make(false, mem_off, q_off);
+  TreeOnMemory<BTreeTrivial> with(TreeOnMemory<BTreeTrivial>::empty_file(), Quota::kUnlimited, driver_options(true));
+  TreeOnMemory<BTreeTrivial> without(TreeOnMemory<BTreeTrivial>::empty_file(), Quota::kUnlimited, driver_options(false));
+  MemoryFile &mem_on = with.mem, &mem_off = without.mem;
+  auto &on = with.tree, &off = without.tree;
+  auto &drv_on = with.driver, &drv_off = without.driver;
   std::mt19937_64 rng(5);
   std::vector<std::uint8_t> buf(5000), a(5000), b(5000);
   std::uint64_t size = 0, stepped = 0;  // reads that reach the end of file go through the root step

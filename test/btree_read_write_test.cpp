@@ -13,14 +13,12 @@
 namespace tai::test::btree {
 namespace {
 
-struct Fixture {
-  explicit Fixture(std::uint64_t file_size = 0) {
+struct Fixture : TreeOnMemory<> {
+  explicit Fixture(std::uint64_t file_size = 0) : TreeOnMemory<>(sized(file_size)) {}
+  static BTreeOptions sized(std::uint64_t file_size) {
     BTreeOptions o;
     o.file_size = file_size;
-    tree = std::make_unique<BTreeDefault>(nullptr, quota, o);
-    SequentialDriver::Options d;
-    d.executor = &recorder;
-    driver = std::make_unique<SequentialDriver>(d);
+    return o;
   }
   // Puts bytes in the file behind the tree's back (as if it had been there before).
   void preload(std::uint64_t off, const std::vector<std::uint8_t>& data) {
@@ -31,14 +29,7 @@ struct Fixture {
     r.length = data.size();
     mem.execute(r);
   }
-  std::int64_t op(TreeOp k, std::uint64_t off, std::uint64_t len, void* buf = nullptr) {
-    return run_op(*driver, *tree, k, off, len, buf);
-  }
-  MemoryFile mem;
-  RecordingExecutor recorder{mem};
-  Quota quota;
-  std::unique_ptr<BTreeDefault> tree;
-  std::unique_ptr<SequentialDriver> driver;
+  RecordingExecutor& recorder = rec;
 };
 
 std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {

@@ -13,15 +13,12 @@ namespace {
 
 constexpr std::uint64_t k2M = std::uint64_t{2} << 20;
 
-struct Fixture {
-  explicit Fixture(bool rule) {
-    BTreeOptions o;
-    o.file_size = 0;
+struct Fixture : TreeOnMemory<> {
+  explicit Fixture(bool rule) : TreeOnMemory<>(options(rule)) {}
+  static BTreeOptions options(bool rule) {
+    BTreeOptions o = empty_file();
     o.tiny_write_rule = rule;
-    tree = std::make_unique<BTreeDefault>(nullptr, quota, o);
-    SequentialDriver::Options d;
-    d.executor = &rec;
-    driver = std::make_unique<SequentialDriver>(d);
+    return o;
   }
   // A clean, valid 2 MiB block with four far-apart dirty ranges of 10 bytes.
   void prepare() {
@@ -33,11 +30,6 @@ struct Fixture {
     ASSERT_EQ(tree->stats().dirty_bytes, 40u);
     rec.clear();
   }
-  MemoryFile mem;
-  RecordingExecutor rec{mem};
-  Quota quota;
-  std::unique_ptr<BTreeDefault> tree;
-  std::unique_ptr<SequentialDriver> driver;
   std::vector<std::uint8_t> ten = std::vector<std::uint8_t>(10, 5);
 };
 

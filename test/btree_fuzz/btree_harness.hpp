@@ -232,6 +232,32 @@ inline std::int64_t run_op(SequentialDriver& driver, detail::TreeCore& tree, Tre
   return op.done() ? op.result() : std::numeric_limits<std::int64_t>::min();
 }
 
+/// A tree over an in-memory file, run by a SequentialDriver whose engine requests are logged:
+/// the setting of most single-behaviour tree tests. `options.file_size` defaults to 0 (an empty
+/// file); the quota's weak and strict limits are both `strict_bytes`.
+template <class Tree = BTreeDefault>
+struct TreeOnMemory {
+  explicit TreeOnMemory(BTreeOptions options = empty_file(), std::uint64_t strict_bytes = Quota::kUnlimited,
+                        SequentialDriver::Options driver_options = {})
+      : quota(strict_bytes, strict_bytes), tree(std::make_unique<Tree>(nullptr, quota, options)) {
+    driver_options.executor = &rec;
+    driver = std::make_unique<SequentialDriver>(driver_options);
+  }
+  static BTreeOptions empty_file() {
+    BTreeOptions o;
+    o.file_size = 0;
+    return o;
+  }
+  std::int64_t op(TreeOp kind, std::uint64_t offset, std::uint64_t length, void* buffer = nullptr) {
+    return run_op(*driver, *tree, kind, offset, length, buffer);
+  }
+  MemoryFile mem;
+  RecordingExecutor rec{mem};
+  Quota quota;
+  std::unique_ptr<Tree> tree;
+  std::unique_ptr<SequentialDriver> driver;
+};
+
 enum class Backend { memory, null, posix, posix_direct };
 inline const char* to_string(Backend b) {
   switch (b) {

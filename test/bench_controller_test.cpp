@@ -14,34 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "support/bench_runner.hpp"
 #include "support/test_env.hpp"
 #include "tai/engine_selector.hpp"
 
 namespace {
 
-struct Outcome {
-  int status = -1;     // exit status, -1 when killed or not started
-  std::string output;  // standard output and standard error together
-};
-
-#ifdef TAI_BENCH_PATH
-Outcome run_bench(const std::string& args) {
-  const std::string command = std::string(TAI_BENCH_PATH) + " " + args + " 2>&1";
-  Outcome out;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.output.append(buf, n);
-  const int ws = ::pclose(pipe);
-  out.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-  return out;
-}
-#define SKIP_WITHOUT_BENCH() (void)0
-#else
-Outcome run_bench(const std::string&) { return {}; }
-#define SKIP_WITHOUT_BENCH() GTEST_SKIP() << "tai-bench is not built (TAI_BUILD_BENCH=OFF)"
-#endif
+using Outcome = tai::test::BenchOutcome;
+using tai::test::run_bench;
 
 std::vector<std::string> lines_of(const std::string& path) {
   std::ifstream in(path);

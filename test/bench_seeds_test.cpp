@@ -17,29 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "support/bench_runner.hpp"
 #include "support/test_env.hpp"
 
 namespace {
 
-struct Outcome {
-  int status = -1;     // exit status, -1 when killed or not started
-  std::string output;  // standard output and standard error together
-};
-
-#ifdef TAI_BENCH_PATH
-Outcome run_bench(const std::string& args) {
-  const std::string command = std::string(TAI_BENCH_PATH) + " " + args + " 2>&1";
-  Outcome out;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.output.append(buf, n);
-  const int ws = ::pclose(pipe);
-  out.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-  return out;
-}
-#endif
+using Outcome = tai::test::BenchOutcome;
+using tai::test::run_bench;
 
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -78,11 +62,6 @@ void expect_png(const std::string& path) {
   EXPECT_EQ(std::string(magic + 1, 3), "PNG") << path << " is not a PNG";
 }
 
-#ifndef TAI_BENCH_PATH
-#define SKIP_WITHOUT_BENCH() GTEST_SKIP() << "tai-bench is not built (TAI_BUILD_BENCH=OFF)"
-#else
-#define SKIP_WITHOUT_BENCH() (void)0
-#endif
 
 const char* kSingleVariants[] = {"read",  "pread",          "direct-pread", "mmap",   "posix",
                                  "posix-direct", "uring", "uring-buffered", "libaio", "uring-iopoll"};

@@ -31,21 +31,6 @@ ControllerOptions options(std::int64_t flush_idle_ns = -1) {
   return o;
 }
 
-template <class Tree>
-File open_or_fail(Controller& ctl, const std::string& path, Open flags = Open::read | Open::write | Open::create) {
-  auto f = ctl.open<Tree>(path, flags, "posix");
-  EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
-  return f.ok() ? std::move(f.value()) : File();
-}
-
-bool wait_ok(const Receipt& r) {
-  if (!r.wait_for(kHang)) {
-    ADD_FAILURE() << "a receipt did not finish within 60 s (state " << to_string(r.state()) << ")";
-    return false;
-  }
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok();
-}
 
 /// "" when equal, else where the first difference is.
 std::string first_difference(const std::vector<unsigned char>& got, const std::vector<unsigned char>& want) {

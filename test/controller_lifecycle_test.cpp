@@ -38,22 +38,6 @@ ControllerOptions options(unsigned workers = 2) {
   return o;
 }
 
-template <class Tree>
-File open_or_fail(Controller& ctl, const std::string& path, Open flags = Open::read | Open::write | Open::create,
-                  std::string_view engine = "posix") {
-  auto f = ctl.open<Tree>(path, flags, engine);
-  EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
-  return f.ok() ? std::move(f.value()) : File();
-}
-
-bool wait_ok(const Receipt& r) {
-  if (!r.wait_for(kHang)) {
-    ADD_FAILURE() << "a receipt did not finish within 60 s (state " << to_string(r.state()) << ")";
-    return false;
-  }
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok();
-}
 
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {

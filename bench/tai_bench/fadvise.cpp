@@ -43,6 +43,7 @@ namespace tai::bench {
 namespace {
 
 using seeds::Failure;
+using seeds::run_command;
 
 struct FadviseOptions {
   std::string dir = "/var/tmp/tai-bench";
@@ -626,19 +627,7 @@ void add_fadvise_command(CLI::App& app) {
   cmd->add_flag("--corrupt-for-test", o->corrupt_for_test,
                 "Test hook: flip one byte of a private data file (and of the written file); the run must fail")
       ->group("");
-  cmd->callback([o] {
-    try {
-      if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
-    } catch (const Failure& f) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench fadvise: {}\n", f.what());
-      throw CLI::RuntimeError(f.code());
-    } catch (const std::invalid_argument& e) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench fadvise: {}\n", e.what());
-      throw CLI::RuntimeError(2);
-    }
-  });
+  cmd->callback([o] { run_command("fadvise", [o] { return run(*o); }); });
 }
 
 }  // namespace tai::bench

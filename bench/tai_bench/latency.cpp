@@ -46,6 +46,7 @@ namespace {
 
 using seeds::DataFile;
 using seeds::Failure;
+using seeds::run_command;
 using seeds::LatencyHistogram;
 
 using seeds::kExitMismatch;
@@ -901,19 +902,7 @@ void add_latency_command(CLI::App& app) {
   cmd->add_flag("--corrupt-for-test", o->corrupt_for_test,
                 "Test hook: use a private data file with one flipped byte; the run must fail")
       ->group("");
-  cmd->callback([o] {
-    try {
-      if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
-    } catch (const Failure& f) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench latency: {}\n", f.what());
-      throw CLI::RuntimeError(f.code());
-    } catch (const std::invalid_argument& e) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench latency: {}\n", e.what());
-      throw CLI::RuntimeError(2);
-    }
-  });
+  cmd->callback([o] { run_command("latency", [o] { return run(*o); }); });
 }
 
 }  // namespace tai::bench

@@ -75,23 +75,6 @@ struct OverheadOptions {
   bool random = true;
 };
 
-// xorshift64*: fast, reproducible offsets.
-struct Rng {
-  std::uint64_t s;
-  explicit Rng(std::uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
-    if (s == 0) s = 1;
-  }
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  std::uint64_t below(std::uint64_t n) {
-    __extension__ using u128 = unsigned __int128;
-    return static_cast<std::uint64_t>((static_cast<u128>(next()) * n) >> 64);
-  }
-};
 
 /// The offsets one submitting thread writes at: random or sequential bs-aligned offsets within
 /// the file size.

@@ -52,24 +52,6 @@ std::uint64_t seed_request_count(std::uint64_t bs) {
   return 32768;
 }
 
-// xorshift64*: fast, good enough to scatter offsets; reproducible from the seed.
-struct Rng {
-  std::uint64_t s;
-  explicit Rng(std::uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {
-    if (s == 0) s = 1;
-  }
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  /// Uniform in [0, n) by multiply-shift (no division on the hot path).
-  std::uint64_t below(std::uint64_t n) {
-    __extension__ using u128 = unsigned __int128;  // GCC/Clang; __extension__ silences -Wpedantic
-    return static_cast<std::uint64_t>((static_cast<u128>(next()) * n) >> 64);
-  }
-};
 
 // ---------------------------------------------------------------------------------------------
 // The data file

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include "tai/detail/aligned_buffer.hpp"
@@ -537,6 +538,20 @@ std::string gnuplot_quote(const std::string& text) {
     else out += c;
   }
   return out + "'";
+}
+
+void run_command(const char* name, const std::function<int()>& body) {
+  try {
+    if (const int rc = body(); rc != 0) throw CLI::RuntimeError(rc);
+  } catch (const Failure& f) {
+    std::fflush(stdout);
+    fmt::print(stderr, "tai-bench {}: {}\n", name, f.what());
+    throw CLI::RuntimeError(f.code());
+  } catch (const std::invalid_argument& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "tai-bench {}: {}\n", name, e.what());
+    throw CLI::RuntimeError(2);
+  }
 }
 
 }  // namespace tai::bench::seeds

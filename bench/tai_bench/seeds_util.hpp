@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,6 +38,11 @@ class Failure : public std::exception {
   int code_;
   std::string message_;
 };
+
+/// The body of a seed subcommand's CLI11 callback: runs `body`, and turns a non-zero status, a
+/// Failure (its code) or a bad argument (2) into CLI::RuntimeError after printing
+/// "tai-bench <name>: <what>" on stderr (stdout flushed first, so the two stay in order).
+void run_command(const char* name, const std::function<int()>& body);
 
 /// Exit status when data read back does not match what was written (checksum verification).
 inline constexpr int kExitMismatch = 3;

@@ -55,6 +55,7 @@ namespace tai::bench {
 namespace {
 
 using seeds::Failure;
+using seeds::run_command;
 
 struct WriteOptions {
   std::string dir = "/var/tmp/tai-bench";
@@ -613,19 +614,7 @@ void add_write_command(CLI::App& app) {
   cmd->add_flag("--corrupt-for-test", o->corrupt_for_test,
                 "Test hook: flip one byte of the file after it is written; verification must fail")
       ->group("");
-  cmd->callback([o] {
-    try {
-      if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
-    } catch (const Failure& f) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench write: {}\n", f.what());
-      throw CLI::RuntimeError(f.code());
-    } catch (const std::invalid_argument& e) {
-      std::fflush(stdout);
-      fmt::print(stderr, "tai-bench write: {}\n", e.what());
-      throw CLI::RuntimeError(2);
-    }
-  });
+  cmd->callback([o] { run_command("write", [o] { return run(*o); }); });
 }
 
 }  // namespace tai::bench

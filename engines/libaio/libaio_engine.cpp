@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tai/detail/alignment.hpp"
+#include "tai/detail/completion_backlog.hpp"
 #include "tai/detail/posix_open.hpp"
 #include "tai/detail/probe_overrides.hpp"
 
@@ -212,11 +213,7 @@ Result<std::unique_ptr<EngineFile>> LibaioEngine::do_open(const std::string& pat
   if (!fd) return fd.error();
   detail::apply_open_hints(*fd, mode.flags);
 
-  FileCapabilities caps;
-  caps.engine = capabilities();
-  caps.direct = has(mode.flags, Open::direct);
-  caps.dsync = has(mode.flags, Open::dsync);
-  if (caps.direct) caps.alignment = detail::discover_alignment(*fd);
+  const FileCapabilities caps = detail::descriptor_capabilities(*fd, mode, capabilities());
   return std::unique_ptr<EngineFile>(std::make_unique<LibaioFile>(*this, path, mode, caps, *fd));
 }
 
@@ -284,11 +281,7 @@ std::size_t LibaioEngine::do_submit(const Request* requests, std::size_t n) {
 std::size_t LibaioEngine::do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) {
   Impl& m = *impl_;
   min = std::min(min, max);
-  std::size_t got = 0;
-  while (got < max && !m.made_in_submit.empty()) {
-    out[got++] = m.made_in_submit.front();
-    m.made_in_submit.pop_front();
-  }
+  std::size_t got = detail::take_backlog(m.made_in_submit, out, 0, max);
   if (m.in_flight == 0 || got == max) return got;  // nothing else can arrive: no system call
 
   // Never wait for more than can arrive.

@@ -48,11 +48,7 @@ Result<std::unique_ptr<EngineFile>> PosixEngine::do_open(const std::string& path
   if (!fd) return fd.error();
   detail::apply_open_hints(*fd, mode.flags);
 
-  FileCapabilities caps;
-  caps.engine = capabilities();
-  caps.direct = has(mode.flags, Open::direct);
-  caps.dsync = has(mode.flags, Open::dsync);
-  if (caps.direct) caps.alignment = detail::discover_alignment(*fd);
+  const FileCapabilities caps = detail::descriptor_capabilities(*fd, mode, capabilities());
   return std::unique_ptr<EngineFile>(std::make_unique<PosixFile>(*this, path, mode, caps, *fd));
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tai/detail/alignment.hpp"
+#include "tai/detail/completion_backlog.hpp"
 #include "tai/detail/posix_open.hpp"
 #include "tai/detail/probe_overrides.hpp"
 
@@ -112,7 +113,7 @@ std::pair<std::string, std::string> device_io_poll(int fd) {
   const dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
   if (major(dev) == 0) return {};  // tmpfs, overlay, network file systems: no block queue
   const std::string base = "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
-  for (const std::string path : {base + "/queue/io_poll", base + "/../queue/io_poll"}) {  // disk, partition
+  for (const std::string& path : {base + "/queue/io_poll", base + "/../queue/io_poll"}) {  // disk, partition
     std::ifstream in(path);
     std::string value;
     if (in >> value) return {value, path};
@@ -484,11 +485,7 @@ Result<std::unique_ptr<EngineFile>> UringEngine::do_open(const std::string& path
   }
   detail::apply_open_hints(*fd, mode.flags);
 
-  FileCapabilities caps;
-  caps.engine = capabilities();
-  caps.direct = has(mode.flags, Open::direct);
-  caps.dsync = has(mode.flags, Open::dsync);
-  if (caps.direct) caps.alignment = detail::discover_alignment(*fd);
+  const FileCapabilities caps = detail::descriptor_capabilities(*fd, mode, capabilities());
 
   int slot = -1;
   if (m.files_registered) {
@@ -627,11 +624,7 @@ std::size_t UringEngine::do_submit(const Request* requests, std::size_t n) {
 std::size_t UringEngine::do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) {
   Impl& m = *impl_;
   min = std::min(min, max);
-  std::size_t got = 0;
-  while (got < max && !m.made_in_submit.empty()) {
-    out[got++] = m.made_in_submit.front();
-    m.made_in_submit.pop_front();
-  }
+  std::size_t got = detail::take_backlog(m.made_in_submit, out, 0, max);
   if (m.in_flight == 0 || got == max) return got;  // nothing else can arrive: no system call
 
   if (io_uring_sq_ready(&m.ring) > 0) (void)io_uring_submit(&m.ring);  // left behind by a short submit

@@ -11,13 +11,36 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tai/config.hpp"
 #include "tai/engine_selector.hpp"
+#include "tai/controller.hpp"
 #include "tai/receipt.hpp"
 
 namespace tai::test {
+
+/// Opens `path` under Tree on `engine`; a failure is a test failure and gives an empty handle.
+template <class Tree>
+File open_or_fail(Controller& ctl, const std::string& path, Open flags = Open::read | Open::write | Open::create,
+                  std::string_view engine = "posix") {
+  auto f = ctl.open<Tree>(path, flags, engine);
+  EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
+  return f.ok() ? std::move(f.value()) : File();
+}
+
+/// Waits for `r` (a test failure if it has not finished after `hang`) and expects success.
+inline bool wait_ok(const Receipt& r, std::chrono::seconds hang = std::chrono::seconds(60)) {
+  if (!r.wait_for(hang)) {
+    ADD_FAILURE() << "a receipt did not finish within " << hang.count() << " s (state " << to_string(r.state()) << ")";
+    return false;
+  }
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok();
+}
 
 /// Why `engine` cannot run in this build or on this kernel ("" when it can): the selector's
 /// exact reason, for GTEST_SKIP().

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tai/detail/alignment.hpp"
 #include "tai/engine.hpp"
 #include "tai/error.hpp"
 
@@ -79,6 +80,18 @@ inline Result<int> open_descriptor(const std::string& path, const OpenMode& mode
     }
   }
   return Error::from_errno(err, what);
+}
+
+/// The capability record of a file an engine with `engine_caps` opened on descriptor `fd` with
+/// `mode`: direct and dsync as asked, and for a direct file the alignment discovered for it
+/// (statx STATX_DIOALIGN, else the device's logical block size, else 4096).
+inline FileCapabilities descriptor_capabilities(int fd, const OpenMode& mode, const Capabilities& engine_caps) {
+  FileCapabilities caps;
+  caps.engine = engine_caps;
+  caps.direct = has(mode.flags, Open::direct);
+  caps.dsync = has(mode.flags, Open::dsync);
+  if (caps.direct) caps.alignment = discover_alignment(fd);
+  return caps;
 }
 
 }  // namespace tai::detail

@@ -154,29 +154,10 @@ bool TreeCore::try_inline(Operation& op, StepSink& sink) noexcept {
   if (n->busy || n->has_parked() || n->direct_count != 0) return false;  // not while idle; defensive
   const std::uint64_t lo = first - n->base, hi = last - n->base + 1, len = hi - lo;
   if (write) {
-    const std::uint64_t size = block_size(*n);
-    const std::uint64_t before = n->dirty.bytes();
-    const bool was_dirty = !n->dirty.empty();
-    if (lo == 0 && hi == size) {
-      bump(counters_.merged_bytes, before);
-      if (was_dirty) bump(counters_.merges);
-      n->dirty.assign_all(size);
-      n->valid = true;
-    } else {
-      if (n->dirty.count_after(lo, hi) > DirtyRanges::kMax) return false;  // the tiny-write rule's case
-      bump(counters_.merged_bytes, n->dirty.overlap(lo, hi));
-      const DirtyRanges::AddResult r = n->dirty.add(lo, hi);
-      bump(counters_.merges, static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0));
-    }
-    std::memcpy(n->block + lo, op.buffer, len);
-    dirty_changed(*n, before, was_dirty);
-    if (size_tracked) {  // as enter() does at the root
-      if (last == ~std::uint64_t{0}) {
-        size_top_.store(true, std::memory_order_relaxed);
-      } else if (last + 1 > size_end_.load(std::memory_order_relaxed)) {
-        size_end_.store(last + 1, std::memory_order_relaxed);
-      }
-    }
+    if (!(lo == 0 && hi == block_size(*n)) && n->dirty.count_after(lo, hi) > DirtyRanges::kMax)
+      return false;  // the tiny-write rule's case
+    absorb_write(*n, lo, hi, op.buffer, true);
+    grow_size(last);  // as enter() does at the root
   } else {
     if (!n->valid && !n->dirty.covers(lo, hi)) return false;  // needs a fill
     bump(counters_.cache_hits);
@@ -197,30 +178,59 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   // The effects of the root step (enter), go_direct and its io_done.
   bump(counters_.uncached);
   bump(counters_.inline_ops);
-  std::int64_t error = 0;
-  if (write) {
-    bump(counters_.engine_writes);
-    if (res > 0) bump(counters_.bytes_to_engine, static_cast<std::uint64_t>(res));
-    if (res < 0 || static_cast<std::uint64_t>(res) != len) error = res < 0 ? res : -EIO;
-    if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
-      if (last == ~std::uint64_t{0}) {
-        size_top_.store(true, std::memory_order_relaxed);
-      } else if (last + 1 > size_end_.load(std::memory_order_relaxed)) {
-        size_end_.store(last + 1, std::memory_order_relaxed);
-      }
-    }
-  } else {
-    bump(counters_.engine_reads);
-    bump(counters_.bytes_from_engine, len);
-    if (res < 0) {
-      error = res;
-    } else if (static_cast<std::uint64_t>(res) < len) {
-      // Past the engine's end of file but inside the logical size: a hole.
-      std::memset(op.buffer + res, 0, len - static_cast<std::uint64_t>(res));
-    }
-  }
-  complete_inline(op, len, error);
+  count_direct(op.kind, len, true);
+  if (write) grow_size(last);
+  complete_inline(op, len, direct_outcome(op.kind, res, op.buffer, len, true));
   return true;
+}
+
+void TreeCore::grow_size(std::uint64_t last) noexcept {
+  if (!size_known_ || size_top_.load(std::memory_order_relaxed)) return;
+  if (last == ~std::uint64_t{0}) {
+    size_top_.store(true, std::memory_order_relaxed);
+  } else if (last + 1 > size_end_.load(std::memory_order_relaxed)) {
+    size_end_.store(last + 1, std::memory_order_relaxed);  // only root steps (or the inline path) write it
+  }
+}
+
+void TreeCore::absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const std::byte* src, bool exclusive) noexcept {
+  const std::uint64_t size = block_size(n);
+  const std::uint64_t before = n.dirty.bytes();
+  const bool was_dirty = !n.dirty.empty();
+  if (lo == 0 && hi == size) {
+    add(counters_.merged_bytes, before, exclusive);
+    if (was_dirty) add(counters_.merges, 1, exclusive);
+    n.dirty.assign_all(size);
+    n.valid = true;
+  } else {
+    add(counters_.merged_bytes, n.dirty.overlap(lo, hi), exclusive);
+    const DirtyRanges::AddResult r = n.dirty.add(lo, hi);
+    add(counters_.merges, static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0), exclusive);
+  }
+  std::memcpy(n.block + lo, src, hi - lo);
+  dirty_changed(n, before, was_dirty);
+}
+
+void TreeCore::count_direct(TreeOp kind, std::uint64_t len, bool exclusive) noexcept {
+  if (kind == TreeOp::read) {
+    add(counters_.engine_reads, 1, exclusive);
+    add(counters_.bytes_from_engine, len, exclusive);
+  } else {
+    add(counters_.engine_writes, 1, exclusive);
+  }
+}
+
+std::int64_t TreeCore::direct_outcome(TreeOp kind, std::int64_t result, std::byte* data, std::uint64_t len,
+                                      bool exclusive) noexcept {
+  if (kind == TreeOp::read) {
+    if (result < 0) return result;
+    // Past the engine's end of file but inside the logical size: a hole.
+    if (static_cast<std::uint64_t>(result) < len) std::memset(data + result, 0, len - static_cast<std::uint64_t>(result));
+    return 0;
+  }
+  if (result > 0) add(counters_.bytes_to_engine, static_cast<std::uint64_t>(result), exclusive);
+  if (result < 0 || static_cast<std::uint64_t>(result) != len) return result < 0 ? result : -EIO;
+  return 0;
 }
 
 void TreeCore::complete_inline(Operation& op, std::uint64_t bytes, std::int64_t error) noexcept {
@@ -303,13 +313,7 @@ bool TreeCore::enter(Step& s, StepSink& sink) {
   Operation& op = *s.op;
   if (op.kind == TreeOp::write) {
     op.bytes_ = op.length;
-    if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
-      if (s.last == ~std::uint64_t{0}) {
-        size_top_.store(true, std::memory_order_relaxed);
-      } else if (s.last + 1 > size_end_.load(std::memory_order_relaxed)) {
-        size_end_.store(s.last + 1, std::memory_order_relaxed);  // only root steps write it
-      }
-    }
+    grow_size(s.last);
   } else if (op.kind == TreeOp::read) {
     if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
       const std::uint64_t end = size_end_.load(std::memory_order_relaxed);

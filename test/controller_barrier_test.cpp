@@ -318,14 +318,6 @@ void run_seed(std::uint64_t seed, bool small_quota) {
 template <class Tree>
 class ControllerBarrier : public ::testing::Test {};
 
-struct TreeNames {
-  template <class T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, BTreeDefault>) return "BTreeDefault";
-    if (std::is_same_v<T, BTreeTrivial>) return "BTreeTrivial";
-    return "other";
-  }
-};
 using Trees = ::testing::Types<BTreeDefault, BTreeTrivial>;
 TYPED_TEST_SUITE(ControllerBarrier, Trees, TreeNames);
 

@@ -42,16 +42,6 @@ std::string first_difference(const std::vector<unsigned char>& got, const std::v
          std::to_string(i) + (i < n ? " (" + std::to_string(got[i]) + " instead of " + std::to_string(want[i]) + ")" : "");
 }
 
-/// Waits until `pred` holds, at most `limit`.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // 4 MiB in 64 KiB pieces: enough dirty data that the close's write-back takes a while.
 constexpr std::size_t kPiece = 64 << 10;

@@ -353,14 +353,6 @@ void run_durability(const Case& c) {
 template <class Tree>
 class ControllerDurability : public ::testing::Test {};
 
-struct TreeNames {
-  template <class T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, BTreeDefault>) return "BTreeDefault";
-    if (std::is_same_v<T, BTreeTrivial>) return "BTreeTrivial";
-    return "other";
-  }
-};
 using Trees = ::testing::Types<BTreeDefault, BTreeTrivial>;
 TYPED_TEST_SUITE(ControllerDurability, Trees, TreeNames);
 

@@ -401,6 +401,32 @@ TEST_F(ControllerBadInput, AMovedFromHandleIsEmpty) {
   EXPECT_OK(moved.close());
 }
 
+// BTreeTrivial over posix runs each request inline, on the home worker, when the tree is idle
+// (TreeCore::try_inline, Worker::io_now): an engine error there must still reach the request's
+// receipt, and nothing else may be affected.
+TEST(ControllerEngineErrors, AnUncachedRequestsEngineErrorReachesItsReceipt) {
+  ScratchDir dir;
+  const std::string path = dir.file("read-only");
+  const auto data = pattern(4096, 9);
+  {
+    Controller ctl(quiet_options());
+    File w = open_or_fail<BTreeTrivial>(ctl, path);
+    EXPECT_OK(w.write(0, data.data(), data.size()));
+    EXPECT_OK(w.close());
+  }
+  Controller ctl(quiet_options());
+  File f = open_or_fail<BTreeTrivial>(ctl, path, Open::read);
+  const auto other = pattern(512, 10);
+  for (int i = 0; i < 3; ++i) EXPECT_FAILS_WITH(f.write(512 * i, other.data(), other.size()), EBADF);
+  std::vector<unsigned char> back(data.size());
+  Receipt r = f.read(0, back.data(), back.size());
+  EXPECT_OK(r);
+  EXPECT_EQ(r.bytes(), data.size());
+  EXPECT_EQ(back, data) << "the failed writes changed nothing";
+  EXPECT_OK(f.fsync());  // an engine error of a write is that write's, not the file's
+  EXPECT_OK(f.close());
+}
+
 TEST(ControllerOpenErrors, ABadPathIsAnErrorNamingThePath) {
   ScratchDir dir;
   Controller ctl(quiet_options());

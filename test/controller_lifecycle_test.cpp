@@ -39,15 +39,6 @@ ControllerOptions options(unsigned workers = 2) {
 }
 
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 /// A gate a task or hook waits at (bounded, so that a broken test cannot hang a worker forever).
 struct Gate {

@@ -168,36 +168,22 @@ bool BTree<Bits...>::fill_from(const Step& s, std::uint64_t from, StepSink& sink
 template <unsigned... Bits>
 bool BTree<Bits...>::write_into_block(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
-  const std::uint64_t size = block_size(n);
   const std::uint64_t lo = s.first - n.base, hi = s.last - n.base + 1, len = hi - lo;
-  const std::uint64_t before = n.dirty.bytes();
-  const bool was_dirty = !n.dirty.empty();
-  if (lo == 0 && hi == size) {
-    count(counters_.merged_bytes, before);
-    if (was_dirty) count(counters_.merges);
-    n.dirty.assign_all(size);
-    n.valid = true;
-  } else {
-    if (n.dirty.count_after(lo, hi) > detail::DirtyRanges::kMax) {
-      // The tiny-write rule (tai/btree.hpp): one request now, or the smallest gap written back later.
-      const bool through = !n.valid || (options_.tiny_write_rule &&
-                                        options_.request_cost_bytes + len < n.dirty.smallest_gap_after(lo, hi));
-      if (through) {
-        n.busy = true;
-        Step c = s;
-        c.kind = StepKind::io_done;
-        c.purpose = IoPurpose::write_through;
-        count(counters_.engine_writes);
-        sink.io(make_request(Op::write, op_data(s), s.first, len), c);
-        return false;
-      }
+  if (!(lo == 0 && hi == block_size(n)) && n.dirty.count_after(lo, hi) > detail::DirtyRanges::kMax) {
+    // The tiny-write rule (tai/btree.hpp): one request now, or the smallest gap written back later.
+    const bool through = !n.valid || (options_.tiny_write_rule &&
+                                      options_.request_cost_bytes + len < n.dirty.smallest_gap_after(lo, hi));
+    if (through) {
+      n.busy = true;
+      Step c = s;
+      c.kind = StepKind::io_done;
+      c.purpose = IoPurpose::write_through;
+      count(counters_.engine_writes);
+      sink.io(make_request(Op::write, op_data(s), s.first, len), c);
+      return false;
     }
-    count(counters_.merged_bytes, n.dirty.overlap(lo, hi));
-    const detail::DirtyRanges::AddResult r = n.dirty.add(lo, hi);
-    count(counters_.merges, static_cast<std::uint64_t>(r.joined) + (r.bridged != 0 ? 1 : 0));
   }
-  std::memcpy(n.block + lo, op_data(s), len);
-  dirty_changed(n, before, was_dirty);
+  absorb_write(n, lo, hi, op_data(s), false);
   return finished(s, sink);
 }
 
@@ -211,12 +197,7 @@ bool BTree<Bits...>::go_direct(const Step& s, StepSink& sink) {
   c.purpose = IoPurpose::direct;
   const std::uint64_t len = step_length(s);
   const bool read = s.op->kind == TreeOp::read;
-  if (read) {
-    count(counters_.engine_reads);
-    count(counters_.bytes_from_engine, len);
-  } else {
-    count(counters_.engine_writes);
-  }
+  count_direct(s.op->kind, len, false);
   sink.io(make_request(read ? Op::read : Op::write, op_data(s), s.first, len), c);
   return false;
 }
@@ -397,19 +378,8 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
       break;
     case IoPurpose::direct: {
       remove_direct(n, s);
-      const std::uint64_t len = step_length(s);
-      if (op.kind == TreeOp::read) {
-        if (s.io_result < 0) {
-          op_fail(op, s.io_result);
-        } else if (static_cast<std::uint64_t>(s.io_result) < len) {
-          // Past the engine's end of file but inside the logical size: a hole.
-          std::memset(op_data(s) + s.io_result, 0, len - static_cast<std::uint64_t>(s.io_result));
-        }
-      } else {
-        if (s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
-        if (s.io_result < 0 || static_cast<std::uint64_t>(s.io_result) != len)
-          op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
-      }
+      if (const std::int64_t err = direct_outcome(op.kind, s.io_result, op_data(s), step_length(s), false))
+        op_fail(op, err);
       finished(s, sink);
       break;
     }

@@ -390,6 +390,24 @@ class TreeCore {
   static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     if (n != 0) c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
+  /// count() from a step (`exclusive` false) or bump() from the inline path (true).
+  static void add(std::atomic<std::uint64_t>& c, std::uint64_t n, bool exclusive) noexcept {
+    exclusive ? bump(c, n) : count(c, n);
+  }
+
+  // Pieces shared by the steps and the inline path (`exclusive`: called from the inline path).
+  /// The root's bookkeeping of a write ending at `last`: grows the logical size.
+  void grow_size(std::uint64_t last) noexcept;
+  /// Copies [lo, hi) of n's block from `src` and merges it into the dirty ranges (the caller
+  /// has checked that the ranges can take it: a whole block, or at most kMax ranges after).
+  void absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const std::byte* src, bool exclusive) noexcept;
+  /// Counts an uncached engine request of `len` bytes for an operation of `kind`.
+  void count_direct(TreeOp kind, std::uint64_t len, bool exclusive) noexcept;
+  /// The outcome of an uncached request of `len` bytes at `data` that returned `result`:
+  /// counts the bytes written, zero-fills a short read (a hole inside the logical size), and
+  /// returns the operation's error (0, or -errno; a short write is -EIO).
+  std::int64_t direct_outcome(TreeOp kind, std::int64_t result, std::byte* data, std::uint64_t len,
+                              bool exclusive) noexcept;
 
  private:
   /// The inline path of start() (see src/btree.cpp): true when it did the whole operation.

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,6 +33,27 @@ File open_or_fail(Controller& ctl, const std::string& path, Open flags = Open::r
   EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
   return f.ok() ? std::move(f.value()) : File();
 }
+
+/// Waits until `pred` holds, at most `limit`, polling every millisecond.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::milliseconds(10000)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+/// Names of the predefined trees for typed test suites (TYPED_TEST_SUITE's third argument).
+struct TreeNames {
+  template <class T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, BTreeDefault>) return "BTreeDefault";
+    if (std::is_same_v<T, BTreeTrivial>) return "BTreeTrivial";
+    return "other";
+  }
+};
 
 /// Waits for `r` (a test failure if it has not finished after `hang`) and expects success.
 inline bool wait_ok(const Receipt& r, std::chrono::seconds hang = std::chrono::seconds(60)) {

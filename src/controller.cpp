@@ -17,6 +17,7 @@
 //  * The registry (files, by_path, by_tree) and tree destruction: under files_mu_.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -295,7 +296,8 @@ class Worker final : public StepSink {
   // Per-worker statistics (single writer).
   std::array<Counter, kRequestKinds> requests;
   std::array<std::array<Counter, LatencyHistogram::kBuckets>, kRequestKinds> latency;
-  Counter failed, bytes_read, bytes_written, steps, steals, sleeps, max_pending, max_ready, engine_syncs, evictions;
+  Counter failed, bytes_read, bytes_written, steps, steals, sleeps, max_pending, max_ready, engine_syncs, evictions,
+      engine_submit_calls;
 
   /// A step for a lane this worker holds in this round runs in this round (queued in now_);
   /// otherwise it waits for the next round. See own_lane() for why that keeps each node's order.
@@ -325,9 +327,10 @@ class Worker final : public StepSink {
   static constexpr std::size_t kReleaseFiles = 16;
   void release_later(FileCore* f);
   void flush_releases(bool all = true);
-  std::vector<Task*> wakes_;  // waiters to wake at the end of the part (t_deferred_wakes)
+  DeferredWakes wakes_;  // waiters to wake after the part's completions and at its end (t_deferred_wakes)
   std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
   bool in_round_ = false;
+  bool woke_waiters_ = false;  // the last part woke threads waiting for what it finished
   std::uint64_t round_ = 0;
   unsigned parity_in_ = 0;
   std::vector<std::uint64_t> claimed_;  // claimed_[lane] == round_: this worker holds the lane
@@ -1126,10 +1129,12 @@ void Worker::drive_async() {
       std::lock_guard<std::mutex> lock(s->mu);
       Request batch[64];
       std::size_t pos[64];
+      const std::size_t batch_max = std::clamp<std::size_t>(c.opt.engine_submit_batch, 1, 64);
       std::size_t m = 0;
       bool full = false;
       auto submit_batch = [&] {
         const std::size_t taken = s->engine->submit(batch, m);
+        engine_submit_calls.add();
         for (std::size_t j = 0; j < taken; ++j) backlog[pos[j]].slot = nullptr;
         for (std::size_t j = taken; j < m; ++j) s->free_conts.push_back(static_cast<std::uint32_t>(batch[j].user_data));
         s->in_flight.store(s->in_flight.load(std::memory_order_relaxed) + taken, std::memory_order_relaxed);
@@ -1148,7 +1153,7 @@ void Worker::drive_async() {
         batch[m] = backlog[j].request;
         batch[m].user_data = ci;
         pos[m++] = j;
-        if (m == 64) submit_batch();
+        if (m == batch_max) submit_batch();
       }
       if (m) submit_batch();
       reap_slot(*s);
@@ -1232,6 +1237,12 @@ void Worker::part(std::uint64_t round) {
     for (unsigned lane = owner; lane < c.lanes; lane += c.n)
       if (has_input(lane) && own_lane(lane)) drain();
   }
+  // The waiters of what finished so far are woken now, before new work is admitted: a program
+  // that resubmits on completion then gets its requests into this part's admission and its
+  // engine submission (when it shares this CPU, it runs inside this wake-up call and pushes
+  // them first) rather than one round later.
+  woke_waiters_ = !wakes_.empty();
+  if (woke_waiters_) wakes_.wake();
 
   // 3. New work from Pending (bounded per round so that a flood cannot starve the rest). Taken
   //    at the end of the part, so that what arrived while the round ran starts now.
@@ -1277,7 +1288,10 @@ void Worker::part(std::uint64_t round) {
   }
   in_round_ = false;
   t_deferred_wakes = nullptr;
-  wake_deferred(wakes_);
+  if (!wakes_.empty()) {
+    woke_waiters_ = true;
+    wakes_.wake();
+  }
   flush_releases(false);
   steps.add(ran_);
   max_ready.raise_to(ran_);
@@ -1483,7 +1497,9 @@ RoundKind ControllerCore::decide() {
     if (at_engines) {
       // Reap what is there (into the master's outbox for the next round), else sleep until an
       // engine's eventfd or the doorbell rings, after spinning for the spin budget.
-      const std::int64_t until = monotonic_ns() + opt.io_spin_ns;
+      // Just woke waiters: they usually submit next (resubmit_wait_ns, yielding the CPU).
+      const bool expect_submissions = workers[0]->woke_waiters_ && opt.resubmit_wait_ns > 0;
+      const std::int64_t until = monotonic_ns() + (expect_submissions ? opt.resubmit_wait_ns : opt.io_spin_ns);
       bool got = false;
       do {
         for (unsigned i = 0; i < count && !got; ++i) {
@@ -1496,7 +1512,10 @@ RoundKind ControllerCore::decide() {
           got = s.in_flight.load(std::memory_order_relaxed) != before;
         }
         if (got || something_runnable()) break;
-        cpu_relax();
+        if (expect_submissions)
+          sched_yield();
+        else
+          cpu_relax();
       } while (monotonic_ns() < until);
       if (got) continue;
       // Dekker with the submitters (see `sleeping`).
@@ -1743,6 +1762,7 @@ ControllerStats ControllerCore::stats() const {
     s.max_pending = std::max(s.max_pending, w.max_pending.get());
     s.max_ready = std::max(s.max_ready, w.max_ready.get());
     s.engine_syncs += w.engine_syncs.get();
+    s.engine_submit_calls += w.engine_submit_calls.get();
     s.evictions += w.evictions.get();
   }
   s.rejected = rejected_outside.load(std::memory_order_relaxed);

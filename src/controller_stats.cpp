@@ -86,6 +86,7 @@ std::string ControllerStats::table() const {
   row("engine reads", engine_reads);
   row("engine writes", engine_writes);
   row("engine syncs", engine_syncs);
+  row("engine submit calls", engine_submit_calls);
   row("bytes from engine", bytes_from_engine);
   row("bytes to engine", bytes_to_engine);
   row("cache hits", cache_hits);

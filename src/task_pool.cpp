@@ -180,14 +180,20 @@ void set_worker_task_cache() noexcept {
   t_cache.batch = kWorkerBatch;
 }
 
-thread_local std::vector<Task*>* t_deferred_wakes = nullptr;
+thread_local DeferredWakes* t_deferred_wakes = nullptr;
 
-void wake_deferred(std::vector<Task*>& tasks) noexcept {
+void DeferredWakes::wake() noexcept {
   for (Task* t : tasks) {
     futex_wake(t->word);
     release_task(t);
   }
   tasks.clear();
+  for (const Queue& q : queues) {
+    futex_wake(*q.word);
+    // Release: the queue's destructor (acquire) may free the word once this reaches zero.
+    q.posting->fetch_sub(1, std::memory_order_release);
+  }
+  queues.clear();
 }
 
 void finish_task(Task& t, TaskState final_state, int error, const char* reason) noexcept {
@@ -200,7 +206,7 @@ void finish_task(Task& t, TaskState final_state, int error, const char* reason) 
   if (prev & Task::kWaiter) {
     if (t_deferred_wakes != nullptr) {
       retain_task(&t);  // the futex word must stay this task's until the wake
-      t_deferred_wakes->push_back(&t);
+      t_deferred_wakes->tasks.push_back(&t);
     } else {
       futex_wake(t.word);
     }
@@ -418,17 +424,36 @@ struct CompletionQueue::Impl {
   // a poster pushes, bumps `posted` (seq_cst), and wakes when it takes the flag (exchange): one
   // wake-up per sleep.
   std::atomic<bool> sleeping{false};
+  // Posts still touching this object (including wake-ups a worker deferred): the consumer can
+  // pop a tag, and destroy the queue, before its poster has returned from push().
+  std::atomic<std::uint32_t> posting{0};
 };
 
 CompletionQueue::CompletionQueue(std::size_t capacity)
     : impl_(new Impl(std::max<std::size_t>(capacity, 2))) {}
-CompletionQueue::~CompletionQueue() { delete impl_; }
+
+CompletionQueue::~CompletionQueue() {
+  // Acquire: pairs with the posters' release decrements, after their last access.
+  while (impl_->posting.load(std::memory_order_acquire) != 0) detail::cpu_relax();
+  delete impl_;
+}
 
 void CompletionQueue::push(std::uint64_t tag) noexcept {
+  // Relaxed: sequenced before the tag's push, whose release the consumer's pop acquires, so a
+  // consumer that saw the tag sees this increment too.
+  impl_->posting.fetch_add(1, std::memory_order_relaxed);
   while (!impl_->tags.push(tag)) detail::cpu_relax();  // fails only when memory is exhausted
   impl_->posted.fetch_add(1, std::memory_order_seq_cst);
-  if (impl_->sleeping.load(std::memory_order_seq_cst) && impl_->sleeping.exchange(false, std::memory_order_seq_cst))
+  if (impl_->sleeping.load(std::memory_order_seq_cst) && impl_->sleeping.exchange(false, std::memory_order_seq_cst)) {
+    if (detail::t_deferred_wakes != nullptr) {
+      // Inside a worker's part: woken with the rest of the part's finished work; the list now
+      // owns this post's count.
+      detail::t_deferred_wakes->queues.push_back({&impl_->posted, &impl_->posting});
+      return;
+    }
     detail::futex_wake(impl_->posted);
+  }
+  impl_->posting.fetch_sub(1, std::memory_order_release);
 }
 
 std::size_t CompletionQueue::pop(std::uint64_t* out, std::size_t max, std::size_t min, std::int64_t timeout_ns) noexcept {

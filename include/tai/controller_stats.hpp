@@ -44,6 +44,9 @@ struct ControllerStats {
 
   // Engines and cache (summed over every tree, open or closed).
   std::uint64_t engine_reads = 0, engine_writes = 0, engine_syncs = 0;
+  /// submit() calls made to asynchronous engines (ControllerOptions::engine_submit_batch
+  /// bounds the requests per call).
+  std::uint64_t engine_submit_calls = 0;
   std::uint64_t bytes_from_engine = 0, bytes_to_engine = 0;
   std::uint64_t cache_hits = 0, fills = 0, merges = 0, merged_bytes = 0, write_throughs = 0;
   std::uint64_t reroutes = 0;        ///< pieces sent to the engine because the strict quota refused a block

@@ -17,7 +17,6 @@
 //  * The registry (files, by_path, by_tree) and tree destruction: under files_mu_.
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -330,7 +329,6 @@ class Worker final : public StepSink {
   DeferredWakes wakes_;  // waiters to wake after the part's completions and at its end (t_deferred_wakes)
   std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
   bool in_round_ = false;
-  bool woke_waiters_ = false;  // the last part woke threads waiting for what it finished
   std::uint64_t round_ = 0;
   unsigned parity_in_ = 0;
   std::vector<std::uint64_t> claimed_;  // claimed_[lane] == round_: this worker holds the lane
@@ -1241,8 +1239,7 @@ void Worker::part(std::uint64_t round) {
   // that resubmits on completion then gets its requests into this part's admission and its
   // engine submission (when it shares this CPU, it runs inside this wake-up call and pushes
   // them first) rather than one round later.
-  woke_waiters_ = !wakes_.empty();
-  if (woke_waiters_) wakes_.wake();
+  if (!wakes_.empty()) wakes_.wake();
 
   // 3. New work from Pending (bounded per round so that a flood cannot starve the rest). Taken
   //    at the end of the part, so that what arrived while the round ran starts now.
@@ -1288,10 +1285,7 @@ void Worker::part(std::uint64_t round) {
   }
   in_round_ = false;
   t_deferred_wakes = nullptr;
-  if (!wakes_.empty()) {
-    woke_waiters_ = true;
-    wakes_.wake();
-  }
+  wakes_.wake();
   flush_releases(false);
   steps.add(ran_);
   max_ready.raise_to(ran_);
@@ -1497,9 +1491,7 @@ RoundKind ControllerCore::decide() {
     if (at_engines) {
       // Reap what is there (into the master's outbox for the next round), else sleep until an
       // engine's eventfd or the doorbell rings, after spinning for the spin budget.
-      // Just woke waiters: they usually submit next (resubmit_wait_ns, yielding the CPU).
-      const bool expect_submissions = workers[0]->woke_waiters_ && opt.resubmit_wait_ns > 0;
-      const std::int64_t until = monotonic_ns() + (expect_submissions ? opt.resubmit_wait_ns : opt.io_spin_ns);
+      const std::int64_t until = monotonic_ns() + opt.io_spin_ns;
       bool got = false;
       do {
         for (unsigned i = 0; i < count && !got; ++i) {
@@ -1512,10 +1504,7 @@ RoundKind ControllerCore::decide() {
           got = s.in_flight.load(std::memory_order_relaxed) != before;
         }
         if (got || something_runnable()) break;
-        if (expect_submissions)
-          sched_yield();
-        else
-          cpu_relax();
+        cpu_relax();
       } while (monotonic_ns() < until);
       if (got) continue;
       // Dekker with the submitters (see `sleeping`).

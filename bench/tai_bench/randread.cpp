@@ -284,7 +284,6 @@ class ControllerCell {
     if (cfg.ctl_spin_ns >= 0) co.spin_ns = cfg.ctl_spin_ns;
     if (cfg.ctl_io_spin_ns >= 0) co.io_spin_ns = cfg.ctl_io_spin_ns;
     if (cfg.ctl_submit_batch >= 0) co.engine_submit_batch = static_cast<unsigned>(cfg.ctl_submit_batch);
-    if (cfg.ctl_resubmit_wait_ns >= 0) co.resubmit_wait_ns = cfg.ctl_resubmit_wait_ns;
     co.engine_options.depth = std::max(co.engine_options.depth, cfg.depth);
     try {
       cell->ctl_ = std::make_unique<Controller>(co);
@@ -831,8 +830,6 @@ void add_randread_command(CLI::App& app) {
                   "--via controller: ControllerOptions::io_spin_ns (default: its default)");
   sub->add_option("--ctl-submit-batch", opt->cfg.ctl_submit_batch,
                   "--via controller: ControllerOptions::engine_submit_batch (default: its default)");
-  sub->add_option("--ctl-resubmit-wait-ns", opt->cfg.ctl_resubmit_wait_ns,
-                  "--via controller: ControllerOptions::resubmit_wait_ns (default: its default)");
   sub->add_flag("--ctl-stats", opt->cfg.ctl_stats, "--via controller: print Controller::stats() of each cell");
   sub->add_flag("--hugepages", opt->cfg.huge_pages,
                 "TAI reads into transparent huge pages (fio cannot): shows what buffer placement is worth");

@@ -31,7 +31,6 @@ struct RandreadConfig {
   std::int64_t ctl_spin_ns = -1;    ///< ControllerOptions::spin_ns (-1 = default)
   std::int64_t ctl_io_spin_ns = -1; ///< ControllerOptions::io_spin_ns (-1 = default)
   int ctl_submit_batch = -1;        ///< ControllerOptions::engine_submit_batch (-1 = default)
-  std::int64_t ctl_resubmit_wait_ns = -1;  ///< ControllerOptions::resubmit_wait_ns (-1 = default)
   bool ctl_stats = false;           ///< print Controller::stats() of each controller cell
   std::string title = "randread";
 };

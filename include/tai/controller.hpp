@@ -59,13 +59,6 @@ struct ControllerOptions {
   /// their eventfds. Short by default: device latencies are tens of microseconds and more, and
   /// spinning takes the CPU the application and the kernel's completion work need.
   std::int64_t io_spin_ns = 2'000;
-  /// After a part that woke threads waiting for finished requests, while requests are at
-  /// asynchronous engines, how long the master waits for the new requests those threads
-  /// usually submit at once (a program that keeps a queue depth resubmits on completion) before
-  /// it sleeps. It yields the CPU while it waits (sched_yield), so a woken thread that shares
-  /// its CPU runs instead of being held off by the spin. Not sleeping saves the doorbell's
-  /// wake-up on the next submission. 0: use io_spin_ns.
-  std::int64_t resubmit_wait_ns = 20'000;
   /// The most requests a round hands to an asynchronous engine in one submit() call (one
   /// io_uring_enter or io_submit). Small batches get the first requests to the device sooner:
   /// the kernel notifies the device once per call, after preparing every request of the call

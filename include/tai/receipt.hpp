@@ -105,12 +105,17 @@ class Receipt {
 /// controller's answer to an engine's reap(). Attach `receipt.then(cq.post(tag))` to each
 /// receipt; the worker that finishes it pushes `tag` here; pop() returns tags, waiting (spin,
 /// then sleep) for at least `min` of them. A sleeping consumer is woken once per sleep, not once
-/// per receipt (compare Receipt::wait_any, which wakes per receipt).
+/// per receipt (compare Receipt::wait_any, which wakes per receipt); a worker posting inside a
+/// round wakes it after the round's completions rather than at the post, so that it gets them
+/// together.
 ///
 /// Capacity: the tags it holds without allocating (size it to the requests kept in flight); a
 /// burst beyond it allocates. A tag is posted after its receipt reports finished(): pop the tags
 /// themselves, not the receipts' states, to know what finished. Thread-safety: post() from any
-/// thread; pop() from one thread at a time. Must outlive every receipt attached to it.
+/// thread; pop() from one thread at a time. Must outlive every receipt attached to it. The
+/// consumer may destroy it as soon as it has popped the last tag it expects: the destructor
+/// waits for posts still in progress (a worker may still be inside push() or hold the
+/// consumer's deferred wake-up).
 class CompletionQueue {
  public:
   explicit CompletionQueue(std::size_t capacity = 1024);

@@ -783,6 +783,11 @@ void Worker::run_function(Task& t) {
   TaskState s = TaskState::done;
   int err = 0;
   const char* reason = nullptr;
+  // Unlike a continuation, a task may block, for instance until a thread it posted to (a
+  // CompletionQueue) answers: what it posts wakes at once, not at the part's next wake point,
+  // which comes only after it returns.
+  DeferredWakes* const deferred = t_deferred_wakes;
+  t_deferred_wakes = nullptr;
   try {
     t.fn();
   } catch (...) {
@@ -790,6 +795,7 @@ void Worker::run_function(Task& t) {
     err = ECANCELED;
     reason = "the function threw an exception";
   }
+  t_deferred_wakes = deferred;
   t.fn.reset();  // destroy what it captured now, not when the task is recycled
   if (s == TaskState::failed) failed.add();
   if (t.submit_ns != 0) {

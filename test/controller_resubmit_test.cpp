@@ -8,11 +8,13 @@
 //    deferred wake-up (the destructor waits for it).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/controller_support.hpp"
@@ -128,6 +130,31 @@ TEST(CompletionQueueLifetime, DestroyedRightAfterItsLastTagWhileAWakeUpIsDeferre
     cq.reset();  // at once: the worker may still be inside push() or holding a deferred wake-up
     ASSERT_TRUE(r.ok()) << r.message();
   }
+}
+
+// A task (unlike a continuation) may block: one that posts to a CompletionQueue and then waits
+// for the consumer's answer must find the consumer woken at the post, not after the task
+// returns (which would never come).
+TEST(CompletionQueueFromTask, APostFromATaskWakesTheConsumerAtOnce) {
+  ControllerOptions o;
+  o.workers = 2;
+  Controller ctl(o);
+  CompletionQueue cq(4);
+  std::atomic<bool> answered{false};
+  std::thread consumer([&] {
+    std::uint64_t tag = 0;
+    if (cq.pop(&tag, 1, 1, 20'000'000'000) == 1 && tag == 7) answered.store(true);
+  });
+  Receipt r = ctl.submit([&] {
+    // Long enough for the consumer to have stopped spinning and gone to sleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cq.push(7);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!answered.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  });
+  ASSERT_TRUE(wait_ok(r));
+  EXPECT_TRUE(answered.load()) << "the consumer was not woken while the posting task ran";
+  consumer.join();
 }
 
 }  // namespace

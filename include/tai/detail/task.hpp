@@ -129,6 +129,8 @@ void finish_task(Task& t, TaskState final_state, int error = 0, const char* reas
 /// that call: per-request wake-ups made the two threads take turns per completion (about 7 us
 /// each on the development VM), so the reads a program resubmitted reached the engine in small
 /// batches. The worker installs a list on its thread (t_deferred_wakes) and calls wake() on it.
+/// It takes the list away while a task or hook function runs: such a function may block (a
+/// continuation must not), for instance until the thread it posted to answers.
 struct DeferredWakes {
   /// Receipt waiters: finish_task() holds a reference on each task here.
   std::vector<Task*> tasks;

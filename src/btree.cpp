@@ -371,11 +371,17 @@ void TreeCore::complete(Operation& op) noexcept {
   const Operation::Callback cb = op.on_complete;
   void* const ctx = op.context;
   retire(op.seq_);
-  // The last touch of the tree for this operation (idle() may be true from here on).
-  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
   // Release: pairs with the acquire in Operation::done(); publishes the result and a read's data.
   op.done_.store(true, std::memory_order_release);
   if (cb != nullptr) cb(op, ctx);
+  // The last touch of the tree for this operation, after the callback has returned: idle()
+  // means every operation has been completed *and reported*. A runner that sees idle() and then
+  // runs something "after every earlier operation" (a hook) finds their receipts finished;
+  // with the count dropped before the callback, a hook admitted on the file's home worker
+  // while another worker was between the two ran before that receipt finished (seen by the
+  // order test under TSan). The callback must not destroy the tree (runners destroy trees
+  // after their rounds), so the tree is still here.
+  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 // --- children ------------------------------------------------------------------------------

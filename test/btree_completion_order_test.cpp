@@ -93,5 +93,43 @@ TEST(BTreeCompletionOrder, MoreOperationsInFlightThanTheRingStayCorrect) {
   EXPECT_EQ(tree.stats().nodes, 1u);
 }
 
+// idle() turns true only after the completion callback has returned: a runner that sees the
+// tree idle and runs something "after every earlier operation" (a hook) finds every earlier
+// operation reported. With the count dropped before the callback, a hook admitted on another
+// thread while a callback was still running ran before that operation's receipt finished.
+TEST(BTreeCompletionOrder, TheTreeIsNotIdleWhileACompletionCallbackRuns) {
+  MemoryFile mem;
+  Quota quota(0, 0);  // nothing cached: the read goes to the engine and completes from its I/O
+  BTreeOptions o;
+  o.file_size = 1 << 20;
+  BTreeDefault tree(nullptr, quota, o);
+  ManualDriver driver(mem);
+  struct Probe {
+    const BTreeDefault* tree;
+    int calls = 0;
+    bool idle_inside = true;
+    bool done_inside = false;
+  } probe{&tree};
+  std::vector<std::uint8_t> buf(100);
+  Operation read(TreeOp::read, 5000, 100, buf.data());
+  read.on_complete = [](Operation& op, void* ctx) {
+    auto* p = static_cast<Probe*>(ctx);
+    ++p->calls;
+    p->idle_inside = p->tree->idle();
+    p->done_inside = op.done();
+  };
+  read.context = &probe;
+  driver.start(tree, read);
+  driver.run_steps();
+  ASSERT_EQ(driver.pending_io(), 1u);
+  EXPECT_FALSE(tree.idle());
+  driver.run_all();
+  ASSERT_EQ(probe.calls, 1);
+  EXPECT_TRUE(probe.done_inside) << "the result is published before the callback";
+  EXPECT_FALSE(probe.idle_inside) << "the tree reported idle while the completion callback ran";
+  EXPECT_TRUE(tree.idle());
+  EXPECT_EQ(read.result(), 100);
+}
+
 }  // namespace
 }  // namespace tai::test::btree

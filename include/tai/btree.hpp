@@ -221,8 +221,9 @@ class TreeCore {
   unsigned levels() const noexcept { return levels_; }
   /// log2 of the size of a node at `depth` (64 for the root).
   unsigned node_shift(unsigned depth) const noexcept { return shift_[depth]; }
-  /// Every operation started on this tree has completed. (A runner must also let the step that
-  /// completed the last one return before it destroys the tree.)
+  /// Every operation started on this tree has completed and its completion callback has
+  /// returned. (A runner must also let the step that completed the last one return before it
+  /// destroys the tree.)
   bool idle() const noexcept { return in_flight_.load(std::memory_order_acquire) == 0; }
   /// The write-back error recorded and not yet reported by an fsync operation (empty if none).
   std::error_code recorded_error() const noexcept;
@@ -346,7 +347,8 @@ class TreeCore {
 
   // Completion order (see done_up_to). next_seq_ is written by start() only (start() calls of a
   // tree are serialised by the caller). in_flight_: +1 in start(), -1 as the last thing a
-  // completing operation does to the tree (acq_rel/acquire: idle() then sees all its effects).
+  // completing operation does to the tree, after its callback returned (acq_rel/acquire:
+  // idle() then sees all its effects and everything its callback did).
   // ring_: slot seq % kRing holds seq once operation seq completed (release store, acquire
   // load by the advancer). prefix_: advanced by CAS (acq_rel) by any completing thread over
   // consecutive completed slots. An operation completing while kRing or more older ones are

@@ -1133,6 +1133,8 @@ void Worker::drive_async() {
       std::lock_guard<std::mutex> lock(s->mu);
       Request batch[64];
       std::size_t pos[64];
+      // Splitting a batch is safe: the controller never sets Request::link (a kernel link
+      // chain would end at a call's boundary); requests of one engine keep their order.
       const std::size_t batch_max = std::clamp<std::size_t>(c.opt.engine_submit_batch, 1, 64);
       std::size_t m = 0;
       bool full = false;

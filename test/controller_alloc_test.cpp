@@ -243,6 +243,69 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerAlloc,
                                          AllocCase{"Default_posix", "posix", true}),
                          [](const testing::TestParamInfo<AllocCase>& info) { return std::string(info.param.label); });
 
+// The same promise for a program that keeps a queue depth over an asynchronous engine:
+// receipts attached to a CompletionQueue, each read resubmitted as its tag comes back. Covers
+// the deferred wake-ups of the queue's consumer (DeferredWakes keeps its capacity), the
+// engine's submit batches and the queue itself (its capacity holds every tag in flight).
+TEST(ControllerAllocCompletionQueue, NoHeapAllocationPerResubmittedRead) {
+  if (const std::string why = engine_unavailable_reason("uring"); !why.empty()) GTEST_SKIP() << why;
+  ScratchDir dir;
+  ControllerOptions options;
+  options.workers = 2;
+  Controller ctl(options);
+  File f = open_or_fail<BTreeTrivial>(ctl, dir.file("cq-alloc"), Open::read | Open::write | Open::create, "uring");
+  ASSERT_TRUE(f.is_open());
+  constexpr std::size_t kDepth = 32, kSpan = 4096;
+  constexpr std::uint64_t kBlocks = 64;
+  const std::vector<unsigned char> content = pattern(kSpan * kBlocks, 3);
+  ASSERT_TRUE(f.write(0, content.data(), content.size()).ok());
+
+  CompletionQueue done(kDepth);
+  std::vector<unsigned char> buffers(kSpan * kDepth);
+  Receipt slots[kDepth];
+  std::uint64_t tags[kDepth];
+  std::uint64_t failures = 0, issued = 0;
+  auto issue = [&](std::size_t s) {
+    slots[s] = f.read((issued++ % kBlocks) * kSpan, buffers.data() + s * kSpan, kSpan);
+    if (!slots[s].then(done.post(s))) ++failures;
+  };
+  auto run = [&](std::uint64_t n) {
+    const std::uint64_t end = issued + n;
+    for (std::size_t s = 0; s < kDepth; ++s) issue(s);
+    for (std::size_t in_flight = kDepth; in_flight > 0;) {
+      const std::size_t k = done.pop(tags, kDepth, 1, 30'000'000'000);
+      if (k == 0) {
+        ++failures;
+        break;
+      }
+      for (std::size_t i = 0; i < k; ++i) {
+        const std::size_t s = tags[i];
+        if (!slots[s].ok() || slots[s].bytes() != static_cast<std::int64_t>(kSpan)) ++failures;
+        if (issued < end)
+          issue(s);
+        else
+          --in_flight;
+      }
+    }
+  };
+
+  const std::uint64_t n = requests_per_kind();
+  run(n / 4);  // warm-up
+  const std::uint64_t tasks_before = detail::tasks_allocated();
+  g_operator_new.store(0, std::memory_order_relaxed);
+  g_aligned_alloc.store(0, std::memory_order_relaxed);
+  g_counting.store(true, std::memory_order_relaxed);
+  run(n);
+  g_counting.store(false, std::memory_order_relaxed);
+  EXPECT_EQ(failures, 0u);
+  const std::uint64_t heap = g_operator_new.load(std::memory_order_relaxed) + g_aligned_alloc.load(std::memory_order_relaxed);
+  std::printf("[ alloc    ] CompletionQueue over uring: %llu reads: operator new + aligned %llu, pool tasks %llu\n",
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(heap),
+              static_cast<unsigned long long>(detail::tasks_allocated() - tasks_before));
+  EXPECT_LT(heap, n / 100) << "heap allocations during " << n << " reads resubmitted through a CompletionQueue";
+  EXPECT_LT(detail::tasks_allocated() - tasks_before, n / 100);
+}
+
 TEST(ControllerAllocCounter, CountsAllocationsWhileSet) {
   // The counter itself works: a test that cannot fail would prove nothing.
   g_operator_new.store(0);

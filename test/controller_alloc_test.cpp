@@ -156,6 +156,24 @@ struct Counts {
   std::uint64_t total() const { return operator_new + aligned + tasks; }
 };
 
+/// Runs `run(n / 4)` as a warm-up (task pools, copy buffers, cache blocks, engine state), then
+/// counts the heap allocations of `run(n)`.
+template <class Run>
+Counts count_allocations(std::uint64_t n, Run&& run) {
+  run(n / 4);
+  const std::uint64_t tasks_before = detail::tasks_allocated();
+  g_operator_new.store(0, std::memory_order_relaxed);
+  g_aligned_alloc.store(0, std::memory_order_relaxed);
+  g_counting.store(true, std::memory_order_relaxed);
+  run(n);
+  g_counting.store(false, std::memory_order_relaxed);
+  Counts counts;
+  counts.operator_new = g_operator_new.load(std::memory_order_relaxed);
+  counts.aligned = g_aligned_alloc.load(std::memory_order_relaxed);
+  counts.tasks = detail::tasks_allocated() - tasks_before;
+  return counts;
+}
+
 class ControllerAlloc : public testing::TestWithParam<AllocCase> {};
 
 TEST_P(ControllerAlloc, NoHeapAllocationPerRequest) {
@@ -202,17 +220,7 @@ TEST_P(ControllerAlloc, NoHeapAllocationPerRequest) {
   };
 
   const std::uint64_t n = requests_per_kind();
-  run(n / 4);  // warm-up: task pools, copy buffers, cache blocks, engine state
-  const std::uint64_t tasks_before = detail::tasks_allocated();
-  g_operator_new.store(0, std::memory_order_relaxed);
-  g_aligned_alloc.store(0, std::memory_order_relaxed);
-  g_counting.store(true, std::memory_order_relaxed);
-  run(n);
-  g_counting.store(false, std::memory_order_relaxed);
-  Counts counts;
-  counts.operator_new = g_operator_new.load(std::memory_order_relaxed);
-  counts.aligned = g_aligned_alloc.load(std::memory_order_relaxed);
-  counts.tasks = detail::tasks_allocated() - tasks_before;
+  const Counts counts = count_allocations(n, run);
 
   EXPECT_EQ(failures, 0u);
   std::printf("[ alloc    ] %s: %llu writes + %llu reads + %llu tasks (+ continuations): operator new %llu, "
@@ -290,20 +298,14 @@ TEST(ControllerAllocCompletionQueue, NoHeapAllocationPerResubmittedRead) {
   };
 
   const std::uint64_t n = requests_per_kind();
-  run(n / 4);  // warm-up
-  const std::uint64_t tasks_before = detail::tasks_allocated();
-  g_operator_new.store(0, std::memory_order_relaxed);
-  g_aligned_alloc.store(0, std::memory_order_relaxed);
-  g_counting.store(true, std::memory_order_relaxed);
-  run(n);
-  g_counting.store(false, std::memory_order_relaxed);
+  const Counts counts = count_allocations(n, run);
   EXPECT_EQ(failures, 0u);
-  const std::uint64_t heap = g_operator_new.load(std::memory_order_relaxed) + g_aligned_alloc.load(std::memory_order_relaxed);
+  const std::uint64_t heap = counts.operator_new + counts.aligned;
   std::printf("[ alloc    ] CompletionQueue over uring: %llu reads: operator new + aligned %llu, pool tasks %llu\n",
               static_cast<unsigned long long>(n), static_cast<unsigned long long>(heap),
-              static_cast<unsigned long long>(detail::tasks_allocated() - tasks_before));
+              static_cast<unsigned long long>(counts.tasks));
   EXPECT_LT(heap, n / 100) << "heap allocations during " << n << " reads resubmitted through a CompletionQueue";
-  EXPECT_LT(detail::tasks_allocated() - tasks_before, n / 100);
+  EXPECT_LT(counts.tasks, n / 100);
 }
 
 TEST(ControllerAllocCounter, CountsAllocationsWhileSet) {

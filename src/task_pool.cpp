@@ -140,8 +140,15 @@ Task* acquire_task() {
 }
 
 void release_task(Task* t) noexcept {
-  // acq_rel: every holder's writes happen-before the recycling by the last one.
-  if (t->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The common case, a receipt dropped after its task finished, holds the only reference left:
+  // no other holder exists to make a new one, so a load decides without a locked
+  // read-modify-write (libstdc++'s shared_ptr does the same). Acquire pairs with the release
+  // part of the other holders' fetch_sub below: their writes happen-before the recycling.
+  if (t->refs.load(std::memory_order_acquire) == 1) {
+    t->refs.store(0, std::memory_order_relaxed);
+  } else if (t->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    return;  // acq_rel: every holder's writes happen-before the recycling by the last one
+  }
   t->recycle();
   LocalCache& c = t_cache;
   t->next = c.head;

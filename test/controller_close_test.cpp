@@ -196,6 +196,38 @@ TEST(ControllerClose, TheFileDestructorWithoutCloseLosesNothing) {
   EXPECT_EQ(first_difference(read_with_pread(path), expected), "");
 }
 
+// A submitting thread takes its tasks' file references in batches (FileRefReserve, controller.cpp)
+// and keeps the unused ones: another thread's status() may count them (at most 63), the
+// submitting thread's own status() gives them back, and so does the thread's exit.
+TEST(ControllerClose, StatusCountsAnotherThreadsReservedReferencesUntilItGivesThemBack) {
+  ScratchDir dir;
+  Controller ctl(options());
+  File f = open_or_fail<BTreeTrivial>(ctl, dir.file("reserve"));
+  const std::vector<unsigned char> data = pattern(512, 3);
+  std::atomic<int> stage{0};
+  std::atomic<int> seen{0};
+  std::uint64_t own_view = ~0ull;
+  auto write_some = [&] {
+    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(wait_ok(f.write(i * 512, data.data(), data.size())));
+  };
+  std::thread submitter([&] {
+    write_some();
+    stage = 1;
+    if (!eventually([&] { return seen.load() >= 1; })) return;
+    own_view = f.status().in_flight;  // gives this thread's reserve back
+    write_some();
+    stage = 2;
+  });
+  EXPECT_TRUE(eventually([&] { return stage.load() >= 1; }));
+  EXPECT_LE(f.status().in_flight, 63u) << "only the other thread's unused reserve, every write finished";
+  seen = 1;
+  EXPECT_TRUE(eventually([&] { return stage.load() >= 2; }));
+  EXPECT_EQ(own_view, 0u) << "a thread's own status() is exact";
+  submitter.join();
+  EXPECT_EQ(f.status().in_flight, 0u) << "the thread's exit gave its reserve back";
+  EXPECT_TRUE(wait_ok(f.close()));
+}
+
 TEST(ControllerClose, StatusReportsTheFile) {
   ScratchDir dir;
   Controller ctl(options());

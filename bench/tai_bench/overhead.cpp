@@ -43,6 +43,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,7 @@ struct OverheadOptions {
   unsigned workers = 0;
   std::string csv;
   std::string configs = "null,aio,pwrite,posix-trivial,posix-default";
+  bool stats = false;
   // Parsed from the strings above.
   std::vector<std::string> only;
   std::vector<unsigned> thread_counts;
@@ -226,6 +228,12 @@ Run run_tai(const OverheadOptions& o, const Config& c, const std::string& data_p
     }
     tally.reqs = n;
   });
+  if (o.stats) {
+    std::ostringstream table;
+    table << ctl->stats();
+    fmt::print(stderr, "controller statistics, {} {} thread(s), round {}:\n{}\n", c.engine, c.threads, round + 1,
+               table.str());
+  }
   const std::int64_t f0 = now_ns();
   Receipt flushed = ctl->flush();
   const bool flush_ok = flushed.ok();
@@ -551,6 +559,7 @@ void add_overhead_command(CLI::App& app) {
                   "posix-default")
       ->capture_default_str();
   sub->add_option("--csv", o->csv, "write the table as CSV to this file");
+  sub->add_flag("--stats", o->stats, "print each TAI run's controller statistics (to stderr)");
   sub->callback([o] {
     OverheadOptions opt = *o;
     try {

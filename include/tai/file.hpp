@@ -45,7 +45,11 @@ struct FileStatus {
   std::string engine;                 ///< the engine's name
   std::string tree;                   ///< the tree shape, e.g. "BTree<34,9,9,12>"
   bool open = false;                  ///< false after close()/detach() or controller shutdown
-  std::uint64_t in_flight = 0;        ///< operations submitted and not yet finished
+  /// Operations submitted and not yet finished. Exact for the calling thread's operations; it
+  /// may also count up to 63 file references that each other thread which submitted to this
+  /// file reserved for its next operations (they go back when that thread submits to another
+  /// file, calls status() on this one, or exits).
+  std::uint64_t in_flight = 0;
   std::uint64_t cached_bytes = 0;
   std::uint64_t dirty_bytes = 0;
   std::optional<std::uint64_t> size;  ///< the logical size (writes included), when known

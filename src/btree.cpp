@@ -112,8 +112,8 @@ void TreeCore::op_add(Operation& op, std::uint64_t steps) noexcept {
 }
 
 void TreeCore::op_fail(Operation& op, std::int64_t error) noexcept {
-  std::int64_t none = 0;
-  op.first_error_.compare_exchange_strong(none, error, std::memory_order_relaxed);
+  std::int32_t none = 0;  // -errno fits
+  op.first_error_.compare_exchange_strong(none, static_cast<std::int32_t>(error), std::memory_order_relaxed);
 }
 
 // The inline path. While the tree is idle (no operation in flight: the acquire load of
@@ -236,7 +236,7 @@ std::int64_t TreeCore::direct_outcome(TreeOp kind, std::int64_t result, std::byt
 void TreeCore::complete_inline(Operation& op, std::uint64_t bytes, std::int64_t error) noexcept {
   op.seq_ = 0;
   op.pending_.store(0, std::memory_order_relaxed);
-  op.first_error_.store(error, std::memory_order_relaxed);
+  op.first_error_.store(static_cast<std::int32_t>(error), std::memory_order_relaxed);
   op.bytes_ = bytes;
   op.result_ = error != 0 ? error : static_cast<std::int64_t>(bytes);
   op.phase_ = 0;

@@ -184,7 +184,7 @@ class ControllerCore {
   Result<File> open(const OpenRequest& req);
   bool add_engine(std::string name, std::unique_ptr<Engine> engine);
   Receipt submit_task(Task* t);
-  /// Sets t.submit_ns for the latency histograms on one request in latency_sample_every.
+  /// Stamps t (Task::stamp) for the latency histograms on one request in latency_sample_every.
   void stamp_submit(Task& t) const noexcept;
   Receipt submit_file_task(FileCore* f, Task* t);
   Receipt flush();
@@ -427,7 +427,8 @@ RequestKind kind_of(const Task& t) noexcept {
 
 void op_complete_trampoline(Operation&, void* ctx) {
   Task* t = static_cast<Task*>(ctx);
-  t->owner->on_op_complete(*t);
+  // Through the file: Task line 1, which the worker reads anyway (see Task's layout).
+  t->file->ctl->on_op_complete(*t);
 }
 
 }  // namespace
@@ -656,11 +657,10 @@ void ControllerCore::stamp_submit(Task& t) const noexcept {
     return;
   }
   countdown = opt.latency_sample_every > 1 ? opt.latency_sample_every - 1 : 0;
-  t.submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  t.stamp(static_cast<std::uint64_t>(monotonic_ns()));
 }
 
 Receipt ControllerCore::submit_task(Task* t) {
-  t->owner = this;
   const bool inside = t_worker != nullptr && &t_worker->c == this;
   if (!inside && !accepting.load(std::memory_order_acquire)) {
     finish(*t, TaskState::rejected, ECANCELED, kShutdownReason);
@@ -678,7 +678,6 @@ Receipt ControllerCore::submit_task(Task* t) {
 }
 
 Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
-  t->owner = this;
   t->file = f;
   t_file_refs.take(f);
   stamp_submit(*t);
@@ -726,7 +725,7 @@ void ControllerCore::on_op_complete(Task& t) {
         if (t.op.kind == TreeOp::write) w->bytes_written.add(static_cast<std::uint64_t>(res));
       }
       if (w && state == TaskState::failed) w->failed.add();
-      if (w && t.submit_ns != 0) {
+      if (w && t.timed) {
         const auto now = static_cast<std::uint64_t>(monotonic_ns());
         w->latency[static_cast<std::size_t>(k)][log2_bucket(now > t.submit_ns ? now - t.submit_ns : 0)].add();
       }
@@ -752,7 +751,7 @@ void ControllerCore::on_op_complete(Task& t) {
         }
         if (p->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) {
           const int pe = p->part_error.load(std::memory_order_relaxed);
-          if (w && p->submit_ns != 0) {
+          if (w && p->timed) {
             const auto now = static_cast<std::uint64_t>(monotonic_ns());
             w->latency[static_cast<std::size_t>(RequestKind::flush)][log2_bucket(now - p->submit_ns)].add();
           }
@@ -842,7 +841,7 @@ void Worker::run_function(Task& t) {
   t_deferred_wakes = deferred;
   t.fn.reset();  // destroy what it captured now, not when the task is recycled
   if (s == TaskState::failed) failed.add();
-  if (t.submit_ns != 0) {
+  if (t.timed) {
     const auto now = static_cast<std::uint64_t>(monotonic_ns());
     latency[static_cast<std::size_t>(kind_of(t))][log2_bucket(now - t.submit_ns)].add();
   }
@@ -888,8 +887,10 @@ void Worker::begin(Task* t) {
   }
   auto start_op = [&](Task* task) {
     task->phase.store(static_cast<std::uint8_t>(TaskState::ready), std::memory_order_relaxed);
-    task->op.on_complete = &op_complete_trampoline;
-    task->op.context = task;
+    // Usually already so (a recycled task keeps them): a store would take line 1 of the task
+    // from the submitting thread, which writes the next request's parameters there.
+    if (task->op.on_complete != &op_complete_trampoline) task->op.on_complete = &op_complete_trampoline;
+    if (task->op.context != task) task->op.context = task;
     f.tree->start(task->op, *this);
   };
   auto gate_on = [&](Task* task) {
@@ -1035,7 +1036,7 @@ bool Worker::progress(FileCore& f) {
             c.add_failure("close of " + f.path + ": " + (reason ? std::string(reason) + ": " : std::string()) +
                           std::generic_category().message(err));
           }
-          if (g->submit_ns != 0) {
+          if (g->timed) {
             const auto now = static_cast<std::uint64_t>(monotonic_ns());
             latency[static_cast<std::size_t>(RequestKind::close)][log2_bucket(now - g->submit_ns)].add();
           }
@@ -1436,7 +1437,6 @@ void ControllerCore::issue_evictions() {
     }
     Task* t = acquire_task();  // refs = 1: the controller's (no receipt)
     t->kind = TaskKind::evict;
-    t->owner = this;
     t->file = f;
     t->op.kind = TreeOp::evict;
     t->op.offset = rec.base;
@@ -1474,7 +1474,6 @@ bool ControllerCore::issue_flush() {
     covered += d;
     Task* t = acquire_task();
     t->kind = TaskKind::write_back;
-    t->owner = this;
     t->file = f;  // takes the reference retained above
     t->op.kind = TreeOp::write_back;
     push(f->home, t);
@@ -1703,13 +1702,12 @@ void ControllerCore::master_loop() {
 Receipt ControllerCore::flush() {
   Task* agg = acquire_task();  // the receipt's reference
   agg->kind = TaskKind::flush;
-  agg->owner = this;
   if (!accepting.load(std::memory_order_acquire)) {
     finish(*agg, TaskState::rejected, ECANCELED, kShutdownReason);
     return Receipt(agg);
   }
   flushes.fetch_add(1, std::memory_order_relaxed);
-  if (opt.latency_histograms) agg->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  if (opt.latency_histograms) agg->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_task(agg);  // the controller's, dropped by the last part
   std::vector<FileCore*> open_files;
   {
@@ -1724,7 +1722,6 @@ Receipt ControllerCore::flush() {
   for (FileCore* f : open_files) {
     Task* t = acquire_task();
     t->kind = TaskKind::write_back;
-    t->owner = this;
     t->file = f;
     t->parent = agg;
     t->op.kind = TreeOp::write_back;
@@ -1747,10 +1744,9 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
     f->detached = true;
   }
   t->kind = TaskKind::close;
-  t->owner = this;
   t->file = f;
   file_retain(f);
-  if (opt.latency_histograms) t->submit_ns = static_cast<std::uint64_t>(monotonic_ns());
+  if (opt.latency_histograms) t->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)
   push(f->home, t);
 }

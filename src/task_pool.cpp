@@ -89,24 +89,24 @@ void Task::recycle() noexcept {
   kind = TaskKind::tree_op;
   final_state = TaskState::done;
   returns_buffer = false;
-  error = 0;
-  reason = nullptr;
+  timed = false;
   result = 0;
-  submit_ns = 0;
   op.reset();
   op.kind = TreeOp::read;
   op.offset = op.length = 0;
   op.buffer = nullptr;
-  op.evict_seq = 0;
-  op.evict_depth = 0;
-  op.on_complete = nullptr;
-  op.context = nullptr;
+  // op.on_complete and op.context stay: every start of the operation sets them (Worker::begin
+  // compares first, so that the worker does not write line 1; see Task's layout).
+  if (op.evict_seq != 0) op.evict_seq = 0;
+  if (op.evict_depth != 0) op.evict_depth = 0;
   file = nullptr;
-  owner = nullptr;
-  next = nullptr;
-  parent = nullptr;
-  parts.store(0, std::memory_order_relaxed);
-  part_error.store(0, std::memory_order_relaxed);
+  // Lines 2 on: stores only where a value changed, so that they stay in this thread's cache.
+  if (error != 0) error = 0;
+  if (reason != nullptr) reason = nullptr;
+  if (next != nullptr) next = nullptr;
+  if (parent != nullptr) parent = nullptr;
+  if (parts.load(std::memory_order_relaxed) != 0) parts.store(0, std::memory_order_relaxed);
+  if (part_error.load(std::memory_order_relaxed) != 0) part_error.store(0, std::memory_order_relaxed);
   fn.reset();
   then.reset();
   if (data.size() > kKeepDataBytes) data.reset();
@@ -205,7 +205,7 @@ void DeferredWakes::wake() noexcept {
 
 void finish_task(Task& t, TaskState final_state, int error, const char* reason) noexcept {
   t.final_state = final_state;
-  t.error = error;
+  if (error != 0) t.error = error;  // a recycled task has 0 (Task's layout: line 2 stays cold)
   if (reason) t.reason = reason;
   // Release: publishes the result (and a read's data, already published to this thread by the
   // tree's completion) to Receipt's acquire loads.

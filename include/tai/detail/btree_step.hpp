@@ -35,6 +35,24 @@ const char* to_string(TreeOp op) noexcept;
 /// then hand it to TreeCore::start(). Thread-safety: done()/result()/error() may be called from
 /// any thread; the rest belongs to the caller until start() and to the tree until done().
 class Operation {
+  // The tree's state of the operation comes first and fits in 38 bytes: a controller puts it on
+  // one cache line with its own completion state (detail::Task), so that the one line a worker
+  // writes per request is all the submitting thread has to take back from it.
+  friend class detail::TreeCore;
+  // Steps of this operation not yet finished (+1 while the root step is queued). Incremented by
+  // a step that itself holds a count (so never from 0), decremented with acq_rel by each
+  // finishing step: the last one acquires every other step's writes (a read's data copied by
+  // other workers) before it completes the operation.
+  std::atomic<std::uint64_t> pending_{0};
+  std::uint64_t seq_ = 0;    // the tree's sequence number of this operation (start order)
+  std::uint64_t bytes_ = 0;  // written by the root step, read by the completing step
+  std::int64_t result_ = 0;
+  // First error (-errno) of any step: a CAS from 0, relaxed (read only after the acq_rel chain
+  // on pending_ above).
+  std::atomic<std::int32_t> first_error_{0};
+  std::atomic<bool> done_{false};
+  std::uint8_t phase_ = 0;  // fsync: 0 = writing back, 1 = engine sync in flight
+
  public:
   using Callback = void (*)(Operation& op, void* context);
 
@@ -76,21 +94,6 @@ class Operation {
     result_ = 0;
   }
 
- private:
-  friend class detail::TreeCore;
-  // Steps of this operation not yet finished (+1 while the root step is queued). Incremented by
-  // a step that itself holds a count (so never from 0), decremented with acq_rel by each
-  // finishing step: the last one acquires every other step's writes (a read's data copied by
-  // other workers) before it completes the operation.
-  std::atomic<std::uint64_t> pending_{0};
-  // First error (-errno) of any step: a CAS from 0, relaxed (read only after the acq_rel chain
-  // on pending_ above).
-  std::atomic<std::int64_t> first_error_{0};
-  std::atomic<bool> done_{false};
-  std::uint64_t bytes_ = 0;  // written by the root step, read by the completing step
-  std::int64_t result_ = 0;
-  std::uint8_t phase_ = 0;   // fsync: 0 = writing back, 1 = engine sync in flight
-  std::uint64_t seq_ = 0;    // the tree's sequence number of this operation (start order)
 };
 
 /// What a Step does when it runs.

@@ -50,11 +50,18 @@ enum class TaskKind : std::uint8_t {
   evict,      ///< internal: evict one block (recycle rounds)
 };
 
-struct Task {
+// Cache-line layout (alignas(64)). A request's task moves between the submitting thread and a
+// worker, and each line either of them writes that the other touched costs the writer a round
+// trip between the cores. So: line 0 holds everything a worker writes for a request (the
+// completion state and the tree's Operation state, which Operation puts first); line 1 what it
+// only reads (the operation's parameters, the file); the rest is the submitting thread's alone
+// on the normal path (errors, the latency stamp, links, functions, the write's copy).
+struct alignas(64) Task {
   static constexpr std::uint32_t kFinished = 1;  // futex word bits
   static constexpr std::uint32_t kWaiter = 2;
   static constexpr std::size_t kKeepDataBytes = 64 * 1024;
 
+  // --- line 0 ---
   // Reference count: +1 per Receipt, +1 for the controller while in flight. acq_rel on release
   // (the last releaser must see every write of the others before recycling the task).
   std::atomic<std::uint32_t> refs{0};
@@ -72,14 +79,17 @@ struct Task {
   TaskKind kind = TaskKind::tree_op;
   TaskState final_state = TaskState::done;  // valid once word has kFinished
   bool returns_buffer = false;              // read(offset, n): the data goes to the receipt
+  bool timed = false;                       // submit_ns holds the submission time (sampled)
+  std::int64_t result = 0;                  // bytes transferred (read/write)
+  Operation op;                             // tree_op, barrier, close, write_back, evict
+
+  // --- line 1 (from op.offset on) ---
+  FileCore* file = nullptr;     // file tasks; kept alive by the controller while in flight
+
+  // --- line 2 on ---
   int error = 0;                            // errno of a failure (0: none)
   const char* reason = nullptr;             // static text: why it was rejected / what failed
-  std::int64_t result = 0;                  // bytes transferred (read/write)
-  std::uint64_t submit_ns = 0;              // for the latency histograms (0: not measured)
-
-  Operation op;                 // tree_op, barrier, close, write_back, evict
-  FileCore* file = nullptr;     // file tasks; kept alive by the controller while in flight
-  ControllerCore* owner = nullptr;
+  std::uint64_t submit_ns = 0;              // for the latency histograms, when `timed`
   Task* next = nullptr;         // intrusive FIFO links (held queue, pool lists)
   Task* parent = nullptr;       // write_back parts of a flush
   std::atomic<std::uint32_t> parts{0};   // flush: parts not yet finished (acq_rel countdown)
@@ -89,6 +99,12 @@ struct Task {
   InplaceFunction<void(), 64> fn;              // function, hook
   InplaceFunction<void(Task&), 64> then;       // continuation (wrapped by Receipt::then)
   AlignedBuffer data;                          // write copy, or the read's Buffer memory
+
+  /// Records the submission time for the latency histograms.
+  void stamp(std::uint64_t ns) noexcept {
+    submit_ns = ns;
+    timed = true;
+  }
 
   /// Reset for reuse (keeps `data` when it is small enough to be worth keeping).
   void recycle() noexcept;

@@ -31,7 +31,9 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "tai/controller.hpp"
 #include "tai/detail/futex.hpp"
@@ -102,7 +104,8 @@ class FileCore {
   unsigned home = 0;
 
   // References: the handle, the registry (until fully closed), every task of the file in
-  // flight. acq_rel on release: the last releaser deletes.
+  // flight, and the unused ones in submitting threads' reserves (FileRefReserve). acq_rel on
+  // release: the last releaser deletes.
   alignas(64) std::atomic<std::uint32_t> refs{0};
   // close()/detach() happened (or shutdown closed it). acq_rel exchange: one close task only;
   // acquire loads in submissions (a submission that sees it false may still race with the
@@ -146,14 +149,21 @@ void file_release(FileCore* f) noexcept {
 class FileRefReserve {
  public:
   static constexpr std::uint32_t kBatch = 64;
-  ~FileRefReserve() { drop(); }
   /// One reference to f for a task; the caller holds another (its handle, or a task's).
   void take(FileCore* f) noexcept {
     if (f == file_ && left_ != 0) {
       --left_;
       return;
     }
+    if (gone_) {  // a thread_local destructor submitting after ours ran: no reserve any more
+      file_retain(f);
+      return;
+    }
     drop();
+    // The first batch makes the guard whose destructor, at the thread's exit, gives the
+    // reserve back. This object itself has no destructor, so that a thread_local destroyed
+    // after the guard may still submit (it then takes single references, see gone_).
+    thread_local ExitGuard guard;
     f->refs.fetch_add(kBatch, std::memory_order_relaxed);  // a holder exists: no ordering needed
     file_ = f;
     left_ = kBatch - 1;
@@ -169,10 +179,19 @@ class FileRefReserve {
   }
 
  private:
+  struct ExitGuard {
+    ~ExitGuard();
+  };
   FileCore* file_ = nullptr;
   std::uint32_t left_ = 0;
+  bool gone_ = false;
 };
+static_assert(std::is_trivially_destructible_v<FileRefReserve>, "see FileRefReserve::take");
 thread_local FileRefReserve t_file_refs;
+FileRefReserve::ExitGuard::~ExitGuard() {
+  t_file_refs.drop();
+  t_file_refs.gone_ = true;
+}
 
 thread_local Worker* t_worker = nullptr;
 
@@ -729,11 +748,19 @@ void ControllerCore::on_op_complete(Task& t) {
         const auto now = static_cast<std::uint64_t>(monotonic_ns());
         w->latency[static_cast<std::size_t>(k)][log2_bucket(now > t.submit_ns ? now - t.submit_ns : 0)].add();
       }
-      // A barrier's reference belongs to its gate, whose worker may release it (and the task
-      // be recycled) as soon as it sees the task finished: decide before finishing it.
-      const bool gate_owns_it = t.kind == TaskKind::barrier;
+      // A barrier's reference belongs to its gate, whose worker may release it as soon as it
+      // sees the task finished, while finish() still touches the task after publishing it (the
+      // deferred wake's reference, the continuation). So this worker holds a reference of its
+      // own across finish(): taken while the gate's is still held (the gate waits for the
+      // finish), so the count cannot be at zero, and the gate's worker sees it (it
+      // happens-before the finish's release).
+      if (t.kind == TaskKind::barrier) {
+        retain_task(&t);
+        finish(t, state, err, reason);
+        release_task(&t);
+        return;
+      }
       finish(t, state, err, reason);
-      if (gate_owns_it) return;
       break;
     }
     case TaskKind::write_back: {
@@ -1047,8 +1074,8 @@ bool Worker::progress(FileCore& f) {
           // the file fully written back and closed.
           f.fully_closed.store(true, std::memory_order_release);
           file_release(&f);  // the close task's reference
-          file_release(&f);  // the registry's reference (f may be gone now only if no handle
-                             // and no held task refers to it; held tasks hold references)
+          file_release(&f);  // the registry's reference (f may be gone now only if no handle,
+                             // no held task and no thread's reserve refers to it)
           break;
         }
         default:

@@ -329,5 +329,41 @@ TYPED_TEST(ControllerBarrier, EngineOrderRespectsEveryBarrier) {
   }
 }
 
+// A barrier's reference belongs to the gate that holds its file's later operations; the worker
+// that completes it (another one when an asynchronous engine's completion is reaped by the
+// master) still touches the task after publishing the finish: the deferred wake-up of a thread
+// that waited, the continuation. Receipts dropped at once, continuations attached, waits that
+// give up: each continuation must run exactly once, after its barrier finished.
+TEST(ControllerBarrierLifetime, AContinuationRunsOnceAfterItsBarrierFinishedWhenTheReceiptIsGone) {
+  if (const std::string why = engine_unavailable_reason("uring"); !why.empty()) GTEST_SKIP() << why;
+  ScratchDir dir;
+  ControllerOptions o;
+  o.workers = 2;
+  Controller ctl(o);
+  // Two files: their home workers differ, so one of them is not the master that reaps.
+  std::vector<File> files;
+  for (int i = 0; i < 2; ++i)
+    files.push_back(open_or_fail<BTreeTrivial>(ctl, dir.file("barrier-lifetime-" + std::to_string(i)),
+                                               Open::read | Open::write | Open::create, "uring"));
+  if (::testing::Test::HasFailure()) return;
+  const unsigned n = static_cast<unsigned>(4000 * controller_test_scale("TAI_BARRIER_LIFETIME_SCALE")) + 1;
+  std::atomic<unsigned> ran{0};
+  std::atomic<unsigned> early{0};
+  for (unsigned i = 0; i < n; ++i) {
+    Receipt b = files[i % 2].barrier();
+    b.then([&](const Receipt& r) {
+      if (!r.finished()) early.fetch_add(1);
+      ran.fetch_add(1);
+    });
+    // Sets the waiter bit and usually gives up: the finish then has a wake-up to defer for a
+    // receipt that is gone.
+    if (i % 2 == 1) b.wait_for(std::chrono::microseconds(1));
+  }
+  EXPECT_TRUE(eventually([&] { return ran.load() >= n; })) << ran.load() << " of " << n << " continuations ran";
+  for (File& f : files) EXPECT_TRUE(wait_ok(f.close()));
+  EXPECT_EQ(ran.load(), n) << "a continuation ran twice";
+  EXPECT_EQ(early.load(), 0u) << "continuations that ran before their barrier had finished";
+}
+
 }  // namespace
 }  // namespace tai::test

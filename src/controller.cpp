@@ -130,10 +130,14 @@ class FileCore {
   int close_phase = 0;  // 0: waiting for the tree to go idle, 1: write-back in flight
 };
 
-void file_retain(FileCore* f) noexcept { f->refs.fetch_add(1, std::memory_order_relaxed); }
-void file_release(FileCore* f) noexcept {
-  if (f->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete f;
+/// Takes n references (the caller holds one: no ordering needed) / drops n at once (a worker's
+/// batch, a thread's unused reserve); the last one deletes.
+void file_retain(FileCore* f, std::uint32_t n) noexcept { f->refs.fetch_add(n, std::memory_order_relaxed); }
+void file_release(FileCore* f, std::uint32_t n) noexcept {
+  if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
 }
+void file_retain(FileCore* f) noexcept { file_retain(f, 1); }
+void file_release(FileCore* f) noexcept { file_release(f, 1); }
 
 /// References to the file a thread last submitted to, taken kBatch at a time, so that a
 /// submission takes its task's file reference without a locked read-modify-write. That
@@ -164,7 +168,7 @@ class FileRefReserve {
     // reserve back. This object itself has no destructor, so that a thread_local destroyed
     // after the guard may still submit (it then takes single references, see gone_).
     thread_local ExitGuard guard;
-    f->refs.fetch_add(kBatch, std::memory_order_relaxed);  // a holder exists: no ordering needed
+    file_retain(f, kBatch);
     file_ = f;
     left_ = kBatch - 1;
   }
@@ -175,7 +179,7 @@ class FileRefReserve {
   void drop() noexcept {
     FileCore* f = std::exchange(file_, nullptr);
     const std::uint32_t n = std::exchange(left_, 0u);
-    if (f != nullptr && n != 0 && f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
+    if (f != nullptr && n != 0) file_release(f, n);
   }
 
  private:
@@ -827,7 +831,7 @@ void Worker::flush_releases(bool all) {
       releases_[keep++] = releases_[i];
       continue;
     }
-    if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
+    file_release(f, n);
   }
   releases_.resize(keep);
 }

@@ -95,18 +95,17 @@ void Task::recycle() noexcept {
   op.kind = TreeOp::read;
   op.offset = op.length = 0;
   op.buffer = nullptr;
+  op.evict_seq = 0;
+  op.evict_depth = 0;
   // op.on_complete and op.context stay: every start of the operation sets them (Worker::begin
   // compares first, so that the worker does not write line 1; see Task's layout).
-  if (op.evict_seq != 0) op.evict_seq = 0;
-  if (op.evict_depth != 0) op.evict_depth = 0;
   file = nullptr;
-  // Lines 2 on: stores only where a value changed, so that they stay in this thread's cache.
-  if (error != 0) error = 0;
-  if (reason != nullptr) reason = nullptr;
-  if (next != nullptr) next = nullptr;
-  if (parent != nullptr) parent = nullptr;
-  if (parts.load(std::memory_order_relaxed) != 0) parts.store(0, std::memory_order_relaxed);
-  if (part_error.load(std::memory_order_relaxed) != 0) part_error.store(0, std::memory_order_relaxed);
+  error = 0;
+  reason = nullptr;
+  next = nullptr;
+  parent = nullptr;
+  parts.store(0, std::memory_order_relaxed);
+  part_error.store(0, std::memory_order_relaxed);
   fn.reset();
   then.reset();
   if (data.size() > kKeepDataBytes) data.reset();

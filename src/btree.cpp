@@ -179,7 +179,10 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   bump(counters_.uncached);
   bump(counters_.inline_ops);
   count_direct(op.kind, len, true);
-  if (write) grow_size(last);
+  if (write) {
+    grow_size(last);
+    if (res > 0) note_uncached_write();
+  }
   complete_inline(op, len, direct_outcome(op.kind, res, op.buffer, len, true));
   return true;
 }
@@ -293,9 +296,18 @@ void TreeCore::start(Operation& op, StepSink& sink) {
       last = first + node_mask(op.evict_depth);
       break;
     case TreeOp::fsync:
-    case TreeOp::fdatasync:
+    case TreeOp::fdatasync: {
       first = 0;
+      // May this one clear an unrecovered sync error? Only if it starts after the redirty of
+      // the latest failure completed: then each of its visits reaches a node after that
+      // redirty's (a node runs its steps in arrival order), so it writes back what the redirty
+      // made dirty. bytes_ (an fsync moves no bytes) holds that failure's number until the
+      // engine sync completes.
+      std::lock_guard<std::mutex> lock(sync_mu_);
+      if (sync_error_.load(std::memory_order_relaxed) != 0 && !unrecoverable_ && redirty_gen_ == fail_gen_)
+        op.bytes_ = fail_gen_;
       break;
+    }
   }
   Step s;
   s.tree = this;
@@ -340,7 +352,9 @@ void TreeCore::op_step_done(Operation& op, StepSink& sink) {
   }
   if ((op.kind == TreeOp::fsync || op.kind == TreeOp::fdatasync) && op.phase_ == 0) {
     // Every dirty byte written before this fsync has reached the engine (or failed): now the
-    // engine's own sync. It belongs to no node.
+    // engine's own sync. It belongs to no node. It covers every write stamped with the epoch
+    // it takes (result_ keeps it until completion; seq_cst: see note_lost).
+    op.result_ = static_cast<std::int64_t>(epochs_.epoch.fetch_add(1, std::memory_order_seq_cst));
     op.phase_ = 1;
     op.pending_.store(1, std::memory_order_relaxed);
     Step c;
@@ -351,16 +365,68 @@ void TreeCore::op_step_done(Operation& op, StepSink& sink) {
     sink.io(make_request(op.kind == TreeOp::fsync ? Op::fsync : Op::fdatasync, nullptr, 0, 0), c);
     return;
   }
+  if (op.phase_ == 2) {
+    // The redirty of a failed sync has visited every cached block: an fsync started from now
+    // on may clear the error (unless another sync failed meanwhile; its own redirty follows).
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    if (op.bytes_ == fail_gen_) redirty_gen_ = fail_gen_;
+    op.bytes_ = 0;
+  }
   complete(op);
 }
 
-void TreeCore::op_io_done(const Step& s, StepSink&) {
+void TreeCore::op_io_done(const Step& s, StepSink& sink) {
   Operation& op = *s.op;
   if (s.io_result < 0) op_fail(op, s.io_result);
   // A write-back that failed earlier (this fsync's or any since the last fsync) is reported
   // here, once: the block is still dirty and the next write-back tries it again.
   const std::int64_t recorded = recorded_error_.exchange(0, std::memory_order_acq_rel);
   if (recorded != 0) op_fail(op, recorded);
+  const auto epoch = static_cast<std::uint64_t>(op.result_);
+  const std::uint64_t may_clear = op.bytes_;
+  op.bytes_ = 0;
+  op.result_ = 0;
+  bool redirty = false;
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    if (s.io_result < 0) {
+      // The kernel may have dropped what it could not write: everything written since the
+      // last good sync must be written again before an fsync may succeed.
+      std::int32_t none = 0;
+      sync_error_.compare_exchange_strong(none, static_cast<std::int32_t>(s.io_result), std::memory_order_relaxed);
+      ++fail_gen_;
+      if (epochs_.lost.load(std::memory_order_seq_cst) > epochs_.synced.load(std::memory_order_relaxed))
+        unrecoverable_ = true;
+      redirty = !unrecoverable_;
+      op.bytes_ = fail_gen_;
+    } else if (const std::int32_t sticky = sync_error_.load(std::memory_order_relaxed); sticky != 0) {
+      if (may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
+          op.first_error_.load(std::memory_order_relaxed) == 0) {
+        sync_error_.store(0, std::memory_order_relaxed);
+        epochs_.synced.store(epoch, std::memory_order_release);
+      } else {
+        op_fail(op, sticky);
+      }
+    } else if (recorded == 0 && op.first_error_.load(std::memory_order_relaxed) == 0 &&
+               epoch > epochs_.synced.load(std::memory_order_relaxed)) {
+      epochs_.synced.store(epoch, std::memory_order_release);
+    }
+  }
+  if (redirty) {
+    // Phase 2: a visit of every cached block (maintain() makes unsynced ranges dirty again);
+    // the operation completes when the last of them finishes (op_step_done).
+    op.phase_ = 2;
+    op.pending_.store(1, std::memory_order_relaxed);
+    Step r;
+    r.tree = this;
+    r.node = root_;
+    r.op = &op;
+    r.first = 0;
+    r.last = ~std::uint64_t{0};
+    r.kind = StepKind::visit;
+    sink.emit(r);
+    return;
+  }
   op.pending_.store(0, std::memory_order_relaxed);
   complete(op);
 }
@@ -463,6 +529,8 @@ bool TreeCore::allocate_block(Node& n) noexcept {
   n.block = p;
   n.valid = false;
   n.dirty.clear();
+  n.unsynced.clear();
+  n.unsynced_epoch = 0;
   n.block_seq = quota_.next_seq();
   quota_.record(BlockRecord{id_, n.base, n.block_seq, n.depth});
   propagate_cached(n, static_cast<std::int64_t>(size));
@@ -482,6 +550,8 @@ void TreeCore::free_block(Node& n) noexcept {
   uncount(counters_.cached_bytes, size);
   uncount(counters_.blocks);
   quota_.release(n.block, size);
+  n.unsynced.clear();
+  n.unsynced_epoch = 0;
   n.block = nullptr;
   n.valid = false;
   n.block_seq = 0;
@@ -529,6 +599,65 @@ void TreeCore::record_error(std::int64_t error) noexcept {
 std::error_code TreeCore::recorded_error() const noexcept {
   const std::int64_t e = recorded_error_.load(std::memory_order_acquire);
   return e < 0 ? std::error_code(static_cast<int>(-e), std::generic_category()) : std::error_code();
+}
+
+std::error_code TreeCore::sync_error() const noexcept {
+  const std::int32_t e = sync_error_.load(std::memory_order_relaxed);
+  return e < 0 ? std::error_code(-e, std::generic_category()) : std::error_code();
+}
+
+void TreeCore::note_block_written(Node& n, std::uint64_t lo, std::uint64_t hi) noexcept {
+  // Loaded after the engine request returned: a sync issued before that (its fetch_add done)
+  // is seen, so the stamp is never older than the syncs that may have missed these bytes.
+  const std::uint64_t e = epochs_.epoch.load(std::memory_order_seq_cst);
+  if (!unsynced_live(n)) n.unsynced.clear();  // every older range is durable
+  if (!n.valid && n.unsynced.count_after(lo, hi) > DirtyRanges::kMax) {
+    // An invalid block cannot bridge (the gap's bytes are unknown): these bytes are not held.
+    note_lost(e);
+    return;
+  }
+  n.unsynced.add(lo, hi);
+  n.unsynced_epoch = std::max(n.unsynced_epoch, e);
+}
+
+void TreeCore::note_block_leaving(const Node& n) noexcept {
+  if (unsynced_live(n)) note_lost(n.unsynced_epoch);
+}
+
+void TreeCore::note_lost(std::uint64_t epoch) noexcept {
+  // Bytes stamped `epoch` are covered by the sync whose fetch_add takes `epoch` (and by every
+  // later one). When the re-load below still reads `epoch`, it precedes that fetch_add in the
+  // single order of seq_cst operations, so the maximum stored before it does too, and the
+  // failure handler of that sync (or of a later one), which loads `lost` after its fetch_add,
+  // sees it. When a sync took the epoch meanwhile, the bytes are stamped with the newer one
+  // (later, so conservative) and the maximum is stored again.
+  for (;;) {
+    std::uint64_t cur = epochs_.lost.load(std::memory_order_seq_cst);
+    while (cur < epoch && !epochs_.lost.compare_exchange_weak(cur, epoch, std::memory_order_seq_cst)) {
+    }
+    const std::uint64_t now = epochs_.epoch.load(std::memory_order_seq_cst);
+    if (now == epoch) return;
+    epoch = now;
+  }
+}
+
+void TreeCore::redirty_block(Node& n) noexcept {
+  if (!unsynced_live(n)) return;
+  const std::uint64_t before = n.dirty.bytes();
+  const bool was_dirty = !n.dirty.empty();
+  for (int i = 0; i < n.unsynced.count(); ++i) {
+    const DirtyRanges::Range r = n.unsynced[i];
+    if (!n.valid && n.dirty.count_after(r.begin, r.end) > DirtyRanges::kMax) {
+      // Cannot be held as dirty ranges without bridging unknown bytes: give up recovery.
+      std::lock_guard<std::mutex> lock(sync_mu_);
+      unrecoverable_ = true;
+      continue;
+    }
+    n.dirty.add(r.begin, r.end);
+  }
+  n.unsynced.clear();
+  n.unsynced_epoch = 0;
+  dirty_changed(n, before, was_dirty);
 }
 
 std::optional<std::uint64_t> TreeCore::logical_size() const noexcept {
@@ -624,6 +753,7 @@ std::string TreeCore::check_invariants() const {
     if (n.block != nullptr) {
       const std::uint64_t size = node_mask(n.depth) + 1;
       if (!n.dirty.well_formed(size)) fail(n, "malformed dirty ranges");
+      if (!n.unsynced.well_formed(size)) fail(n, "malformed unsynced ranges");
       if (n.block_seq == 0) fail(n, "block without a sequence number");
       sum.cached += size;
       sum.blocks = 1;

@@ -114,9 +114,9 @@ class FileCore {
   // The close finished: tree and engine file are gone. Release store by the home worker,
   // acquire loads (a successor file's gate; status()).
   std::atomic<bool> fully_closed{false};
-  // errno of a failed engine sync: every later fsync/close of this handle fails with it.
-  // Relaxed: set by the worker that reaped the sync, read by the worker that completes a later
-  // fsync, which runs at least one round later (the barrier orders them).
+  // errno of the tree's unrecovered engine-sync failure (TreeCore::sync_error, which decides
+  // fsync results and close), mirrored at each fsync's completion for status(), which may come
+  // after the tree is gone. Relaxed: informational.
   std::atomic<int> sticky{0};
   bool detached = false;  // written before the close task is pushed (the queue publishes it)
 
@@ -731,12 +731,14 @@ void ControllerCore::on_op_complete(Task& t) {
   if (res < 0) {
     state = TaskState::failed;
     err = static_cast<int>(-res);
-  } else if (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync) {
-    if (const int st = f->sticky.load(std::memory_order_relaxed); st != 0) {
-      state = TaskState::failed;
-      err = st;
-      reason = "an earlier fsync of this file failed; data written before it may not be on storage";
-    }
+  }
+  if (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync) {
+    // The tree failed this fsync with its unrecovered sync error, or cleared the error.
+    const std::error_code se = f->tree->sync_error();
+    f->sticky.store(se.value(), std::memory_order_relaxed);
+    if (se && res == -se.value())
+      reason = "an engine sync of this file failed (this fsync's or an earlier one) and the data it covered has not "
+               "been written again and synced since";
   }
   t.result = res < 0 ? 0 : res;
   switch (t.kind) {
@@ -1025,9 +1027,9 @@ bool Worker::progress(FileCore& f) {
             }
           }
           if (!err) {
-            if (const int st = f.sticky.load(std::memory_order_relaxed)) {
-              err = st;
-              reason = "an earlier fsync of this file failed";
+            if (const std::error_code se = f.tree->sync_error()) {
+              err = se.value();
+              reason = "an earlier fsync of this file failed and the data it covered has not been written again since";
             }
           }
           {
@@ -1138,11 +1140,6 @@ void Worker::io(const Request& r, const Step& cont) {
   auto deliver = [&](std::int64_t result) {
     Step k = cont;
     k.io_result = result;
-    if (result < 0 && (r.op == Op::fsync || r.op == Op::fdatasync) && cont.op && cont.op->context) {
-      // An engine sync failed: after it the kernel may have dropped dirty pages (fsyncgate), so
-      // this handle's later fsyncs must fail too.
-      static_cast<Task*>(cont.op->context)->file->sticky.store(static_cast<int>(-result), std::memory_order_relaxed);
-    }
     if (in_round_ && own_lane(lane_of(k.node)))
       urgent_.push_back(k);
     else
@@ -1184,9 +1181,6 @@ void Worker::reap_slot(EngineSlot& s) {
       Step step = s.conts[idx];
       s.free_conts.push_back(idx);
       step.io_result = got[i].result;
-      if (got[i].result < 0 && step.kind == StepKind::op_io_done && step.op && step.op->context)
-        static_cast<Task*>(step.op->context)->file->sticky.store(static_cast<int>(-got[i].result),
-                                                                 std::memory_order_relaxed);
       emit(step);
     }
     s.in_flight.store(s.in_flight.load(std::memory_order_relaxed) - k, std::memory_order_relaxed);

@@ -293,11 +293,15 @@ template <unsigned... Bits>
 bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   Operation& op = *s.op;
+  if (redirtying(op)) return redirty(s, sink);
   if (n.block != nullptr) {
     if (op.kind == TreeOp::evict && (n.depth != op.evict_depth || n.block_seq != op.evict_seq))
       return finished(s, sink);  // a newer block than the record: it has its own record
     if (!n.dirty.empty()) return write_back_next(s, sink);
-    if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) free_block(n);
+    if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) {
+      note_block_leaving(n);
+      free_block(n);
+    }
     return finished(s, sink);
   }
   if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
@@ -327,6 +331,39 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
     cs_step.node = c;
     cs_step.first = std::max(s.first, c->base);
     cs_step.last = std::min(s.last, node_last(*c));
+    cs_step.aux = 0;
+    sink.emit(cs_step);
+  }
+  return false;  // handed over
+}
+
+// The redirty of a failed engine sync at n (tai/btree.hpp, "Failed engine syncs"): a block's
+// unsynced ranges become dirty again; the visit goes on into every child that holds a block or
+// that an earlier operation may still be working in. No garbage collection here.
+template <unsigned... Bits>
+bool BTree<Bits...>::redirty(const Step& s, StepSink& sink) {
+  detail::Node& n = *s.node;
+  Operation& op = *s.op;
+  if (n.block != nullptr) {
+    redirty_block(n);
+    return finished(s, sink);
+  }
+  if (n.child_count == 0) return finished(s, sink);
+  std::vector<detail::Node*> targets;
+  const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
+  for_each_child(n, 0, last_index, [&](std::uint64_t, detail::Node* c) {
+    if (done_up_to(c->last_seq) && c->cached_bytes.load(std::memory_order_relaxed) == 0) return;
+    targets.push_back(c);
+  });
+  if (targets.empty()) return finished(s, sink);
+  if (targets.size() > 1) op_add(op, targets.size() - 1);
+  for (detail::Node* c : targets) {
+    // This operation is older than the ones that passed since: last_seq never goes back.
+    c->last_seq = std::max(c->last_seq, op.seq());
+    Step cs_step = s;
+    cs_step.node = c;
+    cs_step.first = c->base;
+    cs_step.last = node_last(*c);
     cs_step.aux = 0;
     sink.emit(cs_step);
   }
@@ -378,6 +415,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
       break;
     case IoPurpose::direct: {
       remove_direct(n, s);
+      if (op.kind == TreeOp::write && s.io_result > 0) note_uncached_write();
       if (const std::int64_t err = direct_outcome(op.kind, s.io_result, op_data(s), step_length(s), false))
         op_fail(op, err);
       finished(s, sink);
@@ -391,6 +429,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         // The file has these bytes now; the cached copy gets them too and they stay clean (the
         // write touches no dirty range: that is why it overflowed them).
         std::memcpy(n.block + (s.first - n.base), op_data(s), len);
+        note_block_written(n, s.first - n.base, s.last - n.base + 1);
         count(counters_.write_throughs);
       } else {
         op_fail(op, s.io_result < 0 ? s.io_result : -EIO);
@@ -414,11 +453,15 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
       const std::uint64_t before = n.dirty.bytes();
       n.dirty.erase_front(static_cast<int>(s.aux));
       dirty_changed(n, before, true);
+      note_block_written(n, s.first - n.base, s.last - n.base + 1);
       if (!n.dirty.empty()) {
         write_back_next(s, sink);
         break;
       }
-      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) free_block(n);
+      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) {
+        note_block_leaving(n);
+        free_block(n);
+      }
       finished(s, sink);
       break;
     }

@@ -26,8 +26,9 @@
 // counters, BTreeStats::inline_ops counts them): a cache hit costs a walk and a copy, not a
 // chain of queued steps (see TreeCore::try_inline). Likewise a request no block can ever hold
 // (every request of BTreeTrivial) when the runner can execute it synchronously
-// (StepSink::io_now: a synchronous engine). There is no mutex
-// in the tree: a node's plain fields are touched only by its own steps (and two of them only by
+// (StepSink::io_now: a synchronous engine). The only mutex in the tree guards the sync state
+// (fsync and fdatasync operations take it at start and at their engine sync's completion, never
+// a read or write): a node's plain fields are touched only by its own steps (and two of them only by
 // its parent's); the shared counters are atomics, each with its memory order explained where it
 // is declared. A step passing through a node touches no atomic: what other designs track with
 // per-level activity counters ("is anything still active below this node?") is answered by the
@@ -76,6 +77,26 @@
 //    read-modify-write of the partial edge blocks. A failed write-back keeps the block dirty and
 //    records the error for the file: the next fsync operation (TreeOp::fsync/fdatasync) fails
 //    with it (once), and writes the block back again.
+//  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
+//    pages it could not write, and a later fsync of the same data reports success). Every engine
+//    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation
+//    advances; a successful sync makes every write stamped at or before its epoch durable.
+//    Bytes a block wrote back (or wrote through) stay listed as the block's `unsynced` ranges
+//    until a sync covers them. When an engine sync fails:
+//      - the fsync fails with the error, and the tree keeps it as its sync error: every later
+//        fsync and close fails with it until the tree has recovered (below);
+//      - if every byte written since the last good sync is still held by a block, the same
+//        operation visits every cached block and makes its unsynced ranges dirty again (a
+//        "redirty"), then completes. An fsync *started after* that completes writes them back
+//        with everything else, and its successful sync clears the error: the data has been
+//        written again and synced.
+//      - if some of those bytes are no longer held (an uncached write, the only kind under
+//        BTreeTrivial; an evicted or dropped block; an invalid block with more than 4 ranges),
+//        the error stays for the life of the tree (the file handle): the caller must rewrite
+//        the data itself and reopen.
+//    Known limit: a fill of a not-valid block reads its clean gaps from the engine, unsynced
+//    ranges included; one that runs between the failed sync and the redirty of its block caches
+//    what the kernel has then, which after a dropped page is the older data.
 //  * Address space vs engines: the tree addresses all 2^64 bytes, but the engine layer rejects
 //    requests whose end passes 2^63 - 1 (off_t) with -EOVERFLOW. Data cached above that works
 //    until it must reach the engine: then the read, rerouted write or write-back fails with
@@ -103,6 +124,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -227,6 +249,10 @@ class TreeCore {
   bool idle() const noexcept { return in_flight_.load(std::memory_order_acquire) == 0; }
   /// The write-back error recorded and not yet reported by an fsync operation (empty if none).
   std::error_code recorded_error() const noexcept;
+  /// The error of a failed engine sync that the tree has not recovered from (empty if none):
+  /// every fsync/fdatasync operation fails with it until one started after the redirty succeeds
+  /// (see "Failed engine syncs" above). Thread-safe.
+  std::error_code sync_error() const noexcept;
   /// The logical size (nullopt: unknown). 2^64 is reported as UINT64_MAX.
   std::optional<std::uint64_t> logical_size() const noexcept;
   /// Walks the whole tree and checks every structural invariant and counter; returns "" or what
@@ -306,6 +332,24 @@ class TreeCore {
   std::uint64_t logical_last_or_max() const noexcept;
   void record_error(std::int64_t error) noexcept;
 
+  // Sync epochs (see "Failed engine syncs" above).
+  /// [lo, hi) of n's block reached the engine (a write-back or write-through succeeded).
+  void note_block_written(Node& n, std::uint64_t lo, std::uint64_t hi) noexcept;
+  /// A write reached the engine that no block holds (an uncached request).
+  void note_uncached_write() noexcept { note_lost(epochs_.epoch.load(std::memory_order_acquire)); }
+  /// n's block is about to be freed by a drop or an eviction: its unsynced bytes leave the cache.
+  void note_block_leaving(const Node& n) noexcept;
+  /// Bytes stamped `epoch` that no block holds any more.
+  void note_lost(std::uint64_t epoch) noexcept;
+  /// The redirty of a failed sync at n's block: its live unsynced ranges join its dirty ones.
+  void redirty_block(Node& n) noexcept;
+  /// Is `op` (an fsync/fdatasync) in its redirty phase?
+  static bool redirtying(const Operation& op) noexcept { return op.phase_ == 2; }
+  /// Is n's `unsynced` list live (not yet covered by a good sync)?
+  bool unsynced_live(const Node& n) const noexcept {
+    return !n.unsynced.empty() && n.unsynced_epoch > epochs_.synced.load(std::memory_order_acquire);
+  }
+
   // Parking and uncached requests.
   static void park_back(Node& n, const Step& s);
   static void park_front(Node& n, const Step& s);
@@ -371,6 +415,27 @@ class TreeCore {
   // The error of a failed write-back not yet reported (-errno, 0 = none). exchange/store are
   // acq_rel/release: the reporting fsync must see the error recorded by an earlier write-back.
   std::atomic<std::int64_t> recorded_error_{0};
+
+  // Sync epochs. epochs_.epoch: the stamp of engine writes completing now; an fsync operation's engine
+  // sync takes it and advances it (fetch_add, acq_rel), and a write completion loads it
+  // (acquire) after its engine request returned: a write stamped e completed before the sync
+  // that took e was issued. epochs_.synced: every write stamped at or below it is durable (release
+  // store under sync_mu_, acquire loads). epochs_.lost: the newest stamp of bytes that reached the
+  // engine but that no block holds (seq_cst CAS to the maximum: see note_lost). Their own line:
+  // write completions only load epoch and synced, which change once per sync.
+  struct alignas(64) SyncEpochs {
+    std::atomic<std::uint64_t> epoch{1};
+    std::atomic<std::uint64_t> synced{0};
+    std::atomic<std::uint64_t> lost{0};
+  } epochs_;
+  // Under sync_mu_: the unrecovered sync error (-errno, 0: none; also an atomic for sync_error()
+  // readers), how many syncs have failed (fail_gen_) and which failure's redirty has completed
+  // (redirty_gen_), and whether recovery is impossible (lost bytes at a failure).
+  mutable std::mutex sync_mu_;
+  std::atomic<std::int32_t> sync_error_{0};
+  std::uint64_t fail_gen_ = 0;
+  std::uint64_t redirty_gen_ = 0;
+  bool unrecoverable_ = false;
 
   // Counters (BTreeStats). Relaxed: each is exact through its atomic read-modify-write; none
   // publishes other memory. They are read consistently only when the tree is idle.
@@ -495,6 +560,7 @@ class BTree final : public detail::TreeCore {
   bool overwrite(const Step& s, StepSink& sink);
   bool descend(const Step& s, StepSink& sink);
   bool maintain(const Step& s, StepSink& sink);
+  bool redirty(const Step& s, StepSink& sink);
   bool go_direct(const Step& s, StepSink& sink);
   bool fill_from(const Step& s, std::uint64_t from, StepSink& sink);
   bool serve_read(const Step& s, StepSink& sink);

@@ -54,7 +54,10 @@ struct FileStatus {
   std::uint64_t cached_bytes = 0;
   std::uint64_t dirty_bytes = 0;
   std::optional<std::uint64_t> size;  ///< the logical size (writes included), when known
-  std::error_code sticky_error;       ///< an fsync failure that later fsyncs keep reporting
+  /// An engine fsync failure that later fsyncs keep reporting (as of the last fsync's completion):
+  /// cleared once an fsync submitted after the failed one completed has written the affected
+  /// data again and synced it (see fsync()).
+  std::error_code sticky_error;
 };
 
 /// A handle to an open file. Move-only.
@@ -96,8 +99,16 @@ class File {
   /// freed by the controller.
   Receipt write(std::uint64_t offset, Buffer&& data);
   /// Writes back every earlier write of this file, then the engine's fsync. Done means durable
-  /// (as far as the kernel promises). Fails with an earlier write-back's error once; after an
-  /// engine fsync failure every later fsync of this File fails too (see status().sticky_error).
+  /// (as far as the kernel promises). Fails with an earlier write-back's error once (the data
+  /// stays dirty in the cache, and the next write-back writes it again).
+  ///
+  /// After an engine fsync failure the kernel may have dropped the data it could not write, so
+  /// every later fsync (and the close) fails with that error until the data is written again:
+  /// if the file's cache still holds every byte written since the last good fsync, the failed
+  /// fsync marks it dirty again before it completes, and the first fsync *submitted after the
+  /// failed one completed* writes it back, syncs, and on success clears the error. If some of
+  /// those bytes are not cached (BTreeTrivial, uncached or evicted writes), the error stays for
+  /// the life of this File: rewrite the data and reopen. See status().sticky_error.
   Receipt fsync();
   /// As fsync(), with the engine's fdatasync.
   Receipt fdatasync();

@@ -122,6 +122,16 @@ inline std::vector<unsigned char> read_with_pread(const std::string& path) {
   return out;
 }
 
+/// Writes `data` at `offset` of the existing file at `path` with plain pwrite (no TAI): a change
+/// behind the controller's back. True when all of it was written.
+inline bool write_with_pwrite(const std::string& path, std::uint64_t offset, const std::vector<unsigned char>& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  return n == static_cast<ssize_t>(data.size());
+}
+
 /// Creates (or truncates) `path` as `size` zero bytes.
 inline bool make_zero_file(const std::string& path, std::uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -70,6 +70,13 @@ struct Node {
   std::byte* block = nullptr;  // cache block of the node's size, from the quota
   std::uint64_t block_seq = 0; // Quota::next_seq() of its allocation
   DirtyRanges dirty;
+  // Bytes of the block that reached the engine (write-back, write-through) and that no engine
+  // sync has been seen to cover yet: what a failed fsync makes the tree write again (see
+  // "Failed engine syncs" in tai/btree.hpp). Stale, and treated as empty, once unsynced_epoch
+  // is at or below the tree's synced epoch. Same range rules as `dirty` (bridging gaps only in a
+  // valid block).
+  DirtyRanges unsynced;
+  std::uint64_t unsynced_epoch = 0;  // the sync epoch of the newest range in `unsynced` (0: none)
 
   Node** array = nullptr;                      // narrow level: fanout slots
   std::map<std::uint64_t, Node*>* map = nullptr;  // wide level: index -> child

@@ -354,7 +354,11 @@ void TreeCore::op_step_done(Operation& op, StepSink& sink) {
     // Every dirty byte written before this fsync has reached the engine (or failed): now the
     // engine's own sync. It belongs to no node. It covers every write stamped with the epoch
     // it takes (result_ keeps it until completion; seq_cst: see note_lost).
-    op.result_ = static_cast<std::int64_t>(epochs_.epoch.fetch_add(1, std::memory_order_seq_cst));
+    {
+      std::lock_guard<std::mutex> lock(sync_mu_);
+      op.result_ = static_cast<std::int64_t>(epochs_.epoch.fetch_add(1, std::memory_order_seq_cst));
+      if (++syncs_in_flight_ > 1) syncs_overlapped_ = true;
+    }
     op.phase_ = 1;
     op.pending_.store(1, std::memory_order_relaxed);
     Step c;
@@ -389,6 +393,11 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
   bool redirty = false;
   {
     std::lock_guard<std::mutex> lock(sync_mu_);
+    // Overlapping syncs of one file: the kernel reports a write-back error to one of them only
+    // (errseq, once per open file), so the success of one that overlapped another proves
+    // nothing. Only a sync that ran alone may advance `synced` or clear the error.
+    const bool alone = !syncs_overlapped_;
+    if (--syncs_in_flight_ == 0) syncs_overlapped_ = false;
     if (s.io_result < 0) {
       // The kernel may have dropped what it could not write: everything written since the
       // last good sync must be written again before an fsync may succeed.
@@ -400,14 +409,14 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
       redirty = !unrecoverable_;
       op.bytes_ = fail_gen_;
     } else if (const std::int32_t sticky = sync_error_.load(std::memory_order_relaxed); sticky != 0) {
-      if (may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
+      if (alone && may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
           op.first_error_.load(std::memory_order_relaxed) == 0) {
         sync_error_.store(0, std::memory_order_relaxed);
         epochs_.synced.store(epoch, std::memory_order_release);
       } else {
         op_fail(op, sticky);
       }
-    } else if (recorded == 0 && op.first_error_.load(std::memory_order_relaxed) == 0 &&
+    } else if (alone && recorded == 0 && op.first_error_.load(std::memory_order_relaxed) == 0 &&
                epoch > epochs_.synced.load(std::memory_order_relaxed)) {
       epochs_.synced.store(epoch, std::memory_order_release);
     }

@@ -191,6 +191,49 @@ TEST(BTreeFailedSync, AnFsyncThatStartsWhileTheRedirtyIsUnderWayCannotClearTheEr
   EXPECT_EQ(tree.check_invariants(), "");
 }
 
+TEST(BTreeFailedSync, TheSuccessOfASyncThatOverlappedAFailedOneProvesNothing) {
+  // Two engine syncs in flight at once; the later one succeeds first, then the earlier one
+  // fails. The kernel reports a write-back error to one fsync of a file only, so the success
+  // may cover a page the failure dropped: the block must still be written again.
+  MemoryFile mem;
+  Quota quota;
+  BTreeOptions o;
+  o.file_size = 0;
+  BTreeDefault tree(nullptr, quota, o);
+  ManualDriver driver(mem);
+  auto a = bytes(100, 1);
+  Operation write(TreeOp::write, 0, 100, a.data()), first(TreeOp::fsync, 0, 0), second(TreeOp::fsync, 0, 0);
+  driver.start(tree, write);
+  driver.start(tree, first);
+  driver.start(tree, second);
+  driver.run_steps();
+  ASSERT_EQ(driver.pending_io(), 1u);  // the write-back
+  ASSERT_EQ(driver.request(0).op, Op::write);
+  driver.complete(0);
+  driver.run_steps();
+  ASSERT_EQ(driver.pending_io(), 2u);  // both engine syncs
+  ASSERT_EQ(driver.request(0).op, Op::fsync);
+  ASSERT_EQ(driver.request(1).op, Op::fsync);
+  driver.complete(1);  // the second one succeeds
+  driver.run_steps();
+  ASSERT_TRUE(second.done());
+  EXPECT_EQ(second.result(), 0);
+  mem.fail_syncs(-EIO);
+  driver.complete(0);  // the first one fails
+  driver.run_all();
+  mem.fail_syncs(0);
+  ASSERT_TRUE(first.done());
+  EXPECT_EQ(first.result(), -EIO);
+  EXPECT_EQ(tree.stats().dirty_bytes, 100u) << "the block was not made dirty again";
+  SequentialDriver::Options d;
+  d.executor = &mem;
+  SequentialDriver later(d);
+  EXPECT_EQ(run_op(later, tree, TreeOp::fsync, 0, 0), 0);
+  EXPECT_EQ(mem.bytes_written(), 200u);
+  EXPECT_FALSE(tree.sync_error());
+  EXPECT_EQ(tree.check_invariants(), "");
+}
+
 TEST(BTreeFailedSync, ABlockDroppedBeforeTheFailureMakesTheErrorPermanent) {
   Fixture<> f;
   auto a = bytes(100, 1);

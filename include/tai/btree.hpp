@@ -80,7 +80,9 @@
 //  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
 //    pages it could not write, and a later fsync of the same data reports success). Every engine
 //    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation
-//    advances; a successful sync makes every write stamped at or before its epoch durable.
+//    advances; a successful sync makes every write stamped at or before its epoch durable, if it
+//    ran alone (the kernel reports a write-back error to one of several overlapping fsyncs of a
+//    file only, so the others' success proves nothing: they count as neither good nor failed).
 //    Bytes a block wrote back (or wrote through) stay listed as the block's `unsynced` ranges
 //    until a sync covers them. When an engine sync fails:
 //      - the fsync fails with the error, and the tree keeps it as its sync error: every later
@@ -436,6 +438,8 @@ class TreeCore {
   std::uint64_t fail_gen_ = 0;
   std::uint64_t redirty_gen_ = 0;
   bool unrecoverable_ = false;
+  unsigned syncs_in_flight_ = 0;   // engine syncs issued and not yet completed
+  bool syncs_overlapped_ = false;  // two of them were in flight at once since it was last 0
 
   // Counters (BTreeStats). Relaxed: each is exact through its atomic read-modify-write; none
   // publishes other memory. They are read consistently only when the tree is idle.

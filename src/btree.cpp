@@ -352,21 +352,19 @@ void TreeCore::op_step_done(Operation& op, StepSink& sink) {
   }
   if ((op.kind == TreeOp::fsync || op.kind == TreeOp::fdatasync) && op.phase_ == 0) {
     // Every dirty byte written before this fsync has reached the engine (or failed): now the
-    // engine's own sync. It belongs to no node. It covers every write stamped with the epoch
-    // it takes (result_ keeps it until completion; seq_cst: see note_lost).
-    {
-      std::lock_guard<std::mutex> lock(sync_mu_);
-      op.result_ = static_cast<std::int64_t>(epochs_.epoch.fetch_add(1, std::memory_order_seq_cst));
-      if (++syncs_in_flight_ > 1) syncs_overlapped_ = true;
-    }
+    // engine's own sync, one at a time per tree (see sync_queue_): it waits while another runs.
     op.phase_ = 1;
     op.pending_.store(1, std::memory_order_relaxed);
-    Step c;
-    c.tree = this;
-    c.op = &op;
-    c.kind = StepKind::op_io_done;
-    c.purpose = IoPurpose::sync;
-    sink.io(make_request(op.kind == TreeOp::fsync ? Op::fsync : Op::fdatasync, nullptr, 0, 0), c);
+    {
+      std::lock_guard<std::mutex> lock(sync_mu_);
+      if (sync_running_) {
+        sync_queue_.push_back(&op);
+        return;
+      }
+      sync_running_ = true;
+      take_sync_epoch(op);
+    }
+    issue_sync(op, sink);
     return;
   }
   if (op.phase_ == 2) {
@@ -377,6 +375,22 @@ void TreeCore::op_step_done(Operation& op, StepSink& sink) {
     op.bytes_ = 0;
   }
   complete(op);
+}
+
+void TreeCore::take_sync_epoch(Operation& op) noexcept {
+  // The sync covers every write stamped with the epoch it takes (result_ keeps it until
+  // completion; seq_cst: see note_lost).
+  op.result_ = static_cast<std::int64_t>(epochs_.epoch.fetch_add(1, std::memory_order_seq_cst));
+}
+
+void TreeCore::issue_sync(Operation& op, StepSink& sink) {
+  // It belongs to no node.
+  Step c;
+  c.tree = this;
+  c.op = &op;
+  c.kind = StepKind::op_io_done;
+  c.purpose = IoPurpose::sync;
+  sink.io(make_request(op.kind == TreeOp::fsync ? Op::fsync : Op::fdatasync, nullptr, 0, 0), c);
 }
 
 void TreeCore::op_io_done(const Step& s, StepSink& sink) {
@@ -391,13 +405,9 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
   op.bytes_ = 0;
   op.result_ = 0;
   bool redirty = false;
+  Operation* next = nullptr;
   {
     std::lock_guard<std::mutex> lock(sync_mu_);
-    // Overlapping syncs of one file: the kernel reports a write-back error to one of them only
-    // (errseq, once per open file), so the success of one that overlapped another proves
-    // nothing. Only a sync that ran alone may advance `synced` or clear the error.
-    const bool alone = !syncs_overlapped_;
-    if (--syncs_in_flight_ == 0) syncs_overlapped_ = false;
     if (s.io_result < 0) {
       // The kernel may have dropped what it could not write: everything written since the
       // last good sync must be written again before an fsync may succeed.
@@ -409,18 +419,31 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
       redirty = !unrecoverable_;
       op.bytes_ = fail_gen_;
     } else if (const std::int32_t sticky = sync_error_.load(std::memory_order_relaxed); sticky != 0) {
-      if (alone && may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
+      if (may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
           op.first_error_.load(std::memory_order_relaxed) == 0) {
         sync_error_.store(0, std::memory_order_relaxed);
         epochs_.synced.store(epoch, std::memory_order_release);
       } else {
         op_fail(op, sticky);
       }
-    } else if (alone && recorded == 0 && op.first_error_.load(std::memory_order_relaxed) == 0 &&
+    } else if (recorded == 0 && op.first_error_.load(std::memory_order_relaxed) == 0 &&
                epoch > epochs_.synced.load(std::memory_order_relaxed)) {
       epochs_.synced.store(epoch, std::memory_order_release);
     }
+    // The next waiting sync goes now that this one's outcome is recorded (a failure before the
+    // next one is issued: it cannot be mistaken for a success that covered dropped pages).
+    if (sync_head_ < sync_queue_.size()) {
+      next = sync_queue_[sync_head_++];
+      if (sync_head_ == sync_queue_.size()) {
+        sync_queue_.clear();  // keeps its memory
+        sync_head_ = 0;
+      }
+      take_sync_epoch(*next);
+    } else {
+      sync_running_ = false;
+    }
   }
+  if (next != nullptr) issue_sync(*next, sink);
   if (redirty) {
     // Phase 2: a visit of every cached block (maintain() makes unsynced ranges dirty again);
     // the operation completes when the last of them finishes (op_step_done).

@@ -80,9 +80,10 @@
 //  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
 //    pages it could not write, and a later fsync of the same data reports success). Every engine
 //    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation
-//    advances; a successful sync makes every write stamped at or before its epoch durable, if it
-//    ran alone (the kernel reports a write-back error to one of several overlapping fsyncs of a
-//    file only, so the others' success proves nothing: they count as neither good nor failed).
+//    advances; a successful sync makes every write stamped at or before its epoch durable. The
+//    engine syncs of one tree run one at a time, in the order their operations finished writing
+//    back: the kernel reports a write-back error to one of several overlapping fsyncs of a file
+//    only, so the success of one that overlapped a failing one would prove nothing.
 //    Bytes a block wrote back (or wrote through) stay listed as the block's `unsynced` ranges
 //    until a sync covers them. When an engine sync fails:
 //      - the fsync fails with the error, and the tree keeps it as its sync error: every later
@@ -305,6 +306,9 @@ class TreeCore {
     ctx.for_each_finished([&](Operation& op) { op_step_done(op, sink); });
   }
   void op_io_done(const Step& step, StepSink& sink);
+  /// An fsync operation's engine sync: its epoch (under sync_mu_), then the request.
+  void take_sync_epoch(Operation& op) noexcept;
+  void issue_sync(Operation& op, StepSink& sink);
   /// Root bookkeeping of a visit (logical size); false when the step is already finished.
   bool enter(Step& step, StepSink& sink);
 
@@ -438,8 +442,13 @@ class TreeCore {
   std::uint64_t fail_gen_ = 0;
   std::uint64_t redirty_gen_ = 0;
   bool unrecoverable_ = false;
-  unsigned syncs_in_flight_ = 0;   // engine syncs issued and not yet completed
-  bool syncs_overlapped_ = false;  // two of them were in flight at once since it was last 0
+  // One engine sync of the tree at a time: the kernel reports a write-back error to one of
+  // several overlapping fsyncs of a file only (errseq, once per open file), so the success of
+  // one that overlapped a failing one would prove nothing. Operations whose write-back is done
+  // wait here, FIFO, while one runs (sync_running_); the memory is kept for reuse.
+  bool sync_running_ = false;
+  std::vector<Operation*> sync_queue_;
+  std::size_t sync_head_ = 0;
 
   // Counters (BTreeStats). Relaxed: each is exact through its atomic read-modify-write; none
   // publishes other memory. They are read consistently only when the tree is idle.

@@ -414,15 +414,18 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
       std::int32_t none = 0;
       sync_error_.compare_exchange_strong(none, static_cast<std::int32_t>(s.io_result), std::memory_order_relaxed);
       ++fail_gen_;
+      if (epoch > epochs_.failed.load(std::memory_order_relaxed)) epochs_.failed.store(epoch, std::memory_order_seq_cst);
       if (epochs_.lost.load(std::memory_order_seq_cst) > epochs_.synced.load(std::memory_order_relaxed))
         unrecoverable_ = true;
       redirty = !unrecoverable_;
       op.bytes_ = fail_gen_;
     } else if (const std::int32_t sticky = sync_error_.load(std::memory_order_relaxed); sticky != 0) {
-      if (may_clear != 0 && may_clear == fail_gen_ && recorded == 0 &&
+      if (epochs_.lost_affected.load(std::memory_order_seq_cst)) unrecoverable_ = true;
+      if (may_clear != 0 && may_clear == fail_gen_ && !unrecoverable_ && recorded == 0 &&
           op.first_error_.load(std::memory_order_relaxed) == 0) {
         sync_error_.store(0, std::memory_order_relaxed);
         epochs_.synced.store(epoch, std::memory_order_release);
+        epochs_.failed.store(0, std::memory_order_seq_cst);
       } else {
         op_fail(op, sticky);
       }
@@ -657,6 +660,7 @@ void TreeCore::note_block_leaving(const Node& n) noexcept {
 }
 
 void TreeCore::note_lost(std::uint64_t epoch) noexcept {
+  const std::uint64_t stamp = epoch;
   // Bytes stamped `epoch` are covered by the sync whose fetch_add takes `epoch` (and by every
   // later one). When the re-load below still reads `epoch`, it precedes that fetch_add in the
   // single order of seq_cst operations, so the maximum stored before it does too, and the
@@ -668,9 +672,15 @@ void TreeCore::note_lost(std::uint64_t epoch) noexcept {
     while (cur < epoch && !epochs_.lost.compare_exchange_weak(cur, epoch, std::memory_order_seq_cst)) {
     }
     const std::uint64_t now = epochs_.epoch.load(std::memory_order_seq_cst);
-    if (now == epoch) return;
+    if (now == epoch) break;
     epoch = now;
   }
+  // Bytes a recorded failure affected, leaving after the failure's check of `lost` (op_io_done
+  // stores `failed`, then loads `lost`; this stored `lost`, then loads `failed`: one of the two
+  // sees the other). A later fsync then cannot clear the error.
+  const std::uint64_t failed = epochs_.failed.load(std::memory_order_seq_cst);
+  if (failed != 0 && stamp <= failed && stamp > epochs_.synced.load(std::memory_order_seq_cst))
+    epochs_.lost_affected.store(true, std::memory_order_seq_cst);
 }
 
 void TreeCore::redirty_block(Node& n) noexcept {

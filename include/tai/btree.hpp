@@ -433,6 +433,12 @@ class TreeCore {
     std::atomic<std::uint64_t> epoch{1};
     std::atomic<std::uint64_t> synced{0};
     std::atomic<std::uint64_t> lost{0};
+    // While a sync error is unrecovered: the newest epoch a failed sync took (0: none), and
+    // whether bytes stamped after `synced` and at or before it have left the cache since that
+    // failure was recorded (they were affected by it, and cannot be written again). seq_cst,
+    // paired with note_lost: each side stores, then loads the other's (see note_lost).
+    std::atomic<std::uint64_t> failed{0};
+    std::atomic<bool> lost_affected{false};
   } epochs_;
   // Under sync_mu_: the unrecovered sync error (-errno, 0: none; also an atomic for sync_error()
   // readers), how many syncs have failed (fail_gen_) and which failure's redirty has completed

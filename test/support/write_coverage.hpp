@@ -35,6 +35,24 @@ class WriteCoverage {
   /// The latest, over the bytes of the range, of the earliest completion of an engine write
   /// submitted at or after `after` that wrote that byte; kNever when some byte has none
   /// (`uncovered` then receives the first such byte).
+  /// The earliest completion of an engine write submitted at or after `after` that wrote byte
+  /// `at`; kNever when none did.
+  std::uint64_t byte_written(std::uint64_t at, std::uint64_t after) const {
+    auto it = buckets_.find(at >> kBucketShift);
+    if (it == buckets_.end()) return kNever;
+    const std::vector<std::size_t>& list = it->second;  // in submit order
+    auto first = std::lower_bound(list.begin(), list.end(), after, [&](std::size_t i, std::uint64_t seq) {
+      return writes_[i].submit_seq < seq;
+    });
+    std::uint64_t best = kNever;
+    for (; first != list.end(); ++first) {
+      const Piece& w = writes_[*first];
+      if (w.submit_seq >= best) break;  // submitted after the best completion: cannot beat it
+      if (w.offset <= at && at < w.offset + w.length) best = std::min(best, w.complete_seq);
+    }
+    return best;
+  }
+
   std::uint64_t covered_by(std::uint64_t offset, std::uint64_t length, std::uint64_t after,
                            std::uint64_t* uncovered = nullptr) const {
     std::vector<std::uint64_t> earliest(length, kNever);

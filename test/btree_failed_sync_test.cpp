@@ -21,9 +21,30 @@ namespace {
 
 std::vector<std::uint8_t> bytes(std::size_t n, std::uint8_t v) { return std::vector<std::uint8_t>(n, v); }
 
+/// Passes requests on to `inner`; once armed, fails the next engine sync it sees (only that one).
+class NextSyncFails final : public IoExecutor {
+ public:
+  explicit NextSyncFails(IoExecutor& inner) : inner_(inner) {}
+  void arm() { armed_ = true; }
+  Completion execute(const Request& r) override {
+    if ((r.op == Op::fsync || r.op == Op::fdatasync) && armed_) {
+      armed_ = false;
+      return {r.user_data, -EIO};
+    }
+    return inner_.execute(r);
+  }
+
+ private:
+  IoExecutor& inner_;
+  bool armed_ = false;
+};
+
+/// A tree over an in-memory file (empty at first), its engine requests through a NextSyncFails,
+/// and a SequentialDriver for operations run one at a time.
 template <class Tree = BTreeDefault>
 struct Fixture {
   MemoryFile mem;
+  NextSyncFails exec{mem};
   Quota quota;
   BTreeOptions options = [] {
     BTreeOptions o;
@@ -33,13 +54,22 @@ struct Fixture {
   Tree tree{nullptr, quota, options};
   SequentialDriver driver{[this] {
     SequentialDriver::Options d;
-    d.executor = &mem;
+    d.executor = &exec;
     return d;
   }()};
   std::int64_t op(TreeOp kind, std::uint64_t offset = 0, std::uint64_t length = 0, std::uint8_t* data = nullptr) {
     return run_op(driver, tree, kind, offset, length, data);
   }
 };
+
+/// The next fsync writes the cached bytes again (the file has then been sent `written` bytes in
+/// all), succeeds, and clears the error.
+void expect_recovery(Fixture<>& f, std::uint64_t written) {
+  EXPECT_EQ(f.op(TreeOp::fsync), 0);
+  EXPECT_EQ(f.mem.bytes_written(), written) << "the recovering fsync did not write the bytes again";
+  EXPECT_FALSE(f.tree.sync_error());
+  EXPECT_EQ(f.tree.check_invariants(), "");
+}
 
 TEST(BTreeFailedSync, TheFailedFsyncMakesTheBytesItCoveredDirtyAgainAndTheNextFsyncClearsTheError) {
   Fixture<> f;
@@ -77,52 +107,24 @@ TEST(BTreeFailedSync, BytesAGoodSyncCoveredAreNotWrittenAgain) {
   EXPECT_EQ(f.tree.check_invariants(), "");
 }
 
-/// Fails only the first engine sync it sees; passes everything on to `inner`.
-class FirstSyncFails final : public IoExecutor {
- public:
-  explicit FirstSyncFails(IoExecutor& inner) : inner_(inner) {}
-  Completion execute(const Request& r) override {
-    if ((r.op == Op::fsync || r.op == Op::fdatasync) && !failed_) {
-      failed_ = true;
-      return {r.user_data, -EIO};
-    }
-    return inner_.execute(r);
-  }
-
- private:
-  IoExecutor& inner_;
-  bool failed_ = false;
-};
-
 TEST(BTreeFailedSync, AnFsyncStartedBeforeTheFailedOneCompletedCannotClearTheError) {
-  MemoryFile mem;
-  FirstSyncFails exec(mem);
-  Quota quota;
-  BTreeOptions o;
-  o.file_size = 0;
-  BTreeDefault tree(nullptr, quota, o);
-  SequentialDriver::Options d;
-  d.executor = &exec;
-  SequentialDriver driver(d);
+  Fixture<> f;
   auto a = bytes(100, 1);
-  ASSERT_EQ(run_op(driver, tree, TreeOp::write, 0, 100, a.data()), 100);
+  ASSERT_EQ(f.op(TreeOp::write, 0, 100, a.data()), 100);
   // Both start before the first one's failure is known: the second one's write-back may pass a
   // block before the redirty does, so its (successful) engine sync proves nothing.
   Operation first(TreeOp::fsync, 0, 0), second(TreeOp::fsync, 0, 0);
-  driver.start(tree, first);
-  driver.start(tree, second);
-  driver.run();
+  f.exec.arm();
+  f.driver.start(f.tree, first);
+  f.driver.start(f.tree, second);
+  f.driver.run();
   ASSERT_TRUE(first.done());
   ASSERT_TRUE(second.done());
   EXPECT_EQ(first.result(), -EIO);
   EXPECT_EQ(second.result(), -EIO) << "an fsync that may have missed the redirty cleared the error";
-  EXPECT_EQ(mem.syncs(), 1u);  // the second engine sync succeeded
+  EXPECT_EQ(f.mem.syncs(), 1u);  // the second engine sync succeeded
   // One started after the failed fsync completed writes the block again and clears it.
-  const std::uint64_t written = mem.bytes_written();
-  EXPECT_EQ(run_op(driver, tree, TreeOp::fsync, 0, 0), 0);
-  EXPECT_EQ(mem.bytes_written(), written + 100);
-  EXPECT_FALSE(tree.sync_error());
-  EXPECT_EQ(tree.check_invariants(), "");
+  expect_recovery(f, f.mem.bytes_written() + 100);
 }
 
 /// Runs steps FIFO and executes requests at once, and lets a test start an operation at one
@@ -162,50 +164,42 @@ class InterposingDriver final : public StepSink {
   std::deque<Step> steps_;
 };
 
-TEST(BTreeFailedSync, AnFsyncThatStartsWhileTheRedirtyIsUnderWayCannotClearTheError) {
-  MemoryFile mem;
-  FirstSyncFails exec(mem);
-  Quota quota;
-  BTreeOptions o;
-  o.file_size = 0;
-  BTreeDefault tree(nullptr, quota, o);
+/// Writes 100 bytes at 0, then runs an fsync whose engine sync fails, and starts `other` at the
+/// moment the failure has been recorded and the redirty's first step is about to be queued.
+/// True when both completed and the fsync failed with EIO.
+bool fail_a_sync_and_start_before_its_redirty(Fixture<>& f, Operation& other) {
   auto a = bytes(100, 1);
-  Operation write(TreeOp::write, 0, 100, a.data()), failing(TreeOp::fsync, 0, 0), early(TreeOp::fsync, 0, 0);
-  InterposingDriver driver(exec, failing, [&] { tree.start(early, driver); });
-  tree.start(write, driver);
-  tree.start(failing, driver);
+  Operation write(TreeOp::write, 0, 100, a.data()), failing(TreeOp::fsync, 0, 0);
+  InterposingDriver driver(f.exec, failing, [&] { f.tree.start(other, driver); });
+  f.exec.arm();
+  f.tree.start(write, driver);
+  f.tree.start(failing, driver);
   driver.run();
-  ASSERT_TRUE(failing.done());
-  ASSERT_TRUE(early.done());
-  EXPECT_EQ(failing.result(), -EIO);
+  return failing.done() && other.done() && failing.result() == -EIO;
+}
+
+TEST(BTreeFailedSync, AnFsyncThatStartsWhileTheRedirtyIsUnderWayCannotClearTheError) {
+  Fixture<> f;
+  Operation early(TreeOp::fsync, 0, 0);
+  ASSERT_TRUE(fail_a_sync_and_start_before_its_redirty(f, early));
   // It saw the error, but its visits ran ahead of the redirty's: its write-back found nothing
   // dirty and its engine sync (which succeeded) covered nothing written again.
   EXPECT_EQ(early.result(), -EIO) << "an fsync that ran ahead of the redirty cleared the error";
-  EXPECT_EQ(mem.bytes_written(), 100u);
-  SequentialDriver::Options d;
-  d.executor = &exec;
-  SequentialDriver later(d);
-  EXPECT_EQ(run_op(later, tree, TreeOp::fsync, 0, 0), 0);
-  EXPECT_EQ(mem.bytes_written(), 200u);
-  EXPECT_FALSE(tree.sync_error());
-  EXPECT_EQ(tree.check_invariants(), "");
+  EXPECT_EQ(f.mem.bytes_written(), 100u);
+  expect_recovery(f, 200);
 }
 
 TEST(BTreeFailedSync, EngineSyncsOfOneTreeRunOneAtATime) {
   // The kernel reports a write-back error to one of several overlapping fsyncs of a file only:
   // the success of a sync that overlapped a failing one could cover a dropped page. So the
   // second fsync's engine sync waits until the first one's has completed (and failed).
-  MemoryFile mem;
-  Quota quota;
-  BTreeOptions o;
-  o.file_size = 0;
-  BTreeDefault tree(nullptr, quota, o);
-  ManualDriver driver(mem);
+  Fixture<> f;
+  ManualDriver driver(f.exec);
   auto a = bytes(100, 1);
   Operation write(TreeOp::write, 0, 100, a.data()), first(TreeOp::fsync, 0, 0), second(TreeOp::fdatasync, 0, 0);
-  driver.start(tree, write);
-  driver.start(tree, first);
-  driver.start(tree, second);
+  driver.start(f.tree, write);
+  driver.start(f.tree, first);
+  driver.start(f.tree, second);
   driver.run_steps();
   ASSERT_EQ(driver.pending_io(), 1u);  // the write-back
   ASSERT_EQ(driver.request(0).op, Op::write);
@@ -213,9 +207,8 @@ TEST(BTreeFailedSync, EngineSyncsOfOneTreeRunOneAtATime) {
   driver.run_steps();
   ASSERT_EQ(driver.pending_io(), 1u) << "two engine syncs of one tree in flight at once";
   ASSERT_EQ(driver.request(0).op, Op::fsync);
-  mem.fail_syncs(-EIO);
+  f.exec.arm();
   driver.complete(0);  // the first one fails
-  mem.fail_syncs(0);
   driver.run_steps();
   ASSERT_EQ(driver.pending_io(), 1u);  // now the second one's
   EXPECT_EQ(driver.request(0).op, Op::fdatasync);
@@ -224,14 +217,8 @@ TEST(BTreeFailedSync, EngineSyncsOfOneTreeRunOneAtATime) {
   ASSERT_TRUE(second.done());
   EXPECT_EQ(first.result(), -EIO);
   EXPECT_EQ(second.result(), -EIO) << "it started before the failure: its write-back missed the redirty";
-  EXPECT_EQ(tree.stats().dirty_bytes, 100u) << "the block was not made dirty again";
-  SequentialDriver::Options d;
-  d.executor = &mem;
-  SequentialDriver later(d);
-  EXPECT_EQ(run_op(later, tree, TreeOp::fsync, 0, 0), 0);
-  EXPECT_EQ(mem.bytes_written(), 200u);
-  EXPECT_FALSE(tree.sync_error());
-  EXPECT_EQ(tree.check_invariants(), "");
+  EXPECT_EQ(f.tree.stats().dirty_bytes, 100u) << "the block was not made dirty again";
+  expect_recovery(f, 200);
 }
 
 TEST(BTreeFailedSync, ABlockDroppedBeforeTheFailureMakesTheErrorPermanent) {
@@ -254,29 +241,13 @@ TEST(BTreeFailedSync, ABlockDroppedAfterTheFailureWasRecordedMakesTheErrorPerman
   // The drop reaches the block after the failed sync was checked for lost bytes but before its
   // redirty does: the block's unsynced bytes leave the cache then, and no fsync may clear the
   // error afterwards. (On a controller: a recycle round's eviction, queued at the block.)
-  MemoryFile mem;
-  FirstSyncFails exec(mem);
-  Quota quota;
-  BTreeOptions o;
-  o.file_size = 0;
-  BTreeDefault tree(nullptr, quota, o);
-  auto a = bytes(100, 1);
-  Operation write(TreeOp::write, 0, 100, a.data()), sync(TreeOp::fsync, 0, 0), drop(TreeOp::drop, 0, 0);
-  InterposingDriver driver(exec, sync, [&] { tree.start(drop, driver); });
-  tree.start(write, driver);
-  tree.start(sync, driver);
-  driver.run();
-  ASSERT_TRUE(sync.done());
-  ASSERT_TRUE(drop.done());
-  EXPECT_EQ(sync.result(), -EIO);
-  EXPECT_EQ(tree.stats().blocks, 0u);
-  SequentialDriver::Options d;
-  d.executor = &exec;
-  SequentialDriver later(d);
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(run_op(later, tree, TreeOp::fsync, 0, 0), -EIO) << "an fsync cleared the error of dropped bytes";
-  EXPECT_EQ(mem.bytes_written(), 100u);
-  EXPECT_EQ(tree.check_invariants(), "");
+  Fixture<> f;
+  Operation drop(TreeOp::drop, 0, 0);
+  ASSERT_TRUE(fail_a_sync_and_start_before_its_redirty(f, drop));
+  EXPECT_EQ(f.tree.stats().blocks, 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(f.op(TreeOp::fsync), -EIO) << "an fsync cleared the error of dropped bytes";
+  EXPECT_EQ(f.mem.bytes_written(), 100u);
+  EXPECT_EQ(f.tree.check_invariants(), "");
 }
 
 TEST(BTreeFailedSync, ABlockDroppedAfterAGoodSyncDoesNot) {

@@ -132,6 +132,10 @@ class FileCore {
 
 /// Takes n references (the caller holds one: no ordering needed) / drops n at once (a worker's
 /// batch, a thread's unused reserve); the last one deletes.
+/// Why an fsync or a close fails with the tree's sync error (TreeCore::sync_error).
+constexpr const char* kUnrecoveredSync =
+    "an engine sync of this file failed and the data it covered has not been written again and synced since";
+
 void file_retain(FileCore* f, std::uint32_t n) noexcept { f->refs.fetch_add(n, std::memory_order_relaxed); }
 void file_release(FileCore* f, std::uint32_t n) noexcept {
   if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
@@ -736,9 +740,7 @@ void ControllerCore::on_op_complete(Task& t) {
     // The tree failed this fsync with its unrecovered sync error, or cleared the error.
     const std::error_code se = f->tree->sync_error();
     f->sticky.store(se.value(), std::memory_order_relaxed);
-    if (se && res == -se.value())
-      reason = "an engine sync of this file failed (this fsync's or an earlier one) and the data it covered has not "
-               "been written again and synced since";
+    if (se && res == -se.value()) reason = kUnrecoveredSync;
   }
   t.result = res < 0 ? 0 : res;
   switch (t.kind) {
@@ -1029,7 +1031,7 @@ bool Worker::progress(FileCore& f) {
           if (!err) {
             if (const std::error_code se = f.tree->sync_error()) {
               err = se.value();
-              reason = "an earlier fsync of this file failed and the data it covered has not been written again since";
+              reason = kUnrecoveredSync;
             }
           }
           {

@@ -270,6 +270,28 @@ TEST_P(ControllerFaults, AFailedEngineFsyncAfterAnUncachedWriteStaysForTheLifeOf
   EXPECT_OK(again.close());
 }
 
+TEST_P(ControllerFaults, ShutdownReportsAnUnrecoveredFsyncFailureAndNotARecoveredOne) {
+  // DESIGN section 2, "Shutdown loses nothing": the controller's shutdown closes both files; the
+  // one whose failed fsync could not be recovered from is reported, the recovered one is not.
+  ScratchDir dir;
+  const std::string lost = dir.file("unrecovered"), kept = dir.file("recovered");
+  FaultyController fc("fsync:nth=1:errno=EIO:once, fsync:nth=2:errno=EIO:once", GetParam());
+  File uncached = fc.open<BTreeTrivial>(lost);
+  File cached = fc.open<BTreeDefault>(kept);
+  const auto data = pattern(4096, 9);
+  EXPECT_OK(uncached.write(0, data.data(), data.size()));
+  EXPECT_OK(cached.write(0, data.data(), data.size()));
+  EXPECT_FAILS_WITH(uncached.fsync(), EIO);
+  EXPECT_FAILS_WITH(cached.fsync(), EIO);
+  EXPECT_OK(cached.fsync());  // written again and synced
+  const ShutdownReport report = fc.ctl->shutdown();
+  const std::string text = report.to_string();
+  EXPECT_FALSE(report.ok());
+  EXPECT_NE(text.find(lost), std::string::npos) << text;
+  EXPECT_EQ(text.find(kept), std::string::npos) << text;
+  EXPECT_TRUE(file_holds(kept, 0, data));
+}
+
 TEST_P(ControllerFaults, AFailedFdatasyncIsStickyAndFailsTheBarrier) {
   ScratchDir dir;
   const std::string path = dir.file("sticky-fdatasync");

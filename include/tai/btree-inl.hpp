@@ -293,8 +293,11 @@ template <unsigned... Bits>
 bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   Operation& op = *s.op;
-  if (redirtying(op)) return redirty(s, sink);
   if (n.block != nullptr) {
+    if (redirtying(op)) {  // a failed sync's redirty (tai/btree.hpp, "Failed engine syncs")
+      redirty_block(n);
+      return finished(s, sink);
+    }
     if (op.kind == TreeOp::evict && (n.depth != op.evict_depth || n.block_seq != op.evict_seq))
       return finished(s, sink);  // a newer block than the record: it has its own record
     if (!n.dirty.empty()) return write_back_next(s, sink);
@@ -306,7 +309,8 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   }
   if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
   if (n.child_count == 0) return finished(s, sink);
-  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict;
+  // A redirty looks for blocks with unsynced bytes, dirty or clean: it cannot skip clean subtrees.
+  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict && !redirtying(op);
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
   std::vector<detail::Node*> targets;
@@ -326,44 +330,13 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   if (targets.empty()) return finished(s, sink);
   if (targets.size() > 1) op_add(op, targets.size() - 1);
   for (detail::Node* c : targets) {
-    c->last_seq = op.seq();
+    // max: a redirty belongs to an older operation than those that may have passed since (every
+    // other visit arrives in start order, so for it this is op.seq()).
+    c->last_seq = std::max(c->last_seq, op.seq());
     Step cs_step = s;
     cs_step.node = c;
     cs_step.first = std::max(s.first, c->base);
     cs_step.last = std::min(s.last, node_last(*c));
-    cs_step.aux = 0;
-    sink.emit(cs_step);
-  }
-  return false;  // handed over
-}
-
-// The redirty of a failed engine sync at n (tai/btree.hpp, "Failed engine syncs"): a block's
-// unsynced ranges become dirty again; the visit goes on into every child that holds a block or
-// that an earlier operation may still be working in. No garbage collection here.
-template <unsigned... Bits>
-bool BTree<Bits...>::redirty(const Step& s, StepSink& sink) {
-  detail::Node& n = *s.node;
-  Operation& op = *s.op;
-  if (n.block != nullptr) {
-    redirty_block(n);
-    return finished(s, sink);
-  }
-  if (n.child_count == 0) return finished(s, sink);
-  std::vector<detail::Node*> targets;
-  const std::uint64_t last_index = (std::uint64_t{1} << kBits[n.depth]) - 1;
-  for_each_child(n, 0, last_index, [&](std::uint64_t, detail::Node* c) {
-    if (done_up_to(c->last_seq) && c->cached_bytes.load(std::memory_order_relaxed) == 0) return;
-    targets.push_back(c);
-  });
-  if (targets.empty()) return finished(s, sink);
-  if (targets.size() > 1) op_add(op, targets.size() - 1);
-  for (detail::Node* c : targets) {
-    // This operation is older than the ones that passed since: last_seq never goes back.
-    c->last_seq = std::max(c->last_seq, op.seq());
-    Step cs_step = s;
-    cs_step.node = c;
-    cs_step.first = c->base;
-    cs_step.last = node_last(*c);
     cs_step.aux = 0;
     sink.emit(cs_step);
   }

@@ -342,7 +342,7 @@ class TreeCore {
   /// [lo, hi) of n's block reached the engine (a write-back or write-through succeeded).
   void note_block_written(Node& n, std::uint64_t lo, std::uint64_t hi) noexcept;
   /// A write reached the engine that no block holds (an uncached request).
-  void note_uncached_write() noexcept { note_lost(epochs_.epoch.load(std::memory_order_acquire)); }
+  void note_uncached_write() noexcept { note_lost(epochs_.epoch.load(std::memory_order_seq_cst)); }
   /// n's block is about to be freed by a drop or an eviction: its unsynced bytes leave the cache.
   void note_block_leaving(const Node& n) noexcept;
   /// Bytes stamped `epoch` that no block holds any more.
@@ -422,10 +422,10 @@ class TreeCore {
   // acq_rel/release: the reporting fsync must see the error recorded by an earlier write-back.
   std::atomic<std::int64_t> recorded_error_{0};
 
-  // Sync epochs. epochs_.epoch: the stamp of engine writes completing now; an fsync operation's engine
-  // sync takes it and advances it (fetch_add, acq_rel), and a write completion loads it
-  // (acquire) after its engine request returned: a write stamped e completed before the sync
-  // that took e was issued. epochs_.synced: every write stamped at or below it is durable (release
+  // Sync epochs. epochs_.epoch: the stamp of engine writes completing now; an fsync operation's
+  // engine sync takes it and advances it (fetch_add), and a write completion loads it after its
+  // engine request returned (both seq_cst, see note_lost): a write stamped e completed before
+  // the sync that took e was issued. epochs_.synced: every write stamped at or below it is durable (release
   // store under sync_mu_, acquire loads). epochs_.lost: the newest stamp of bytes that reached the
   // engine but that no block holds (seq_cst CAS to the maximum: see note_lost). Their own line:
   // write completions only load epoch and synced, which change once per sync.
@@ -579,7 +579,6 @@ class BTree final : public detail::TreeCore {
   bool overwrite(const Step& s, StepSink& sink);
   bool descend(const Step& s, StepSink& sink);
   bool maintain(const Step& s, StepSink& sink);
-  bool redirty(const Step& s, StepSink& sink);
   bool go_direct(const Step& s, StepSink& sink);
   bool fill_from(const Step& s, std::uint64_t from, StepSink& sink);
   bool serve_read(const Step& s, StepSink& sink);

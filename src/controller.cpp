@@ -94,6 +94,7 @@ class FileCore {
   std::string key;   // canonical path: the registry key (reopen detection)
   std::string tree_name;
   std::string engine_name;  // a copy: status() may outlive the controller (and its engines)
+  OpenMode mode;            // as given to open(): submissions check reads and writes against it
   ControllerCore* ctl = nullptr;
   EngineSlot* slot = nullptr;
   std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
@@ -202,6 +203,11 @@ FileRefReserve::ExitGuard::~ExitGuard() {
 }
 
 thread_local Worker* t_worker = nullptr;
+
+const char* const kWaitOnOwnWorkerReason =
+    "a wait for an unfinished receipt on a worker thread of the same controller (inside a continuation, "
+    "a submitted function or a hook) would never end: the worker holds up the rounds that would finish "
+    "it; chain the work with then() instead";
 
 class ControllerCore {
  public:
@@ -581,6 +587,7 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   f->ctl = this;
   f->slot = s;
   f->engine_name = s->name;
+  f->mode = req.mode;
   f->efile = std::move(ef.value());
   f->factory = req.factory;
   f->tree_options = req.tree_options ? *req.tree_options : opt.tree_options;
@@ -694,6 +701,7 @@ Receipt ControllerCore::submit_task(Task* t) {
     rejected_outside.fetch_add(1, std::memory_order_relaxed);
     return Receipt(t);
   }
+  t->owner = this;
   stamp_submit(*t);
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)
   // Function tasks go to the submitting worker (a continuation's follow-up stays local), else
@@ -706,6 +714,7 @@ Receipt ControllerCore::submit_task(Task* t) {
 
 Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
   t->file = f;
+  t->owner = this;
   t_file_refs.take(f);
   stamp_submit(*t);
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)
@@ -1734,6 +1743,7 @@ Receipt ControllerCore::flush() {
     return Receipt(agg);
   }
   flushes.fetch_add(1, std::memory_order_relaxed);
+  agg->owner = this;
   if (opt.latency_histograms) agg->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_task(agg);  // the controller's, dropped by the last part
   std::vector<FileCore*> open_files;
@@ -1882,6 +1892,8 @@ ControllerStats ControllerCore::stats() const {
 
 Receipt controller_submit(ControllerCore& core, Task* t) { return core.submit_task(t); }
 
+const ControllerCore* worker_controller() noexcept { return t_worker ? &t_worker->c : nullptr; }
+
 namespace {
 Receipt reject_now(Task* t, int err, const char* reason) {
   finish_task(*t, TaskState::rejected, err, reason);
@@ -1912,6 +1924,29 @@ const std::string& File::path() const noexcept {
 }
 
 namespace {
+// The largest end (offset + length) a transfer may have: the kernel's off_t is signed and a
+// transfer must end at or below its maximum, as the engine layer checks too. The tree could cache
+// a byte above it, but that byte could never be written back or read from the file, so the
+// request is refused here, the same on every tree and engine.
+constexpr std::uint64_t kFileOffsetLimit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+// Why a read or write cannot be submitted at all (nullptr: it can), checked before the cache so
+// that every tree answers as the engines would: a cached tree must not accept what the file
+// will refuse later.
+const char* transfer_refusal(const FileCore& f, TreeOp kind, std::uint64_t offset, std::uint64_t length, int& err) {
+  const bool write = kind == TreeOp::write;
+  if (!has(f.mode.flags, write ? Open::write : Open::read)) {
+    err = EBADF;
+    return write ? "the file was not opened for writing (Open::write)" : "the file was not opened for reading (Open::read)";
+  }
+  if (length != 0 && (offset > kFileOffsetLimit || length > kFileOffsetLimit - offset)) {
+    err = EOVERFLOW;
+    return length - 1 > ~std::uint64_t{0} - offset ? "offset + length passes 2^64"
+                                                   : "offset + length passes 2^63 - 1, the largest file offset (off_t)";
+  }
+  return nullptr;
+}
+
 Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::uint64_t length, std::byte* buffer) {
   t->kind = TaskKind::tree_op;
   t->op.kind = kind;
@@ -1919,6 +1954,10 @@ Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::ui
   t->op.length = length;
   t->op.buffer = buffer;
   if (!f || f->closed.load(std::memory_order_acquire)) return detail::reject_now(t, EBADF, detail::kClosedReason);
+  if (kind == TreeOp::read || kind == TreeOp::write) {
+    int err = 0;
+    if (const char* why = transfer_refusal(*f, kind, offset, length, err)) return detail::reject_now(t, err, why);
+  }
   return f->ctl->submit_file_task(f, t);
 }
 }  // namespace
@@ -1952,12 +1991,14 @@ Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
     t->op.length = n;
     return detail::reject_now(t, EFAULT, "the source buffer is null");
   }
-  if (n != 0 && n - 1 > ~std::uint64_t{0} - offset) {
+  int err = 0;
+  if (const char* why = core_ ? transfer_refusal(*core_, TreeOp::write, offset, n, err) : nullptr) {
+    // Before the copy: a write that cannot be applied costs no allocation.
     t->kind = TaskKind::tree_op;
     t->op.kind = TreeOp::write;
     t->op.offset = offset;
     t->op.length = n;
-    return detail::reject_now(t, EOVERFLOW, "offset + length passes 2^64");
+    return detail::reject_now(t, err, why);
   }
   if (n != 0 && t->data.size() < n) {
     // Round small copies up so that a recycled task fits the next write of a similar size.

@@ -100,6 +100,7 @@ void Task::recycle() noexcept {
   // op.on_complete and op.context stay: every start of the operation sets them (Worker::begin
   // compares first, so that the worker does not write line 1; see Task's layout).
   file = nullptr;
+  owner = nullptr;
   error = 0;
   reason = nullptr;
   next = nullptr;
@@ -248,10 +249,19 @@ bool Receipt::finished() const noexcept {
   return !task_ || (task_->word.load(std::memory_order_acquire) & detail::Task::kFinished) != 0;
 }
 
+namespace {
+// True when the calling thread is a worker of the controller that runs `t`: it cannot wait for
+// `t` (see kWaitOnOwnWorkerReason). Only asked once the task was seen unfinished.
+bool wait_would_deadlock(const detail::Task* t) noexcept {
+  return t->owner != nullptr && t->owner == detail::worker_controller();
+}
+}  // namespace
+
 bool Receipt::wait_ns(std::int64_t ns) const noexcept {
   if (!task_) return true;
   std::atomic<std::uint32_t>& w = task_->word;
   if (w.load(std::memory_order_acquire) & detail::Task::kFinished) return true;
+  if (wait_would_deadlock(task_)) return false;
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = ns < 0 ? -1 : start + ns;
   const std::int64_t spin_until = start + (ns >= 0 && ns < kReceiptSpinNs ? ns : kReceiptSpinNs);
@@ -286,6 +296,8 @@ std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t 
     return -1;
   };
   if (const auto i = scan(); i >= 0) return i;
+  for (std::size_t i = 0; i < n; ++i)
+    if (wait_would_deadlock(rs[i].task_)) return -1;
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
   const std::int64_t spin_until = start + std::min<std::int64_t>(kReceiptSpinNs, timeout_ns < 0 ? kReceiptSpinNs : timeout_ns);
@@ -340,27 +352,30 @@ std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t 
   }
 }
 
+// The result accessors below wait without a limit: wait_ns(-1) returns false only when the wait
+// was refused (a worker of the task's own controller), and then they answer EDEADLK.
+
 bool Receipt::ok() const noexcept {
-  wait();
+  if (!wait_ns(-1)) return false;
   return task_ && task_->final_state == TaskState::done;
 }
 
 std::error_code Receipt::error() const noexcept {
   if (!task_) return std::make_error_code(std::errc::invalid_argument);
-  wait();
+  if (!wait_ns(-1)) return std::error_code(EDEADLK, std::generic_category());
   if (task_->final_state == TaskState::done) return {};
   return std::error_code(task_->error != 0 ? task_->error : EIO, std::generic_category());
 }
 
 std::int64_t Receipt::bytes() const noexcept {
   if (!task_) return 0;
-  wait();
+  if (!wait_ns(-1)) return 0;
   return task_->final_state == TaskState::done ? task_->result : 0;
 }
 
 Buffer Receipt::take_buffer() {
   if (!task_) return {};
-  wait();
+  if (!wait_ns(-1)) return {};
   if (!task_->returns_buffer || task_->final_state != TaskState::done) return {};
   task_->returns_buffer = false;
   return Buffer(std::move(task_->data), static_cast<std::size_t>(task_->result));
@@ -368,7 +383,7 @@ Buffer Receipt::take_buffer() {
 
 std::string Receipt::message() const {
   if (!task_) return "empty receipt (never submitted)";
-  wait();
+  if (!wait_ns(-1)) return detail::kWaitOnOwnWorkerReason;
   const detail::Task& t = *task_;
   if (t.final_state == TaskState::done) return {};
   std::string what;

@@ -50,6 +50,13 @@ class Receipt {
   /// done, rejected or failed; never waits.
   bool finished() const noexcept;
   /// Waits until finished(): spins for a few microseconds, then sleeps.
+  ///
+  /// Blocking on a worker: a continuation, a submitted function or a hook runs on a worker of
+  /// the controller and holds up its rounds, so a wait there for an unfinished receipt of the
+  /// *same* controller could never end. Every wait of this class refuses it at once instead of
+  /// hanging: wait() returns with finished() still false, wait_for() and wait_any() report
+  /// nothing finished, ok() is false, error() is EDEADLK, message() says why, bytes() is 0 and
+  /// take_buffer() empty (the operation itself goes on). Chain dependent work with then().
   void wait() const noexcept;
   /// Waits at most `d`; returns finished().
   template <class Rep, class Period>
@@ -59,6 +66,7 @@ class Receipt {
   /// Waits, then: true when the task is done (not rejected, not failed).
   bool ok() const noexcept;
   /// Waits, then: the error (empty when ok()). errno values use std::generic_category.
+  /// EDEADLK: the wait was refused (see wait()).
   std::error_code error() const noexcept;
   /// Waits, then: a sentence saying what failed and why ("" when ok()).
   std::string message() const;
@@ -108,6 +116,9 @@ class Receipt {
 /// per receipt (compare Receipt::wait_any, which wakes per receipt); a worker posting inside a
 /// round wakes it after the round's completions rather than at the post, so that it gets them
 /// together.
+///
+/// pop() must not wait on a worker thread (inside a continuation, task or hook): the posts it
+/// waits for may need the rounds that worker holds up. Pop there with min = 0.
 ///
 /// Capacity: the tags it holds without allocating (size it to the requests kept in flight); a
 /// burst beyond it allocates. A tag is posted after its receipt reports finished(): pop the tags

@@ -87,6 +87,9 @@ struct alignas(64) Task {
   FileCore* file = nullptr;     // file tasks; kept alive by the controller while in flight
 
   // --- line 2 on ---
+  // The controller that runs the task (set at submission, before the push publishes the task):
+  // a wait for it from one of that controller's own workers cannot be served (see Receipt).
+  const ControllerCore* owner = nullptr;
   int error = 0;                            // errno of a failure (0: none)
   const char* reason = nullptr;             // static text: why it was rejected / what failed
   std::uint64_t submit_ns = 0;              // for the latency histograms, when `timed`
@@ -126,6 +129,12 @@ inline void retain_unpublished_task(Task* t) noexcept {
 inline void retain_task(Task* t) noexcept {
   t->refs.fetch_add(1, std::memory_order_relaxed);  // a holder already has one: no ordering needed
 }
+/// The controller whose worker thread this is (nullptr on any other thread). A worker inside a
+/// continuation, task or hook holds up its controller's rounds: waiting there for an unfinished
+/// receipt of the same controller could never end.
+const ControllerCore* worker_controller() noexcept;
+/// Why Receipt's waits refuse to block on a worker of the task's own controller.
+extern const char* const kWaitOnOwnWorkerReason;
 /// Tasks ever allocated from the heap by the pool (a test counts allocations with this).
 std::uint64_t tasks_allocated() noexcept;
 /// Makes the calling thread keep only a few free tasks: for controller workers, which drop the

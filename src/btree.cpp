@@ -65,11 +65,10 @@ TreeCore::TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits,
   if (options_.file_size) {
     size_known_ = true;
     size_end_.store(*options_.file_size, std::memory_order_relaxed);
-  } else if (file_ != nullptr && file_->fd() >= 0) {
-    struct stat st {};
-    if (::fstat(file_->fd(), &st) == 0) {
+  } else if (file_ != nullptr) {
+    if (const std::optional<std::uint64_t> size = file_->size()) {
       size_known_ = true;
-      size_end_.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
+      size_end_.store(*size, std::memory_order_relaxed);
     }
   }
   ring_.reset(new std::atomic<std::uint64_t>[kRing]());  // value-initialised: all 0
@@ -159,7 +158,7 @@ bool TreeCore::try_inline(Operation& op, StepSink& sink) noexcept {
     absorb_write(*n, lo, hi, op.buffer, true);
     grow_size(last);  // as enter() does at the root
   } else {
-    if (!n->valid && !n->dirty.covers(lo, hi)) return false;  // needs a fill
+    if (!mirrors(*n, hi) && !n->dirty.covers(lo, hi)) return false;  // needs a fill
     bump(counters_.cache_hits);
     std::memcpy(op.buffer, n->block + lo, len);
   }
@@ -187,6 +186,15 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   return true;
 }
 
+std::uint64_t TreeCore::refresh_size(std::uint64_t known_end) noexcept {
+  if (options_.file_size || file_ == nullptr) return known_end;  // a size given at open is taken as is
+  const std::optional<std::uint64_t> now = file_->size();
+  if (!now || *now <= known_end) return known_end;
+  count(counters_.size_refreshes);
+  size_end_.store(*now, std::memory_order_relaxed);  // a root step: the only writer (see grow_size)
+  return *now;
+}
+
 void TreeCore::grow_size(std::uint64_t last) noexcept {
   if (!size_known_ || size_top_.load(std::memory_order_relaxed)) return;
   if (last == ~std::uint64_t{0}) {
@@ -205,6 +213,7 @@ void TreeCore::absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const s
     if (was_dirty) add(counters_.merges, 1, exclusive);
     n.dirty.assign_all(size);
     n.valid = true;
+    n.fill_end = static_cast<std::uint32_t>(size);
   } else {
     add(counters_.merged_bytes, n.dirty.overlap(lo, hi), exclusive);
     const DirtyRanges::AddResult r = n.dirty.add(lo, hi);
@@ -328,7 +337,10 @@ bool TreeCore::enter(Step& s, StepSink& sink) {
     grow_size(s.last);
   } else if (op.kind == TreeOp::read) {
     if (size_known_ && !size_top_.load(std::memory_order_relaxed)) {
-      const std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+      std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+      // Reaching past the size this tree knows: another writer may have grown the file since
+      // (the size is the kernel's at open plus this tree's writes), so ask the engine again.
+      if (s.last >= end) end = refresh_size(end);
       if (s.first >= end) {  // at or past the end of file: nothing to read, like pread
         op.bytes_ = 0;
         step_done(op, sink);
@@ -563,6 +575,7 @@ bool TreeCore::allocate_block(Node& n) noexcept {
   if (p == nullptr) return false;
   n.block = p;
   n.valid = false;
+  n.fill_end = 0;
   n.dirty.clear();
   n.unsynced.clear();
   n.unsynced_epoch = 0;
@@ -589,6 +602,7 @@ void TreeCore::free_block(Node& n) noexcept {
   n.unsynced_epoch = 0;
   n.block = nullptr;
   n.valid = false;
+  n.fill_end = 0;
   n.block_seq = 0;
 }
 
@@ -773,6 +787,7 @@ BTreeStats TreeCore::stats() const noexcept {
   s.bytes_to_engine = ld(counters_.bytes_to_engine);
   s.write_back_errors = ld(counters_.write_back_errors);
   s.inline_ops = ld(counters_.inline_ops);
+  s.size_refreshes = ld(counters_.size_refreshes);
   return s;
 }
 

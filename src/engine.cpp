@@ -633,6 +633,13 @@ EngineFile::EngineFile(Engine& engine, std::string path, OpenMode mode, FileCapa
 
 EngineFile::~EngineFile() { delete static_cast<detail::BlockRangeLock*>(core_state_); }
 
+std::optional<std::uint64_t> EngineFile::size() const noexcept {
+  const int d = fd();
+  struct stat st {};
+  if (d < 0 || ::fstat(d, &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Engine
 

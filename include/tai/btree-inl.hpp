@@ -124,11 +124,14 @@ template <unsigned... Bits>
 bool BTree<Bits...>::at_block(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   if (s.op->kind == TreeOp::write) return write_into_block(s, sink);
-  if (n.valid || n.dirty.covers(s.first - n.base, s.last - n.base + 1)) {
+  const std::uint64_t hi = s.last - n.base + 1;
+  if (mirrors(n, hi) || n.dirty.covers(s.first - n.base, hi)) {
     count(counters_.cache_hits);
     return serve_read(s, sink);
   }
-  return fill_from(s, 0, sink);
+  // A valid block filled when the file ended inside it, read past that end after the file grew:
+  // only the part past the old end is read again.
+  return fill_from(s, n.valid ? n.fill_end : 0, sink);
 }
 
 template <unsigned... Bits>
@@ -161,6 +164,7 @@ bool BTree<Bits...>::fill_from(const Step& s, std::uint64_t from, StepSink& sink
     return false;
   }
   n.valid = true;
+  n.fill_end = static_cast<std::uint32_t>(limit);
   count(counters_.fills);
   return serve_read(s, sink);
 }

@@ -104,9 +104,14 @@
 //    requests whose end passes 2^63 - 1 (off_t) with -EOVERFLOW. Data cached above that works
 //    until it must reach the engine: then the read, rerouted write or write-back fails with
 //    EOVERFLOW like any engine error (and a failed write-back stays dirty). Tests exercise the
-//    top 64 KiB of the address space through a custom IoExecutor (an in-memory file).
+//    top 64 KiB of the address space through a custom IoExecutor (an in-memory file). The
+//    controller refuses such requests at submission, so only a tree driven directly sees them.
 //  * File size: the tree keeps the logical size (the file's size when the tree was made, grown
-//    by every write, updated in request order at the root); reads stop there, like pread.
+//    by every write, updated in request order at the root); reads stop there, like pread. A read
+//    that reaches past it asks the engine for the size again (EngineFile::size()): another
+//    writer may have grown the file. A block filled while the end of file lay inside it keeps
+//    where that end was (Node::fill_end), and reads past it after a growth fill that part again.
+//    Bytes another writer changes below the known size are not seen while they are cached.
 //
 // Thread-safety: start(), stats(), id(), recorded_error() are safe from any thread while steps
 // run (start() for one tree must be called in the file's request order, one call at a time).
@@ -186,6 +191,7 @@ struct BTreeStats {
   std::uint64_t bytes_to_engine = 0;    ///< bytes written to the engine (reroutes, write-throughs, write-backs)
   std::uint64_t write_back_errors = 0;  ///< failed write-backs (each recorded for the file)
   std::uint64_t inline_ops = 0;         ///< reads/writes done inside start() (idle tree, one cached block)
+  std::uint64_t size_refreshes = 0;     ///< reads past the known size that found the file grown by another writer
 };
 
 namespace detail {
@@ -463,7 +469,7 @@ class TreeCore {
     std::atomic<std::uint64_t> reroutes{0}, uncached{0}, merges{0}, merged_bytes{0}, write_throughs{0};
     std::atomic<std::uint64_t> cache_hits{0}, fills{0}, restructures{0}, quiesces{0};
     std::atomic<std::uint64_t> engine_reads{0}, engine_writes{0}, bytes_from_engine{0}, bytes_to_engine{0};
-    std::atomic<std::uint64_t> write_back_errors{0}, inline_ops{0};
+    std::atomic<std::uint64_t> write_back_errors{0}, inline_ops{0}, size_refreshes{0};
   } counters_;
   static void count(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     if (n != 0) c.fetch_add(n, std::memory_order_relaxed);
@@ -484,6 +490,14 @@ class TreeCore {
   // Pieces shared by the steps and the inline path (`exclusive`: called from the inline path).
   /// The root's bookkeeping of a write ending at `last`: grows the logical size.
   void grow_size(std::uint64_t last) noexcept;
+  /// A root step's read reaches `known_end`, the logical size: asks the engine for the file's
+  /// size, takes it when larger (another writer grew the file) and returns the end to use.
+  std::uint64_t refresh_size(std::uint64_t known_end) noexcept;
+  /// n's block (valid or not) holds the file's bytes [0, hi) outside its dirty ranges: it is
+  /// valid and was filled past hi, or up to what is now the end of file.
+  bool mirrors(const Node& n, std::uint64_t hi) const noexcept {
+    return n.valid && (hi <= n.fill_end || n.fill_end >= fill_limit(n));
+  }
   /// Copies [lo, hi) of n's block from `src` and merges it into the dirty ranges (the caller
   /// has checked that the ranges can take it: a whole block, or at most kMax ranges after).
   void absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const std::byte* src, bool exclusive) noexcept;

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -173,6 +174,10 @@ class EngineFile {
   Engine& engine() const noexcept { return *engine_; }
   /// The kernel descriptor, or -1 (closed, or an engine without one: fstream, null).
   virtual int fd() const noexcept { return -1; }
+  /// The file's size as the kernel has it now (nullopt: unknown, or no way to ask). The cache
+  /// asks at open and again when a read reaches past the size it knows (another writer may have
+  /// grown the file). Default: fstat of fd(). Thread-safe.
+  virtual std::optional<std::uint64_t> size() const noexcept;
   bool is_open() const noexcept { return open_; }
 
  protected:

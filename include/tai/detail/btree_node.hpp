@@ -66,6 +66,10 @@ struct Node {
   bool sparse = false; // children kept in `map` (wide level) rather than `array`
   std::uint32_t child_count = 0;
   std::uint32_t direct_count = 0;  // uncached requests in flight (entries of `direct`)
+  // While valid: the block mirrors the file up to here; past it, the fill found the end of file
+  // and assumed a hole (zeros). A read past it, once the file is known to be larger (another
+  // writer grew it), reads that part again. Blocks are at most 1 GiB (fits; no size cost: padding).
+  std::uint32_t fill_end = 0;
 
   std::byte* block = nullptr;  // cache block of the node's size, from the quota
   std::uint64_t block_seq = 0; // Quota::next_seq() of its allocation

@@ -17,7 +17,8 @@ BENCH := build/release/bench/tai-bench
 
 # Debian 12 package names (checked with apt-cache policy). What each is for:
 #   toolchain: build-essential cmake ninja-build pkg-config clang libomp-dev (OpenMP)
-#   library:   libboost-dev (Boost.Lockfree) libjemalloc-dev libpapi-dev libaio-dev liburing-dev
+#   library:   libboost-dev (Boost.Lockfree) libaio-dev liburing-dev
+#   TAI's programs: libjemalloc-dev (allocator) libpapi-dev (benchmarks)
 #   tests/benchmarks: libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox
 #   image workload:   libpng-dev libjpeg62-turbo-dev
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \

@@ -2,7 +2,7 @@
 #   include/tai/...                  public headers, detail/ headers they include, config.hpp
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
-#   lib/cmake/tai/                   find_package(tai) -> tai::tai, plus the Find modules it needs
+#   lib/cmake/tai/                   find_package(tai) -> tai::tai
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
 # test/cmake_smoke checks all three ways of consuming it.
 include(CMakePackageConfigHelpers)
@@ -21,10 +21,24 @@ foreach(engine IN LISTS TAI_ENGINES)
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()
 
-# CMake package. A static libtai carries its private dependencies (libaio, liburing, PAPI) as
-# link-only items of the exported target; taiConfig.cmake finds them with the same Find modules.
-install(FILES cmake/FindJemalloc.cmake cmake/FindPAPI.cmake cmake/FindLibAIO.cmake cmake/FindLibURing.cmake
-        DESTINATION ${TAI_INSTALL_CMAKEDIR})
+# CMake package. It asks for what a consumer of libtai needs and nothing more: no installed
+# header includes a header of libaio, liburing, Boost or PAPI, and libtai calls no PAPI function.
+# A static libtai leaves the symbols of its private dependencies libaio and liburing to the
+# program's link: the exported target names them as link-only items (tai::dep::aio,
+# tai::dep::uring), which taiConfig.cmake defines from the library file alone (no find module,
+# no headers), looking first in the directory this build linked.
+get_target_property(tai_type tai TYPE)
+set(TAI_LINK_ONLY_DEPS "")
+if(tai_type STREQUAL "STATIC_LIBRARY")
+  if(TAI_WITH_LIBAIO)
+    get_filename_component(dir "${LibAIO_LIBRARY}" DIRECTORY)
+    list(APPEND TAI_LINK_ONLY_DEPS "aio|libaio-dev|${dir}")
+  endif()
+  if(TAI_WITH_URING)
+    get_filename_component(dir "${LibURing_LIBRARY}" DIRECTORY)
+    list(APPEND TAI_LINK_ONLY_DEPS "uring|liburing-dev|${dir}")
+  endif()
+endif()
 install(EXPORT taiTargets NAMESPACE tai:: DESTINATION ${TAI_INSTALL_CMAKEDIR})
 configure_package_config_file(cmake/taiConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/taiConfig.cmake
                               INSTALL_DESTINATION ${TAI_INSTALL_CMAKEDIR})
@@ -43,14 +57,10 @@ endif()
 if(TAI_WITH_URING)
   string(APPEND tai_pc_deps " -luring")
 endif()
-if(TAI_WITH_PAPI)
-  string(APPEND tai_pc_deps " -lpapi")
-endif()
 string(APPEND tai_pc_deps " -pthread")
 if(TAI_SANITIZE)
   string(APPEND tai_pc_deps " -fsanitize=${TAI_SANITIZE}")
 endif()
-get_target_property(tai_type tai TYPE)
 if(tai_type STREQUAL "STATIC_LIBRARY")
   set(TAI_PC_LIBS "-ltai${tai_pc_deps}")
   set(TAI_PC_LIBS_PRIVATE "")

@@ -42,9 +42,56 @@ if(STEP STREQUAL "install")
       message(FATAL_ERROR "smoke[install]: ${PREFIX}/${expected} was not installed")
     endif()
   endforeach()
+  # The package asks a consumer for what libtai's interface needs, nothing more. None of these is
+  # part of it: PAPI and jemalloc serve TAI's own programs, and Boost.Lockfree is used only inside
+  # libtai's sources (no installed header includes it; it is header-only, so nothing to link).
+  file(GLOB package_files ${PREFIX}/${LIBDIR}/cmake/tai/*.cmake)
+  set(mentions "")
+  foreach(file IN LISTS package_files ITEMS ${PREFIX}/${LIBDIR}/pkgconfig/tai.pc)
+    file(READ ${file} text)
+    foreach(unneeded IN ITEMS papi jemalloc boost)
+      # Case-insensitive: "papi" matches PAPI, FindPAPI, -lpapi.
+      string(TOUPPER "${unneeded}" upper)
+      set(pattern "")
+      string(LENGTH "${unneeded}" n)
+      math(EXPR last "${n} - 1")
+      foreach(i RANGE ${last})
+        string(SUBSTRING "${unneeded}" ${i} 1 lower_char)
+        string(SUBSTRING "${upper}" ${i} 1 upper_char)
+        string(APPEND pattern "[${lower_char}${upper_char}]")
+      endforeach()
+      string(REGEX MATCH "[^\n]*${pattern}[^\n]*" line "${text}")
+      if(line)
+        string(APPEND mentions "\n  ${file} mentions ${unneeded}:\n    ${line}")
+      endif()
+    endforeach()
+  endforeach()
+  # What makes that true: no installed header includes a header of libtai's private dependencies
+  # (cmake_smoke.find_package cannot see such an include: the compiler searches /usr/include).
+  file(GLOB_RECURSE installed_headers ${PREFIX}/include/tai/*.hpp)
+  foreach(header IN LISTS installed_headers)
+    file(STRINGS ${header} includes REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](boost/|liburing|libaio|papi|jemalloc)")
+    foreach(include IN LISTS includes)
+      string(APPEND mentions "\n  ${header} includes a private dependency's header:\n    ${include}")
+    endforeach()
+  endforeach()
+  if(mentions)
+    message(FATAL_ERROR "smoke[install]: the installed package asks for what libtai's consumers do not need:${mentions}")
+  endif()
 elseif(STEP STREQUAL "package")
-  step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args} -DTAI_CONSUME=package
-       -DCMAKE_PREFIX_PATH=${PREFIX} -DEXPECTED_PREFIX=${PREFIX})
+  # Consumed as on a machine with only what the package may ask for: find_package of a library
+  # libtai's interface does not need fails, and find_path does not see the directories of its
+  # private dependencies' headers (the compiler still searches them; the install step checks that
+  # no installed header includes one).
+  # An initial-cache file (-C) carries the list: step() would split a ";" inside an argument.
+  string(REPLACE "|" ";" hidden_dirs "${PRIVATE_HEADER_DIRS}")
+  set(unavailable "set(CMAKE_IGNORE_PATH \"${hidden_dirs}\" CACHE STRING \"\")\n")
+  foreach(package IN ITEMS Boost PAPI Jemalloc LibAIO LibURing)
+    string(APPEND unavailable "set(CMAKE_DISABLE_FIND_PACKAGE_${package} ON CACHE BOOL \"\")\n")
+  endforeach()
+  file(WRITE ${WORK_DIR}/unavailable.cmake "${unavailable}")
+  step(${CMAKE_COMMAND} -C ${WORK_DIR}/unavailable.cmake -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args}
+       -DTAI_CONSUME=package -DCMAKE_PREFIX_PATH=${PREFIX} -DEXPECTED_PREFIX=${PREFIX})
   step(${CMAKE_COMMAND} --build ${WORK_DIR})
   run_consumer(${WORK_DIR}/consumer)
 elseif(STEP STREQUAL "subdirectory")

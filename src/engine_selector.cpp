@@ -33,32 +33,48 @@ struct Candidate {
   std::function<Result<std::unique_ptr<Engine>>(const EngineOptions&)> make;
 };
 
-Error not_built(const char* library, const char* package) {
+/// Why an engine is not compiled in, as configure decided (config.hpp): `turned_off` when its
+/// option (e.g. -DTAI_WITH_URING=OFF) left it out, else its library was searched for and not
+/// found. Either way the cure includes -D<option>=ON: once a build directory has the option
+/// cached OFF, installing the library and reconfiguring does not turn it on.
+Error not_built(const char* library, const char* package, const char* option, bool turned_off) {
   std::string reason = "not built (";
-  reason += library;
-  reason += " was not found at configure time; install ";
-  reason += package;
-  reason += " and reconfigure)";
+  if (turned_off) {
+    reason += "turned off at configure time with ";
+    reason += option;
+    reason += "=OFF; reconfigure with -D";
+    reason += option;
+    reason += "=ON to build it)";
+  } else {
+    reason += library;
+    reason += " was not found at configure time; install ";
+    reason += package;
+    reason += " and reconfigure with -D";
+    reason += option;
+    reason += "=ON)";
+  }
   return Error{std::make_error_code(std::errc::not_supported), std::move(reason)};
 }
 
 Result<std::unique_ptr<Engine>> make_uring_or_reason(const EngineOptions& options) {
-  if (detail::probe_overrides().uring_not_built) return not_built("liburing", "liburing-dev");
+  if (detail::probe_overrides().uring_not_built)  // as if liburing had not been found
+    return not_built("liburing", "liburing-dev", "TAI_WITH_URING", false);
 #if TAI_WITH_URING
   return engines::make_uring(options);
 #else
   (void)options;
-  return not_built("liburing", "liburing-dev");
+  return not_built("liburing", "liburing-dev", "TAI_WITH_URING", TAI_URING_TURNED_OFF);
 #endif
 }
 
 Result<std::unique_ptr<Engine>> make_libaio_or_reason(const EngineOptions& options) {
-  if (detail::probe_overrides().libaio_not_built) return not_built("libaio", "libaio-dev");
+  if (detail::probe_overrides().libaio_not_built)  // as if libaio had not been found
+    return not_built("libaio", "libaio-dev", "TAI_WITH_LIBAIO", false);
 #if TAI_WITH_LIBAIO
   return engines::make_libaio(options);
 #else
   (void)options;
-  return not_built("libaio", "libaio-dev");
+  return not_built("libaio", "libaio-dev", "TAI_WITH_LIBAIO", TAI_LIBAIO_TURNED_OFF);
 #endif
 }
 

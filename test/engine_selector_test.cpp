@@ -34,10 +34,21 @@ using detail::ScopedProbeOverrides;
 
 const char* const kUringNotBuilt =
     "engine 'uring' unavailable: not built (liburing was not found at configure time; install liburing-dev and "
-    "reconfigure)";
+    "reconfigure with -DTAI_WITH_URING=ON)";
 const char* const kLibaioNotBuilt =
     "engine 'libaio' unavailable: not built (libaio was not found at configure time; install libaio-dev and "
-    "reconfigure)";
+    "reconfigure with -DTAI_WITH_LIBAIO=ON)";
+// What this build says when an option turned the engine off (cmake_smoke.engines_turned_off
+// checks these in a build made so).
+const char* const kUringTurnedOff =
+    "engine 'uring' unavailable: not built (turned off at configure time with TAI_WITH_URING=OFF; reconfigure "
+    "with -DTAI_WITH_URING=ON to build it)";
+const char* const kLibaioTurnedOff =
+    "engine 'libaio' unavailable: not built (turned off at configure time with TAI_WITH_LIBAIO=OFF; reconfigure "
+    "with -DTAI_WITH_LIBAIO=ON to build it)";
+// What this build says about an engine it does not contain.
+const char* const kUringMissing = TAI_URING_TURNED_OFF ? kUringTurnedOff : kUringNotBuilt;
+const char* const kLibaioMissing = TAI_LIBAIO_TURNED_OFF ? kLibaioTurnedOff : kLibaioNotBuilt;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -112,8 +123,11 @@ TEST(EngineSelector, ListsEveryEngineButFault) {
   // An engine compiled in is listed with its real capabilities; one not compiled in says so.
   const EngineInfo* uring = find_info(list, "uring");
   const EngineInfo* libaio = find_info(list, "libaio");
-  if (!TAI_WITH_URING) { EXPECT_EQ("engine 'uring' unavailable: " + uring->reason, kUringNotBuilt); }
-  if (!TAI_WITH_LIBAIO) { EXPECT_EQ("engine 'libaio' unavailable: " + libaio->reason, kLibaioNotBuilt); }
+  // The reason matches how configure left it out: turned off by the option, or not found.
+  if (!TAI_WITH_URING) { EXPECT_EQ("engine 'uring' unavailable: " + uring->reason, kUringMissing); }
+  if (!TAI_WITH_LIBAIO) { EXPECT_EQ("engine 'libaio' unavailable: " + libaio->reason, kLibaioMissing); }
+  static_assert(!(TAI_WITH_URING && TAI_URING_TURNED_OFF) && !(TAI_WITH_LIBAIO && TAI_LIBAIO_TURNED_OFF),
+                "config.hpp: an engine cannot be both built and turned off");
   if (uring->available) { EXPECT_TRUE(uring->capabilities.asynchronous && uring->capabilities.async_sync); }
   if (libaio->available) { EXPECT_TRUE(libaio->capabilities.asynchronous && libaio->capabilities.eventfd); }
 }
@@ -198,7 +212,7 @@ TEST(EngineSelector, NotBuiltIsReportedExactly) {
 }
 
 TEST(EngineSelector, UringRefusedBySetup) {
-  if (!TAI_WITH_URING) GTEST_SKIP() << kUringNotBuilt;
+  if (!TAI_WITH_URING) GTEST_SKIP() << kUringMissing;
   struct Case {
     int err;
     const char* name;
@@ -214,7 +228,7 @@ TEST(EngineSelector, UringRefusedBySetup) {
 }
 
 TEST(EngineSelector, UringDisabledBySysctl) {
-  if (!TAI_WITH_URING) GTEST_SKIP() << kUringNotBuilt;
+  if (!TAI_WITH_URING) GTEST_SKIP() << kUringMissing;
   ProbeOverrides o;
   o.io_uring_disabled = 2;
   ScopedProbeOverrides scope(o);
@@ -222,7 +236,7 @@ TEST(EngineSelector, UringDisabledBySysctl) {
 }
 
 TEST(EngineSelector, UringRegisteredBuffersAboveMemlockForced) {
-  if (!TAI_WITH_URING) GTEST_SKIP() << kUringNotBuilt;
+  if (!TAI_WITH_URING) GTEST_SKIP() << kUringMissing;
   ProbeOverrides o;
   o.uring_register_buffers_errno = ENOMEM;
   o.memlock_limit = 0;
@@ -254,7 +268,7 @@ bool drop_ipc_lock() {
 // (capability not droppable, no accounting), the test says so and the forced path (above) is
 // what checks the message.
 TEST(EngineSelector, UringRegisteredBuffersAboveMemlockReal) {
-  if (!TAI_WITH_URING) GTEST_SKIP() << kUringNotBuilt;
+  if (!TAI_WITH_URING) GTEST_SKIP() << kUringMissing;
   if (!find_info(list_engines(), "uring")->available) GTEST_SKIP() << "uring unavailable here";
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
@@ -318,7 +332,7 @@ TEST(EngineSelector, UringRegisteredBuffersAboveMemlockReal) {
 }
 
 TEST(EngineSelector, LibaioRefusedBySetup) {
-  if (!TAI_WITH_LIBAIO) GTEST_SKIP() << kLibaioNotBuilt;
+  if (!TAI_WITH_LIBAIO) GTEST_SKIP() << kLibaioMissing;
   struct Case {
     int err;
     std::vector<std::string> says;

@@ -10,12 +10,15 @@
 //       std::cout << e.name << (e.available ? " available" : " unavailable: " + e.reason) << '\n';
 //
 // An engine is unavailable when it was not compiled in (its library was not found at configure
-// time) or when the kernel refuses it: io_uring_setup / io_setup answered EPERM, ENOSYS or
-// EOPNOTSUPP (seccomp in containers, kernels without the feature), kernel.io_uring_disabled is
-// set, fs.aio-max-nr is reached (EAGAIN), or RLIMIT_MEMLOCK is too low for registered buffers.
+// time, or its option turned it off) or when the kernel refuses it: io_uring_setup / io_setup
+// answered EPERM, ENOSYS or EOPNOTSUPP (seccomp in containers, kernels without the feature),
+// kernel.io_uring_disabled is set, fs.aio-max-nr is reached (EAGAIN), or RLIMIT_MEMLOCK is too
+// low for registered buffers.
 // The reasons come from the engine factories and are exact; the selector prefixes the name:
 //     engine 'uring' unavailable: not built (liburing was not found at configure time; install
-//     liburing-dev and reconfigure)
+//     liburing-dev and reconfigure with -DTAI_WITH_URING=ON)
+//     engine 'uring' unavailable: not built (turned off at configure time with TAI_WITH_URING=OFF;
+//     reconfigure with -DTAI_WITH_URING=ON to build it)
 //
 // The fault-injecting engine is not listed and cannot be made by name: it wraps another engine
 // (tai::engines::make_fault in engines/fault/fault_engine.hpp).
@@ -58,7 +61,9 @@ std::vector<EngineInfo> list_engines(const EngineOptions& options = {});
 ///    "auto -> libaio (uring unavailable: kernel.io_uring_disabled = 2 ...)".
 ///  * an unknown name fails with EINVAL: "unknown engine 'x'; known engines: auto, uring, ...".
 ///  * an engine not compiled in fails with ENOTSUP: "engine 'uring' unavailable: not built
-///    (liburing was not found at configure time; install liburing-dev and reconfigure)".
+///    (liburing was not found at configure time; install liburing-dev and reconfigure with
+///    -DTAI_WITH_URING=ON)", or "not built (turned off at configure time with TAI_WITH_URING=OFF;
+///    reconfigure with -DTAI_WITH_URING=ON to build it)" when the option left it out.
 ///  * an engine the kernel refuses fails with the factory's errno and
 ///    "engine 'uring' unavailable: <the factory's reason>".
 /// For a named engine (not "auto"), `note` receives "<name>" on success.

@@ -3,6 +3,8 @@
 #   -DSTEP=package        build consumer/ with find_package(tai) from PREFIX, run it
 #   -DSTEP=subdirectory   build consumer/ with add_subdirectory(TAI_SOURCE_DIR), run it
 #   -DSTEP=pkgconfig      compile consumer/main.cpp with `pkg-config --cflags --libs tai`, run it
+#   -DSTEP=engines_off    add_subdirectory(TAI_SOURCE_DIR) with -DTAI_WITH_LIBAIO=OFF
+#                         -DTAI_WITH_URING=OFF, run consumer/list_engines.cpp, check the reasons
 # Every step fails on the first command that fails and shows that command's output.
 cmake_minimum_required(VERSION 3.25)
 
@@ -99,6 +101,40 @@ elseif(STEP STREQUAL "subdirectory")
        -DTAI_SOURCE_DIR=${TAI_SOURCE_DIR})
   step(${CMAKE_COMMAND} --build ${WORK_DIR} --target consumer -- -j${JOBS})
   run_consumer(${WORK_DIR}/consumer)
+elseif(STEP STREQUAL "engines_off")
+  # Both asynchronous engines turned off by their options. The reason must say so when configure
+  # found the library, and "not found" only when it searched for it and did not find it
+  # (LIBAIO_FOUND, LIBURING_FOUND: what the build under test found on this machine).
+  step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args} -DTAI_CONSUME=subdirectory
+       -DTAI_SOURCE_DIR=${TAI_SOURCE_DIR} -DTAI_WITH_LIBAIO=OFF -DTAI_WITH_URING=OFF)
+  step(${CMAKE_COMMAND} --build ${WORK_DIR} --target list_engines -- -j${JOBS})
+  step(${WORK_DIR}/list_engines)
+  set(listing "${step_output}")
+  set(missing "")
+  message(STATUS "smoke[${STEP}]:\n${listing}")
+  foreach(engine IN ITEMS "libaio|libaio|libaio-dev|TAI_WITH_LIBAIO|${LIBAIO_FOUND}"
+                          "uring|liburing|liburing-dev|TAI_WITH_URING|${LIBURING_FOUND}")
+    string(REPLACE "|" ";" engine "${engine}")
+    list(GET engine 0 name)
+    list(GET engine 1 library)
+    list(GET engine 2 package)
+    list(GET engine 3 option)
+    list(GET engine 4 found)
+    if(found)
+      string(CONCAT expected "${name}: unavailable: not built (turned off at configure time with "
+                             "${option}=OFF; reconfigure with -D${option}=ON to build it)")
+    else()
+      string(CONCAT expected "${name}: unavailable: not built (${library} was not found at configure "
+                             "time; install ${package} and reconfigure with -D${option}=ON)")
+    endif()
+    string(FIND "${listing}" "${expected}\n" at)
+    if(at EQUAL -1)
+      string(APPEND missing "\n  ${expected}")
+    endif()
+  endforeach()
+  if(missing)
+    message(FATAL_ERROR "smoke[${STEP}]: expected the lines${missing}\nin the listing:\n${listing}")
+  endif()
 elseif(STEP STREQUAL "pkgconfig")
   set(ENV{PKG_CONFIG_PATH} ${PREFIX}/${LIBDIR}/pkgconfig)
   step(${PKG_CONFIG} --cflags --libs tai)

@@ -1,6 +1,7 @@
 // Behaviour of the cstdio engine beyond the cross-engine conformance suite: no direct I/O,
 // read-after-write through the stdio buffer, when other descriptors see the data (fsync, dsync),
-// the per-file lock around seek+transfer, and flush errors that are never lost.
+// the per-file lock around seek+transfer, and flush errors that are never lost (on /dev/full and on
+// a really full file system, where the stream must work again once the error was reported).
 #include "engines/cstdio/cstdio_engine.hpp"
 
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/small_fs.hpp"
 #include "support/test_env.hpp"
 
 namespace {
@@ -156,16 +158,25 @@ TEST(CstdioEngine, ConcurrentWritersToOneFileDoNotTearEachOther) {
   }
 }
 
-TEST(CstdioEngine, FlushErrorsAreReportedAndNeverForgotten) {
+TEST(CstdioEngine, AFailedFlushIsReportedByTheNextSyncAndByACloseThatNoSyncPreceded) {
   // /dev/full accepts the stdio buffer's bytes and refuses them at flush with ENOSPC: the
-  // write itself completes, the error must come out of fsync, every later fsync, and close.
+  // write itself completes, the error must come out of the next fsync; a failed flush that no
+  // sync reported comes out of close.
   auto engine = tai::engines::make_cstdio({});
   auto f = engine->open("/dev/full", {Open::write});
   if (!f) GTEST_SKIP() << f.error().message;
   ASSERT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
   EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC);
-  EXPECT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "a failed flush is sticky";
+  ASSERT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
   EXPECT_EQ(engine->close(**f), std::errc::no_space_on_device);
+
+  // The failed flush of a write that must reposition: the write that caused it fails, and
+  // the next sync fails too (the flush dropped bytes of an earlier, completed write).
+  auto g = engine->open("/dev/full", {Open::write});
+  ASSERT_TRUE(g);
+  ASSERT_EQ(run(*engine, Op::write, g->get(), "lost", 0, 4).result, 4);
+  EXPECT_EQ(run(*engine, Op::write, g->get(), "moved", 100, 5).result, -ENOSPC);
+  EXPECT_EQ(run(*engine, Op::fdatasync, g->get(), nullptr, 0, 0).result, -ENOSPC);
 }
 
 TEST(CstdioEngine, DsyncWriteErrorIsReportedOnTheWrite) {
@@ -234,6 +245,77 @@ TEST(CstdioEngine, TruncateAndReadOnly) {
   auto t = engine->open(path, {Open::write | Open::truncate});
   ASSERT_TRUE(t);
   EXPECT_EQ(kernel_view(path), "");
+}
+
+// On a really full file system (a 1 MiB tmpfs, root only): what a failed flush leaves behind
+// in the stream. glibc drops the buffer's bytes on a failed flush and leaves the stream's
+// position where the written part ended, not where the buffered writes ended.
+class CstdioFullDisk : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs_.mounted()) GTEST_SKIP() << fs_.skip_reason();
+  }
+  tai::test::SmallTmpfs fs_{1 << 20};
+};
+
+TEST_F(CstdioFullDisk, AFailedSyncIsReportedOnceAndTheStreamThenWritesWhereAsked) {
+  ASSERT_EQ(fs_.fill("filler", 8192), "");
+  const std::string path = fs_.file("data");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::read | Open::write | Open::create});
+  ASSERT_TRUE(f) << f.error().message;
+  const std::string a(32768, 'A'), b(4096, 'B');
+  ASSERT_EQ(run(*engine, Op::write, f->get(), a.data(), 0, a.size()).result, 32768) << "buffered by stdio";
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "only 8 KiB fit";
+  ASSERT_EQ(::unlink(fs_.file("filler").c_str()), 0);
+  // The write continues where the last one ended: it must land at 32768 even though the failed
+  // flush left the stream at 8192. Then the rewrite a cache does after a failed sync.
+  ASSERT_EQ(run(*engine, Op::write, f->get(), b.data(), 32768, b.size()).result, 4096);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), a.data(), 0, a.size()).result, 32768);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0)
+      << "the error was reported, the data written again: the stream must not stay failed";
+  EXPECT_TRUE(kernel_view(path) == a + b) << "the file lacks data or holds it at the wrong offset";
+  EXPECT_FALSE(engine->close(**f));
+}
+
+TEST_F(CstdioFullDisk, AWriteWhoseFlushFailedIsNeverReportedComplete) {
+  ASSERT_EQ(fs_.fill("filler", 16384), "");
+  const std::string path = fs_.file("data");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::write | Open::create});
+  ASSERT_TRUE(f) << f.error().message;
+  const std::string a(40000, 'A'), b(40000, 'B');
+  ASSERT_EQ(run(*engine, Op::write, f->get(), a.data(), 0, a.size()).result, 40000) << "buffered by stdio";
+  // b overflows the 64 KiB buffer: stdio copies part of b in, flushes, fails, and drops the
+  // buffer; fwrite then counts the part of b it had copied as written.
+  const std::int64_t second = run(*engine, Op::write, f->get(), b.data(), 40000, b.size()).result;
+  EXPECT_EQ(second, -ENOSPC) << "bytes stdio dropped were reported written";
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC)
+      << "the flush dropped bytes of the first, completed write";
+  ASSERT_EQ(::unlink(fs_.file("filler").c_str()), 0);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), a.data(), 0, a.size()).result, 40000);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), b.data(), 40000, b.size()).result, 40000);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_TRUE(kernel_view(path) == a + b) << "the file lacks data or holds it at the wrong offset";
+  EXPECT_FALSE(engine->close(**f));
+}
+
+TEST_F(CstdioFullDisk, AWriteThatFailsAloneFailsOnlyItselfAsOnPosix) {
+  // Nothing else buffered: the failed fwrite lost only its own bytes and says so; the next sync
+  // has nothing to report (pwrite + fsync behave the same way).
+  ASSERT_EQ(fs_.fill("filler", 8192), "");
+  const std::string path = fs_.file("data");
+  auto engine = tai::engines::make_cstdio({});
+  auto f = engine->open(path, {Open::write | Open::create});
+  ASSERT_TRUE(f) << f.error().message;
+  const std::string big(100000, 'G');
+  EXPECT_EQ(run(*engine, Op::write, f->get(), big.data(), 0, big.size()).result, -ENOSPC);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  ASSERT_EQ(::unlink(fs_.file("filler").c_str()), 0);
+  ASSERT_EQ(run(*engine, Op::write, f->get(), big.data(), 0, big.size()).result, 100000);
+  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_TRUE(kernel_view(path) == big);
+  EXPECT_FALSE(engine->close(**f));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "engines/cstdio/cstdio_engine.hpp"
 
 #include <fcntl.h>
+#include <stdio_ext.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -48,16 +49,32 @@ CstdioFile::~CstdioFile() {
   (void)close_locked();
 }
 
+void CstdioFile::flush_failed_locked(int err, bool completed_writes_lost) noexcept {
+  if (completed_writes_lost && unreported_error_ == 0) unreported_error_ = err;
+  // glibc and musl have already dropped the buffer's bytes; purging makes that certain, so that
+  // no libc writes them later at a position nobody asked for. The stream stands where the
+  // written part ended, not where the buffered writes did: forget the position, the next
+  // transfer seeks. Clearing the error flag lets the next transfer try again.
+  ::__fpurge(stream_);
+  ::clearerr(stream_);
+  position_ = kUnknownPosition;
+  last_op_ = LastOp::none;
+}
+
 int CstdioFile::seek_locked(std::uint64_t offset, LastOp op) {
   if (last_op_ == op && position_ == offset) return 0;
   if (offset > kLargestOffset) return EINVAL;
   if (::fseeko(stream_, static_cast<off_t>(offset), SEEK_SET) != 0) {
     const int err = errno ? errno : EIO;
-    // fseeko fails after a failed flush of pending writes (EIO, ENOSPC), or on a bad offset.
-    if (last_op_ == LastOp::write) remember_write_error(err);
-    ::clearerr(stream_);
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
+    if (last_op_ == LastOp::write) {
+      // The seek flushes the buffered writes first, and that flush failed (EIO, ENOSPC): the
+      // bytes of completed writes are gone.
+      flush_failed_locked(err, /*completed_writes_lost=*/true);
+    } else {
+      ::clearerr(stream_);
+      position_ = kUnknownPosition;
+      last_op_ = LastOp::none;
+    }
     return err;
   }
   position_ = offset;
@@ -87,27 +104,26 @@ std::int64_t CstdioFile::read_locked(void* buffer, std::uint64_t offset, std::ui
 
 std::int64_t CstdioFile::write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length) {
   if (int err = seek_locked(offset, LastOp::write)) return -err;
+  // Bytes of earlier writes, already reported complete, that a flush inside fwrite may drop.
+  const bool earlier_bytes_buffered = ::__fpending(stream_) > 0;
   errno = 0;
   const std::size_t n = std::fwrite(buffer, 1, length, stream_);
   if (n < length) {
-    // Some of the bytes may be in the buffer, some lost: the file's state is unknown.
+    // fwrite falls short only when a flush fails, and its count includes bytes it had copied
+    // into the buffer that the failed flush then dropped: no part of this write may be
+    // reported written (a count would let the caller go on as if the prefix were in the file).
     const int err = errno ? errno : EIO;
-    remember_write_error(err);
-    ::clearerr(stream_);
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
-    return n == 0 ? -err : static_cast<std::int64_t>(n);
+    flush_failed_locked(err, earlier_bytes_buffered);
+    return -err;
   }
   position_ = offset + n;
   if (has(mode().flags, Open::dsync)) {
     // O_DSYNC makes write(2) durable, but stdio calls write(2) only when its buffer fills:
     // flush now so that "completed" means "durable", as the flag promises.
     if (std::fflush(stream_) != 0) {
+      // Every earlier write was flushed when it completed: only this one's bytes are lost.
       const int err = errno ? errno : EIO;
-      remember_write_error(err);
-      ::clearerr(stream_);
-      position_ = kUnknownPosition;
-      last_op_ = LastOp::none;
+      flush_failed_locked(err, /*completed_writes_lost=*/false);
       return -err;
     }
     if (has(mode().flags, Open::dontneed)) detail::apply_dontneed(fd(), offset, n);
@@ -116,16 +132,20 @@ std::int64_t CstdioFile::write_locked(const void* buffer, std::uint64_t offset, 
 }
 
 std::int64_t CstdioFile::sync_locked(bool data_only) {
-  if (std::fflush(stream_) != 0) {
-    remember_write_error(errno ? errno : EIO);
-    ::clearerr(stream_);
-  }
+  if (std::fflush(stream_) != 0) flush_failed_locked(errno ? errno : EIO, /*completed_writes_lost=*/true);
   int rc;
   do {
     rc = data_only ? ::fdatasync(fd()) : ::fsync(fd());
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) remember_write_error(errno);
-  return write_error_ ? -write_error_ : 0;
+  const int sync_err = rc != 0 ? errno : 0;
+  // Reported once, as the kernel reports a write-back error to one fsync: this failure tells
+  // the caller to write again everything since its last good sync (TAI's tree does, from its
+  // cache, and keeps the error until then). Keeping it here as well would fail every later
+  // sync, even after that rewrite succeeded, for the life of the stream (a disk that was full
+  // and then freed could never be synced again).
+  const int err = unreported_error_ ? unreported_error_ : sync_err;
+  unreported_error_ = 0;
+  return -err;
 }
 
 std::error_code CstdioFile::close_locked() {
@@ -136,7 +156,9 @@ std::error_code CstdioFile::close_locked() {
   if (std::fclose(stream_) != 0 && err == 0 && errno != EINTR) err = errno ? errno : EIO;
   stream_ = nullptr;
   fd_.store(-1, std::memory_order_relaxed);
-  if (err == 0) err = write_error_;
+  // A failed flush that no sync reported: its bytes are lost, and this is the last chance to say so.
+  if (unreported_error_ != 0) err = unreported_error_;
+  unreported_error_ = 0;
   return err ? std::error_code(err, std::generic_category()) : std::error_code();
 }
 

@@ -12,9 +12,22 @@
 //    when the file was opened with Open::dsync, where every write is flushed before it completes
 //    (O_DSYNC alone would only apply when stdio decides to flush).
 //  * fsync / fdatasync: fflush + fsync / fdatasync of the descriptor.
-//  * A failed flush (EIO, ENOSPC: write-back of earlier, already completed writes) is reported on
-//    the request that caused it, and then on every later fsync, fdatasync and close of the file:
-//    stdio may have dropped the buffered bytes, so success must never be reported again.
+//  * A failed flush (EIO, ENOSPC). stdio drops the buffered bytes when a flush fails (glibc and
+//    musl; the engine purges the buffer to be sure) and leaves the stream where the written part
+//    ended: the engine clears the stream's error flag and forgets its position, so the next
+//    transfer seeks and the stream works again once the condition is gone (a full disk freed).
+//    The error is reported on the request whose flush failed: a write (its fwrite flushed), a
+//    read or write that had to seek (the seek flushed), an fsync or fdatasync, a close. When the
+//    dropped bytes include those of earlier writes, already reported complete, the next fsync or
+//    fdatasync fails with it too (or the close, when no sync comes first).
+//  * A sync reports such an error once, as the kernel reports a write-back error to one fsync;
+//    a later sync succeeds when everything since was flushed and synced. So, as with the posix
+//    engine, the caller must write the data a failed sync covered again before it trusts a
+//    later sync: TAI's tree does that from its cache and keeps the error until then (or for the
+//    life of the handle when it cannot), see "Failed engine syncs" in include/tai/btree.hpp.
+//    Keeping the error in the engine instead would fail every sync after the rewrite too.
+//  * A write whose fwrite falls short fails as a whole (-errno), never with a count: fwrite's
+//    count includes bytes it copied into the buffer that the failed flush then dropped.
 // No direct I/O: opening with Open::direct fails with EINVAL. Hints: sequential, random, noreuse
 // and willneed are applied at open; dontneed after each read, and after each write when dsync.
 #pragma once
@@ -54,16 +67,17 @@ class CstdioFile final : public EngineFile {
   /// Positions the stream at `offset` for `op`, skipping the fseeko when a same-direction
   /// transfer continues where the last one stopped (so sequential writes stay buffered).
   int seek_locked(std::uint64_t offset, LastOp op);
-  void remember_write_error(int err) noexcept {
-    if (write_error_ == 0) write_error_ = err;
-  }
+  /// After a failed flush (the bytes it held are gone): remembers `err` for the next sync when
+  /// `completed_writes_lost` (bytes of writes already reported complete were among them), purges
+  /// the buffer, clears the stream's error flag and forgets the position.
+  void flush_failed_locked(int err, bool completed_writes_lost) noexcept;
 
   std::mutex mutex_;  // guards everything below
   std::FILE* stream_;
   std::unique_ptr<char[]> stream_buffer_;  // setvbuf's buffer: must outlive the stream
   std::uint64_t position_ = kUnknownPosition;
   LastOp last_op_ = LastOp::none;
-  int write_error_ = 0;  // first failed flush; sticky (see the file comment)
+  int unreported_error_ = 0;  // first failed flush that dropped completed writes; cleared by the sync that reports it
   // Relaxed: a plain value for fd(); written under mutex_ at close only.
   std::atomic<int> fd_;
 };

@@ -25,6 +25,7 @@ const char* to_string(TreeOp op) noexcept {
     case TreeOp::evict: return "evict";
     case TreeOp::fsync: return "fsync";
     case TreeOp::fdatasync: return "fdatasync";
+    case TreeOp::collect: return "collect";
   }
   return "?";
 }
@@ -75,6 +76,7 @@ TreeCore::TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits,
   root_ = new Node(nullptr, 0, 0);
   root_->sparse = levels_ > 1 && bits_[0] > kArrayBits;
   count(counters_.nodes);
+  count(node_bytes_, sizeof(Node));
 }
 
 TreeCore::~TreeCore() {
@@ -186,6 +188,23 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   return true;
 }
 
+bool TreeCore::take_collect_request() noexcept {
+  // Relaxed loads: a late answer only delays or hastens one collection. The exchange (acq_rel)
+  // makes one caller the owner of the next collect operation; collect_done() releases it.
+  if (node_bytes_.load(std::memory_order_relaxed) < collect_threshold_.load(std::memory_order_relaxed)) return false;
+  return !collecting_.exchange(true, std::memory_order_acq_rel);
+}
+
+void TreeCore::collect_done() noexcept {
+  // What survived a collection is what the cache's blocks need (and what operations in flight
+  // were in): the next one waits until the nodes have doubled from there, so that each
+  // collection frees at least as much as it walks (the walk visits only subtrees with blocks).
+  const std::uint64_t live = node_bytes_.load(std::memory_order_relaxed);
+  collect_threshold_.store(std::max(kCollectFloorBytes, 2 * live), std::memory_order_relaxed);
+  collects_.fetch_add(1, std::memory_order_relaxed);
+  collecting_.store(false, std::memory_order_release);  // pairs with the exchange above
+}
+
 std::uint64_t TreeCore::refresh_size(std::uint64_t known_end) noexcept {
   if (options_.file_size || file_ == nullptr) return known_end;  // a size given at open is taken as is
   const std::optional<std::uint64_t> now = file_->size();
@@ -294,6 +313,7 @@ void TreeCore::start(Operation& op, StepSink& sink) {
       break;
     case TreeOp::write_back:
     case TreeOp::drop:
+    case TreeOp::collect:
       if (op.length != 0) {
         if (op.length - 1 > kMaxU - op.offset) return fail_now(-EOVERFLOW);
         last = op.offset + (op.length - 1);
@@ -479,6 +499,7 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
 }
 
 void TreeCore::complete(Operation& op) noexcept {
+  if (op.kind == TreeOp::collect) collect_done();
   const std::int64_t err = op.first_error_.load(std::memory_order_relaxed);
   op.result_ = err != 0 ? err : static_cast<std::int64_t>(op.bytes_);
   const Operation::Callback cb = op.on_complete;
@@ -515,15 +536,22 @@ Node& TreeCore::child_or_create(Node& n, std::uint64_t index) {
     c->sparse = d + 1u < levels_ && bits_[d] > kArrayBits;
     ++n.child_count;
     count(counters_.nodes);
+    count(node_bytes_, sizeof(Node));
     return c;
   };
   if (n.sparse) {
     if (n.map == nullptr) n.map = new std::map<std::uint64_t, Node*>();
     auto [it, inserted] = n.map->try_emplace(index, nullptr);
-    if (inserted) it->second = make();
+    if (inserted) {
+      count(node_bytes_, kMapEntryBytes);
+      it->second = make();
+    }
     return *it->second;
   }
-  if (n.array == nullptr) n.array = new Node*[std::size_t{1} << bits_[n.depth]]();
+  if (n.array == nullptr) {
+    n.array = new Node*[std::size_t{1} << bits_[n.depth]]();
+    count(node_bytes_, array_bytes(n));
+  }
   Node*& slot = n.array[index];
   if (slot == nullptr) slot = make();
   return *slot;
@@ -532,12 +560,14 @@ Node& TreeCore::child_or_create(Node& n, std::uint64_t index) {
 void TreeCore::erase_child(Node& n, std::uint64_t index) noexcept {
   if (n.sparse) {
     n.map->erase(index);
+    uncount(node_bytes_, kMapEntryBytes);
   } else {
     n.array[index] = nullptr;
   }
   if (--n.child_count == 0) {  // a leaf again: give the table back
     delete n.map;
     n.map = nullptr;
+    if (n.array != nullptr) uncount(node_bytes_, array_bytes(n));
     delete[] n.array;
     n.array = nullptr;
   }
@@ -558,6 +588,10 @@ std::uint64_t TreeCore::delete_subtree(Node* node) noexcept {
 }
 
 void TreeCore::delete_node(Node* n) noexcept {
+  std::uint64_t bytes = sizeof(Node);
+  if (n->map != nullptr) bytes += n->map->size() * kMapEntryBytes;
+  if (n->array != nullptr) bytes += array_bytes(*n);
+  uncount(node_bytes_, bytes);
   delete n->map;
   delete[] n->array;
   delete n->parked;
@@ -788,6 +822,8 @@ BTreeStats TreeCore::stats() const noexcept {
   s.write_back_errors = ld(counters_.write_back_errors);
   s.inline_ops = ld(counters_.inline_ops);
   s.size_refreshes = ld(counters_.size_refreshes);
+  s.node_bytes = ld(node_bytes_);
+  s.collects = ld(collects_);
   return s;
 }
 

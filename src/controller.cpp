@@ -921,7 +921,7 @@ void Worker::begin(Task* t) {
   FileCore& f = *t->file;
   if (f.tree_gone) {
     // After the close: user operations are rejected; internal ones have nothing left to do.
-    if (t->kind == TaskKind::write_back || t->kind == TaskKind::evict) {
+    if (t->kind == TaskKind::write_back || t->kind == TaskKind::evict || t->kind == TaskKind::collect) {
       if (t->kind == TaskKind::evict) c.evictions_in_flight.fetch_sub(1, std::memory_order_relaxed);
       reject(*t, 0, nullptr);
     } else {
@@ -936,6 +936,21 @@ void Worker::begin(Task* t) {
     if (task->op.on_complete != &op_complete_trampoline) task->op.on_complete = &op_complete_trampoline;
     if (task->op.context != task) task->op.context = task;
     f.tree->start(task->op, *this);
+    // The tree's nodes have grown past what its blocks need: a collect operation right behind
+    // this one, in the file's order like any other (one at a time per tree; see
+    // TreeCore::take_collect_request). Internal: no receipt, nothing to report.
+    if (f.tree->take_collect_request()) {
+      Task* g = acquire_task();  // refs = 1: the controller's
+      g->kind = TaskKind::collect;
+      g->file = &f;
+      g->owner = &c;
+      g->op.kind = TreeOp::collect;
+      g->phase.store(static_cast<std::uint8_t>(TaskState::ready), std::memory_order_relaxed);
+      g->op.on_complete = &op_complete_trampoline;
+      g->op.context = g;
+      file_retain(&f);  // the task's, dropped by its completion like every file task's
+      f.tree->start(g->op, *this);
+    }
   };
   auto gate_on = [&](Task* task) {
     f.gate = task;
@@ -948,6 +963,7 @@ void Worker::begin(Task* t) {
     case TaskKind::tree_op:
     case TaskKind::write_back:
     case TaskKind::evict:
+    case TaskKind::collect:
       start_op(t);
       return;
     case TaskKind::hook:
@@ -2071,6 +2087,7 @@ FileStatus File::status() const {
       const BTreeStats t = f.tree->stats();
       s.cached_bytes = t.cached_bytes;
       s.dirty_bytes = t.dirty_bytes;
+      s.node_bytes = t.node_bytes;
       s.size = f.tree->logical_size();
     }
   }

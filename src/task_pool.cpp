@@ -400,6 +400,7 @@ std::string Receipt::message() const {
     case detail::TaskKind::flush: what = "flush"; break;
     case detail::TaskKind::write_back: what = "write-back"; break;
     case detail::TaskKind::evict: what = "evict"; break;
+    case detail::TaskKind::collect: what = "collect"; break;
   }
   what += t.final_state == TaskState::rejected ? " rejected" : " failed";
   if (t.reason) {

@@ -297,7 +297,9 @@ template <unsigned... Bits>
 bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   Operation& op = *s.op;
+  const bool collect = op.kind == TreeOp::collect;
   if (n.block != nullptr) {
+    if (collect) return finished(s, sink);  // a block: nothing to free here
     if (redirtying(op)) {  // a failed sync's redirty (tai/btree.hpp, "Failed engine syncs")
       redirty_block(n);
       return finished(s, sink);
@@ -314,7 +316,7 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
   if (n.child_count == 0) return finished(s, sink);
   // A redirty looks for blocks with unsynced bytes, dirty or clean: it cannot skip clean subtrees.
-  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict && !redirtying(op);
+  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict && !collect && !redirtying(op);
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
   std::vector<detail::Node*> targets;
@@ -329,6 +331,9 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
     }
     if (wants_dirty && done_up_to(c->last_write_seq) && c->dirty_blocks.load(std::memory_order_relaxed) == 0)
       return;  // clean, and every write that went in has landed
+    // A collection descends only where blocks are (the garbage it looks for hangs beside them):
+    // an empty child that an operation is still in is left for the next one.
+    if (collect && c->cached_bytes.load(std::memory_order_relaxed) == 0) return;
     targets.push_back(c);
   });
   if (targets.empty()) return finished(s, sink);

@@ -192,6 +192,8 @@ struct BTreeStats {
   std::uint64_t write_back_errors = 0;  ///< failed write-backs (each recorded for the file)
   std::uint64_t inline_ops = 0;         ///< reads/writes done inside start() (idle tree, one cached block)
   std::uint64_t size_refreshes = 0;     ///< reads past the known size that found the file grown by another writer
+  std::uint64_t node_bytes = 0;         ///< heap bytes of the tree's nodes and child tables (an estimate for sparse tables)
+  std::uint64_t collects = 0;           ///< collect operations completed (freeing nodes that hold nothing)
 };
 
 namespace detail {
@@ -252,6 +254,13 @@ class TreeCore {
   unsigned levels() const noexcept { return levels_; }
   /// log2 of the size of a node at `depth` (64 for the root).
   unsigned node_shift(unsigned depth) const noexcept { return shift_[depth]; }
+  /// True when the tree's nodes have grown enough that a TreeOp::collect operation should run
+  /// (the caller then starts one, in the file's request order like any operation). A node that
+  /// loses its block (eviction, drop) or never got one (a write the strict quota rerouted) is
+  /// freed only by an operation passing through its parent later: without collect operations a
+  /// file written for long, and never fsynced, would keep a node per block it ever cached. True
+  /// once per collection (until that operation completes). Thread-safe.
+  bool take_collect_request() noexcept;
   /// Every operation started on this tree has completed and its completion callback has
   /// returned. (A runner must also let the step that completed the last one return before it
   /// destroys the tree.)
@@ -416,6 +425,19 @@ class TreeCore {
   std::atomic<std::uint64_t> in_flight_{0};
   std::atomic<std::uint64_t> prefix_{0};
   std::unique_ptr<std::atomic<std::uint64_t>[]> ring_;
+
+  // Node memory (see take_collect_request). node_bytes_: relaxed counter (count/uncount) of the
+  // heap bytes of nodes and child tables, changed by the steps that make and delete them.
+  // collect_threshold_: relaxed, written by collect_done. collecting_: a collect operation was
+  // asked for and has not completed (acq_rel exchange / release store).
+  static constexpr std::uint64_t kMapEntryBytes = 64;  // a std::map node with its allocator overhead, about
+  static constexpr std::uint64_t kCollectFloorBytes = 512 * 1024;
+  std::atomic<std::uint64_t> node_bytes_{0};
+  std::atomic<std::uint64_t> collect_threshold_{kCollectFloorBytes};
+  std::atomic<std::uint64_t> collects_{0};
+  std::atomic<bool> collecting_{false};
+  std::uint64_t array_bytes(const Node& n) const noexcept { return (std::uint64_t{1} << bits_[n.depth]) * sizeof(Node*); }
+  void collect_done() noexcept;
 
   // Logical size: written by root steps only, read by fills and write-backs of any node.
   // Relaxed: a stale (smaller) value only makes a fill or a write-back expansion stop earlier,

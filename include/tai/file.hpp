@@ -53,6 +53,9 @@ struct FileStatus {
   std::uint64_t in_flight = 0;
   std::uint64_t cached_bytes = 0;
   std::uint64_t dirty_bytes = 0;
+  /// Heap bytes of the file's cache tree itself (nodes, child tables): bounded by what the cached
+  /// blocks need, about twice that at most, plus 512 KiB (nodes that hold nothing are freed).
+  std::uint64_t node_bytes = 0;
   std::optional<std::uint64_t> size;  ///< the logical size (writes included), when known
   /// An engine fsync failure that later fsyncs keep reporting (as of the last fsync's completion):
   /// cleared once an fsync submitted after the failed one completed has written the affected

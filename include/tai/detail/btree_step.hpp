@@ -27,6 +27,8 @@ enum class TreeOp : std::uint8_t {
   evict,       ///< evict the one block named by a BlockRecord (oldest-first recycling)
   fsync,       ///< write back the whole file, then the engine's fsync
   fdatasync,   ///< write back the whole file, then the engine's fdatasync
+  collect,     ///< free the nodes that hold nothing (no block below) and that no operation is in;
+               ///< cached and dirty data untouched (TreeCore::take_collect_request says when)
 };
 const char* to_string(TreeOp op) noexcept;
 

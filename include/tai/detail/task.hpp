@@ -48,6 +48,7 @@ enum class TaskKind : std::uint8_t {
   flush,      ///< Controller::flush: the aggregate; its parts are write_back tasks
   write_back, ///< internal: write back one file (flush parts, idle flush rounds)
   evict,      ///< internal: evict one block (recycle rounds)
+  collect,    ///< internal: free the tree's nodes that hold nothing (TreeCore::take_collect_request)
 };
 
 // Cache-line layout (alignas(64)). A request's task moves between the submitting thread and a

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "support/controller_support.hpp"
@@ -17,23 +16,17 @@
 namespace tai::test {
 namespace {
 
-using Param = std::tuple<const char* /*engine*/, bool /*default tree (else trivial)*/>;
-
-class ExternalGrowth : public testing::TestWithParam<Param> {
+class ExternalGrowth : public testing::TestWithParam<EngineAndTree> {
  protected:
   void SetUp() override {
     engine = std::get<0>(GetParam());
     if (std::string why = engine_unavailable_reason(engine); !why.empty()) GTEST_SKIP() << why;
-    ControllerOptions o;
-    o.workers = 2;
-    o.flush_idle_ns = -1;
-    ctl = std::make_unique<Controller>(o);
+    ctl = std::make_unique<Controller>(two_quiet_workers());
     path = dir.file("growing");
     head = pattern(1000, 1);
     ASSERT_TRUE(make_zero_file(path, 0));
     ASSERT_TRUE(write_with_pwrite(path, 0, head));
-    auto f = std::get<1>(GetParam()) ? ctl->open<BTreeDefault>(path, Open::read | Open::write, engine)
-                                     : ctl->open<BTreeTrivial>(path, Open::read | Open::write, engine);
+    auto f = open_engine_and_tree(*ctl, GetParam(), path, Open::read | Open::write);
     ASSERT_TRUE(f.ok()) << f.error().message;
     file = std::move(f.value());
   }
@@ -89,13 +82,9 @@ TEST_P(ExternalGrowth, AReadPastTheKnownSizeSeesWhatAnotherWriterAppended) {
   EXPECT_EQ(read_with_pread(path), whole);
 }
 
-std::string param_name(const testing::TestParamInfo<Param>& info) {
-  return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_Default" : "_Trivial");
-}
-
 INSTANTIATE_TEST_SUITE_P(Controller, ExternalGrowth,
                          testing::Combine(testing::Values("posix", "cstdio", "libaio", "uring"), testing::Bool()),
-                         param_name);
+                         engine_and_tree_name);
 
 }  // namespace
 }  // namespace tai::test

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <string>
 #include <system_error>
-#include <tuple>
 #include <vector>
 
 #include "support/controller_support.hpp"
@@ -26,26 +25,18 @@ namespace {
 
 constexpr std::uint64_t kLargestOffset = std::uint64_t{1} << 63;  // 2^63: no file byte is here or above
 
-using Param = std::tuple<const char* /*engine*/, bool /*default tree (else trivial)*/>;
-
-class SubmissionChecks : public testing::TestWithParam<Param> {
+class SubmissionChecks : public testing::TestWithParam<EngineAndTree> {
  protected:
   void SetUp() override {
     engine = std::get<0>(GetParam());
     if (std::string why = engine_unavailable_reason(engine); !why.empty()) GTEST_SKIP() << why;
-    ControllerOptions o;
-    o.workers = 2;
-    o.flush_idle_ns = -1;
-    ctl = std::make_unique<Controller>(o);
+    ctl = std::make_unique<Controller>(two_quiet_workers());
     path = dir.file("checked");
     original = pattern(8192, 7);
     ASSERT_TRUE(make_zero_file(path, 0));
     ASSERT_TRUE(write_with_pwrite(path, 0, original));
   }
-  Result<File> open(Open flags) {
-    return std::get<1>(GetParam()) ? ctl->open<BTreeDefault>(path, flags, engine)
-                                   : ctl->open<BTreeTrivial>(path, flags, engine);
-  }
+  Result<File> open(Open flags) { return open_engine_and_tree(*ctl, GetParam(), path, flags); }
   /// The receipt finished (bounded wait) as rejected with `err` and a reason.
   static void expect_rejected(const Receipt& r, int err) {
     ASSERT_TRUE(r.wait_for(std::chrono::seconds(30))) << "did not finish";
@@ -111,14 +102,10 @@ TEST_P(SubmissionChecks, ATransferEndingPastTheLargestFileOffsetIsRejectedAtOnce
   EXPECT_EQ(read_with_pread(path), original);
 }
 
-std::string param_name(const testing::TestParamInfo<Param>& info) {
-  return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_Default" : "_Trivial");
-}
-
 INSTANTIATE_TEST_SUITE_P(Controller, SubmissionChecks,
                          testing::Combine(testing::Values("posix", "cstdio", "fstream", "libaio", "uring"),
                                           testing::Bool()),
-                         param_name);
+                         engine_and_tree_name);
 
 }  // namespace
 }  // namespace tai::test

@@ -13,7 +13,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-#include <tuple>
 
 #include "support/controller_support.hpp"
 #include "support/test_env.hpp"
@@ -24,8 +23,6 @@ namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(20);
 const std::error_code kDeadlock(EDEADLK, std::generic_category());
-
-using Param = std::tuple<const char* /*engine*/, bool /*default tree (else trivial)*/>;
 
 /// What a wait on the worker saw, filled in there and read by the test once `ran` is set.
 struct Seen {
@@ -38,18 +35,13 @@ struct Seen {
   std::atomic<bool> ran{false};  // release store last, acquire loads: publishes the fields above
 };
 
-class WaitOnWorker : public testing::TestWithParam<Param> {
+class WaitOnWorker : public testing::TestWithParam<EngineAndTree> {
  protected:
   void SetUp() override {
     engine = std::get<0>(GetParam());
     if (std::string why = engine_unavailable_reason(engine); !why.empty()) GTEST_SKIP() << why;
-    ControllerOptions o;
-    o.workers = 2;
-    o.flush_idle_ns = -1;
-    ctl = std::make_unique<Controller>(o);
-    auto f = std::get<1>(GetParam())
-                 ? ctl->open<BTreeDefault>(dir.file("w"), Open::read | Open::write | Open::create, engine)
-                 : ctl->open<BTreeTrivial>(dir.file("w"), Open::read | Open::write | Open::create, engine);
+    ctl = std::make_unique<Controller>(two_quiet_workers());
+    auto f = open_engine_and_tree(*ctl, GetParam(), dir.file("w"), Open::read | Open::write | Open::create);
     ASSERT_TRUE(f.ok()) << f.error().message;
     file = std::move(f.value());
   }
@@ -149,13 +141,9 @@ TEST_P(WaitOnWorker, OnAWorkerAFinishedReceiptAndAnotherControllersReceiptAnswer
   EXPECT_EQ(other_bytes, 4);
 }
 
-std::string param_name(const testing::TestParamInfo<Param>& info) {
-  return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_Default" : "_Trivial");
-}
-
 INSTANTIATE_TEST_SUITE_P(Controller, WaitOnWorker,
                          testing::Combine(testing::Values("posix", "cstdio", "libaio", "uring"), testing::Bool()),
-                         param_name);
+                         engine_and_tree_name);
 
 }  // namespace
 }  // namespace tai::test

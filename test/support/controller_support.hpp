@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -54,6 +55,24 @@ struct TreeNames {
     return "other";
   }
 };
+
+/// One test body over every engine x {BTreeDefault, BTreeTrivial}: the parameter of such suites,
+/// its test-name suffix ("posix_Default"), and the open that picks the tree.
+using EngineAndTree = std::tuple<const char* /*engine*/, bool /*BTreeDefault (else BTreeTrivial)*/>;
+inline std::string engine_and_tree_name(const testing::TestParamInfo<EngineAndTree>& info) {
+  return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_Default" : "_Trivial");
+}
+inline Result<File> open_engine_and_tree(Controller& ctl, const EngineAndTree& p, const std::string& path, Open flags) {
+  return std::get<1>(p) ? ctl.open<BTreeDefault>(path, flags, std::get<0>(p)) : ctl.open<BTreeTrivial>(path, flags, std::get<0>(p));
+}
+/// Options for tests of one behaviour: 2 workers, no idle flush rounds (write-back happens only
+/// where the test asks for it).
+inline ControllerOptions two_quiet_workers() {
+  ControllerOptions o;
+  o.workers = 2;
+  o.flush_idle_ns = -1;
+  return o;
+}
 
 /// Waits for `r` (a test failure if it has not finished after `hang`) and expects success.
 inline bool wait_ok(const Receipt& r, std::chrono::seconds hang = std::chrono::seconds(60)) {

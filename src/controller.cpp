@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -289,6 +290,29 @@ class ControllerCore {
   std::atomic<std::uint64_t> rejected_outside{0};  // rejections on application threads (RMW: many writers)
   std::atomic<std::uint64_t> flushes{0};           // Controller::flush() calls (relaxed counter)
 
+  // --- write copies (ControllerOptions::write_copy_budget) ---
+  // Bytes of write data held for unfinished writes (Task::copy_charge summed), on a cache line
+  // of its own with the waiters count, which every completion reads after its subtraction.
+  alignas(64) std::atomic<std::uint64_t> copy_bytes{0};
+  // Submitters asleep (or about to sleep) on copy_cv. Incremented and decremented under copy_mu.
+  std::atomic<std::uint32_t> copy_waiters{0};
+  // Submissions that had to wait for room (relaxed counter, slow path only).
+  std::atomic<std::uint64_t> copy_waits{0};
+  // The sleeping side of the wait, used on the slow path only.
+  alignas(64) std::mutex copy_mu;
+  std::condition_variable copy_cv;
+  /// Counts t.data against the budget before t is pushed, waiting for room when needed (see
+  /// ControllerOptions::write_copy_budget). Called by the submitting thread.
+  void charge_copy(Task& t);
+  /// Uncounts n bytes and wakes the waiters, if any. Called on the worker finishing a write.
+  void release_copy(std::uint64_t n) noexcept;
+  /// Whether n more bytes fit next to `held` (always when nothing is held).
+  bool copy_fits(std::uint64_t held, std::uint64_t n) const noexcept {
+    const std::uint64_t budget = opt.write_copy_budget;
+    return held == 0 || (held <= budget && n <= budget - held);
+  }
+  void wait_for_copy_room(std::uint64_t n);
+
   // --- master state (master thread only) ---
   std::int64_t idle_since = -1;
   std::atomic<std::uint32_t> evictions_in_flight{0};  // +1 by the master, -1 on completion (relaxed counter)
@@ -469,8 +493,27 @@ void op_complete_trampoline(Operation&, void* ctx) {
 // ---------------------------------------------------------------------------------------------
 // Construction and engines
 
+namespace {
+/// The options with contradictions corrected, each said on stderr: a weak quota above the
+/// strict one would otherwise be lowered silently by Quota, and a user who set only
+/// strict_quota would not learn that the default weak_quota (256 MiB) did not fit it.
+ControllerOptions corrected_options(const ControllerOptions& o) {
+  ControllerOptions c = o;
+  if (c.weak_quota > c.strict_quota) {
+    // strict / 2: the ratio of the defaults (256 MiB / 512 MiB), so recycling starts halfway.
+    c.weak_quota = c.strict_quota / 2;
+    std::fprintf(stderr,
+                 "tai::Controller: weak_quota (%llu bytes) is above strict_quota (%llu bytes); using weak_quota = "
+                 "%llu bytes (strict_quota / 2)\n",
+                 static_cast<unsigned long long>(o.weak_quota), static_cast<unsigned long long>(o.strict_quota),
+                 static_cast<unsigned long long>(c.weak_quota));
+  }
+  return c;
+}
+}  // namespace
+
 ControllerCore::ControllerCore(const ControllerOptions& o)
-    : opt(o), quota(o.weak_quota, o.strict_quota) {
+    : opt(corrected_options(o)), quota(opt.weak_quota, opt.strict_quota) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
   lanes = n * std::max(1u, opt.lanes_per_worker);
   if (opt.pending_capacity < 64) opt.pending_capacity = 64;
@@ -723,7 +766,88 @@ Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
 }
 
 void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason) {
+  // Every task a worker ends passes here (completed, failed, rejected after submission), so a
+  // counted write is uncounted exactly once. Before finish_task publishes the result: a thread
+  // that saw the receipt finish then sees the count without this write's bytes.
+  if (const std::uint64_t n = t.copy_charge) {
+    t.copy_charge = 0;
+    release_copy(n);
+  }
   finish_task(t, s, error, reason);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Back-pressure on write copies (ControllerOptions::write_copy_budget)
+//
+// The fast path is one fetch_add at submission and one fetch_sub plus one load (of the same
+// cache line) at completion. No lost wake-up: a waiter increments copy_waiters and then loads
+// copy_bytes, a completer subtracts from copy_bytes and then loads copy_waiters, all four
+// seq_cst, so in their single total order at least one of the two sees the other's write: the
+// waiter sees the room, or the completer sees the waiter and notifies it under copy_mu (which
+// the waiter holds from its increment until it sleeps, so the notification cannot fall between
+// its check and its sleep). On x86 a seq_cst read-modify-write is the same locked instruction
+// as a relaxed one and a seq_cst load a plain load: the ordering costs nothing there.
+
+void ControllerCore::charge_copy(Task& t) {
+  const std::uint64_t n = t.data.size();
+  if (n == 0) return;
+  t.copy_charge = n;  // published to the worker by the push
+  if (t_worker != nullptr && &t_worker->c == this) {
+    // A worker of this controller never waits: the writes that would make room finish only in
+    // the rounds it holds up. Relaxed: a count; the task itself is published by the push.
+    copy_bytes.fetch_add(n, std::memory_order_relaxed);
+    return;
+  }
+  // Relaxed: a count, nothing is published through it (the push publishes the task); the
+  // completer's seq_cst subtraction and this addition are ordered by their atomicity alone.
+  const std::uint64_t held = copy_bytes.fetch_add(n, std::memory_order_relaxed);
+  if (copy_fits(held, n)) return;
+  // Over the budget: take the bytes back (a waiter that saw them is woken by release_copy,
+  // since copy_bytes may now have room for it) and wait.
+  release_copy(n);
+  wait_for_copy_room(n);
+}
+
+void ControllerCore::release_copy(std::uint64_t n) noexcept {
+  // seq_cst: pairs with the waiter's seq_cst increment of copy_waiters and load of copy_bytes
+  // (see above); on x86 the same instruction as relaxed.
+  copy_bytes.fetch_sub(n, std::memory_order_seq_cst);
+  // seq_cst: the other half of that pairing; usually 0 (nobody waits): the completion then
+  // costs nothing more.
+  if (copy_waiters.load(std::memory_order_seq_cst) != 0) {
+    std::lock_guard<std::mutex> lock(copy_mu);
+    copy_cv.notify_all();
+  }
+}
+
+void ControllerCore::wait_for_copy_room(std::uint64_t n) {
+  copy_waits.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  // Admission on this path is a compare-and-swap, never an addition taken back, so it never
+  // shows other waiters bytes it does not keep. Relaxed loads and CAS: a count (see above).
+  auto try_admit = [this, n]() noexcept {
+    std::uint64_t held = copy_bytes.load(std::memory_order_relaxed);
+    while (copy_fits(held, n))
+      if (copy_bytes.compare_exchange_weak(held, held + n, std::memory_order_relaxed)) return true;
+    return false;
+  };
+  // Spin first: writes into the cache finish within a round, often sooner than a sleep and a
+  // wake-up would take.
+  const std::int64_t until = monotonic_ns() + opt.spin_ns;
+  for (unsigned i = 0;; ++i) {
+    if (try_admit()) return;
+    cpu_relax();
+    if ((i & 63) == 63 && monotonic_ns() >= until) break;
+  }
+  std::unique_lock<std::mutex> lock(copy_mu);
+  // seq_cst: pairs with release_copy's seq_cst load of copy_waiters (see above).
+  copy_waiters.fetch_add(1, std::memory_order_seq_cst);
+  for (;;) {
+    // seq_cst load: the other half of the pairing with release_copy's subtraction.
+    if (copy_fits(copy_bytes.load(std::memory_order_seq_cst), n) && try_admit()) break;
+    copy_cv.wait(lock);
+  }
+  // Relaxed: under copy_mu; a completer that still sees the old value only notifies for nothing.
+  copy_waiters.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void ControllerCore::add_failure(std::string what) {
@@ -1893,6 +2017,9 @@ ControllerStats ControllerCore::stats() const {
   s.quota_peak = quota.peak();
   s.quota_weak = quota.weak();
   s.quota_strict = quota.strict();
+  s.write_copy_bytes = copy_bytes.load(std::memory_order_relaxed);  // relaxed: a snapshot
+  s.write_copy_budget = opt.write_copy_budget;
+  s.write_copy_waits = copy_waits.load(std::memory_order_relaxed);  // relaxed: a statistic
   s.rounds_normal = rounds_normal.get();
   s.rounds_recycle = rounds_recycle.get();
   s.rounds_flush = rounds_flush.get();
@@ -1974,6 +2101,9 @@ Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::ui
     int err = 0;
     if (const char* why = transfer_refusal(*f, kind, offset, length, err)) return detail::reject_now(t, err, why);
   }
+  // After every refusal above (a write refused here was never counted): from here on the task
+  // is pushed, and the worker that ends it uncounts it.
+  if (kind == TreeOp::write) f->ctl->charge_copy(*t);
   return f->ctl->submit_file_task(f, t);
 }
 }  // namespace

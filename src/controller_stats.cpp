@@ -103,6 +103,9 @@ std::string ControllerStats::table() const {
   row("quota peak", quota_peak);
   row("quota weak", quota_weak);
   row("quota strict", quota_strict);
+  row("write copy bytes", write_copy_bytes);
+  row("write copy budget", write_copy_budget);
+  row("write copy waits", write_copy_waits);
   row("rounds normal", rounds_normal);
   row("rounds recycle", rounds_recycle);
   row("rounds flush", rounds_flush);

@@ -101,6 +101,7 @@ void Task::recycle() noexcept {
   // compares first, so that the worker does not write line 1; see Task's layout).
   file = nullptr;
   owner = nullptr;
+  copy_charge = 0;  // already 0: the controller uncounts every write it finishes
   error = 0;
   reason = nullptr;
   next = nullptr;

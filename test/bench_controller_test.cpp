@@ -129,6 +129,24 @@ TEST(BenchController, IdleTinyHasEveryWindowAndTheTarget) {
   EXPECT_EQ(lines[2].rfind("idle,0,200,2,", 0), 0u) << lines[2];
 }
 
+TEST(BenchController, MemoryTinyHasEveryWorkloadAndTheTarget) {
+  SKIP_WITHOUT_BENCH();
+  tai::test::ScratchDir dir;
+  const Outcome r = run_bench("memory --bytes 16M --dir " + dir.path().string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::regex header(R"(workload +bytes +seconds +MiB/s +peak_rss_MiB +peak_heap_MiB +copy_waits)");
+  EXPECT_TRUE(std::regex_search(r.output, header)) << r.output;
+  for (const char* w : {"sequential", "random", "no-wait"})
+    EXPECT_EQ(count_lines(r.output, std::regex(std::string(w) + " +16 MiB +" + kNum + " +" + kNum + " +" + kNum +
+                                                   " +(" + kNum + "|-) +[0-9]+$")),
+              1)
+        << w << ":\n" << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(target: peak RSS <= strict quota \+ 64 MiB = 72 MiB -> (met|MISSED))")))
+      << r.output;
+  const Outcome bad = run_bench("memory --bytes 1K --dir " + dir.path().string());
+  EXPECT_EQ(bad.status, 2) << bad.output;
+}
+
 TEST(BenchController, RandreadViaControllerAddsAControllerRowWithItsRatio) {
   SKIP_WITHOUT_BENCH();
   if (!engine_available("uring")) GTEST_SKIP() << "io_uring is not available here";

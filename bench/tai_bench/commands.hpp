@@ -40,4 +40,7 @@ void add_overhead_command(CLI::App& app);
 /// `tai-bench idle`: CPU used by an idle controller, and right after a burst (idle.cpp).
 void add_idle_command(CLI::App& app);
 
+/// `tai-bench memory`: peak RSS and heap while writing far more than a small quota (memory.cpp).
+void add_memory_command(CLI::App& app);
+
 }  // namespace tai::bench

@@ -15,6 +15,7 @@ void register_commands(CLI::App& app) {
   tai::bench::add_fadvise_command(app);
   tai::bench::add_overhead_command(app);
   tai::bench::add_idle_command(app);
+  tai::bench::add_memory_command(app);
 }
 
 }  // namespace

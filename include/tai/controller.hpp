@@ -50,6 +50,10 @@ struct ControllerOptions {
   /// Cache quota in bytes, shared by every file of this controller (DESIGN "Quota"). Above the
   /// weak limit recycle rounds write back and evict the oldest blocks; the strict limit is
   /// never exceeded (requests that would need more go to the engine uncached).
+  /// weak_quota must not exceed strict_quota: when it does (say only strict_quota was lowered
+  /// and the default weak_quota stayed), the constructor uses strict_quota / 2 (the defaults'
+  /// ratio), prints one line on stderr naming both values and the one used, and options()
+  /// returns the corrected value.
   std::uint64_t weak_quota = std::uint64_t{256} << 20;
   std::uint64_t strict_quota = std::uint64_t{512} << 20;
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
@@ -84,6 +88,27 @@ struct ControllerOptions {
   unsigned lanes_per_worker = 8;
   /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).
   unsigned pending_capacity = 16384;
+  /// The most bytes of write data the controller holds for writes not yet finished: the copies
+  /// File::write(offset, src, n) makes (counted as allocated: small writes are rounded up to
+  /// 4096 bytes) and the Buffers moved in by File::write(offset, Buffer&&). A write is counted
+  /// from its submission until its operation finishes (in the cache, at the engine, or refused:
+  /// a rejected or failed write is uncounted too). pending_capacity bounds the queued requests
+  /// by count only: 16384 queued 64 KiB copies are 1 GiB. This bounds them by bytes.
+  ///
+  /// What waits: a thread whose write would take the count above the budget waits in
+  /// File::write (spinning for spin_ns, then sleeping) until finished writes make room. A write
+  /// is always admitted when the controller holds no copy, so a single write larger than the
+  /// budget proceeds alone instead of waiting forever. Exception: a worker thread of this
+  /// controller (in a continuation, a submitted function or a hook) never waits, it is admitted
+  /// over the budget: the writes that would make room can only finish in the rounds that worker
+  /// is holding up. Submitting threads may call File::write concurrently (thread-safe, as every
+  /// submission); the count and the number of waits are in stats() (write_copy_bytes,
+  /// write_copy_waits).
+  ///
+  /// Default 32 MiB: enough to keep the engines busy (the default engine depth of 256 requests
+  /// of 64 KiB is 16 MiB), small enough that the cache (strict_quota) plus the copies plus the
+  /// controller's bookkeeping stay within strict_quota + 64 MiB. 0 admits one write at a time.
+  std::uint64_t write_copy_budget = std::uint64_t{32} << 20;
   /// Keep per-kind latency histograms (two clock reads per timed request).
   bool latency_histograms = true;
   /// Time one request in this many, per submitting thread (1: every request). Two clock reads
@@ -176,8 +201,13 @@ class Controller {
   /// Returns what failed. Later calls return an empty report; later submissions are rejected.
   ShutdownReport shutdown();
 
+  /// A snapshot of the counters (see ControllerStats). Thread-safe.
   ControllerStats stats() const;
+  /// The number of worker threads. Thread-safe.
   unsigned workers() const noexcept;
+  /// The options in use: as given to the constructor, with the corrections it made (a weak
+  /// quota above the strict one, pending_capacity clamped to [64, 65534]). Thread-safe (never
+  /// changes after construction).
   const ControllerOptions& options() const noexcept;
   /// How the default engine was chosen, e.g. "auto -> uring".
   const std::string& engine_note() const noexcept;

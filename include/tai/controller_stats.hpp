@@ -4,6 +4,9 @@
 // Counters are totals since the controller was made; "now" fields are instantaneous. Each worker
 // keeps its own counters (written by that worker only) so that counting costs no shared cache
 // line; a snapshot sums them, so it is consistent only when the controller is idle.
+//
+// Thread-safety: ControllerStats is a plain value (no shared state); Controller::stats() may be
+// called from any thread at any time.
 #pragma once
 
 #include <array>
@@ -54,6 +57,11 @@ struct ControllerStats {
   std::uint64_t evictions = 0;       ///< blocks evicted by recycle rounds
   std::uint64_t cached_bytes = 0, dirty_bytes = 0;  ///< now (open files)
   std::uint64_t quota_used = 0, quota_peak = 0, quota_weak = 0, quota_strict = 0;
+
+  // Write copies (ControllerOptions::write_copy_budget).
+  std::uint64_t write_copy_bytes = 0;   ///< now: bytes of write data held for unfinished writes
+  std::uint64_t write_copy_budget = 0;  ///< the option's value
+  std::uint64_t write_copy_waits = 0;   ///< writes whose submitter had to wait for room
 
   // Rounds and workers.
   std::uint64_t rounds_normal = 0, rounds_recycle = 0, rounds_flush = 0, rounds_idle = 0, rounds_close = 0;

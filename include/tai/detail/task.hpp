@@ -91,6 +91,10 @@ struct alignas(64) Task {
   // The controller that runs the task (set at submission, before the push publishes the task):
   // a wait for it from one of that controller's own workers cannot be served (see Receipt).
   const ControllerCore* owner = nullptr;
+  // Bytes of `data` this write counts against the controller's write_copy_budget: set by the
+  // submitter before the push (which publishes it), cleared by the controller when the task
+  // finishes (ControllerCore::finish, on the worker). 0: nothing counted.
+  std::uint64_t copy_charge = 0;
   int error = 0;                            // errno of a failure (0: none)
   const char* reason = nullptr;             // static text: why it was rejected / what failed
   std::uint64_t submit_ns = 0;              // for the latency histograms, when `timed`

@@ -8,14 +8,16 @@
 // write-copy budget of 4 MiB over BTreeDefault, and samples the heap every 64 submissions. The
 // peak above the baseline (taken once the controller and the file exist) must stay below
 //   strict quota + write_copy_budget + kSlack.
-// kSlack (12 MiB) is what the controller holds besides cached blocks and counted copies, each
+// kSlack (16 MiB) is what the controller holds besides cached blocks and counted copies, each
 // bounded by a constant or by the cache, none by the bytes written:
 //  * recycled tasks keep their copy buffer (up to 64 KiB, Task::kKeepDataBytes) for the next
-//    write: the submitting thread's task cache (64 tasks, 4 MiB), the workers' caches and the
-//    shared pool's batches in transit hold about 6 MiB of buffers no write counts;
+//    write: the submitting thread's task cache (64 tasks, 4 MiB), the workers' caches (8 each)
+//    and the shared pool's batches in transit (32) hold about 7-8 MiB of buffers no write counts;
 //  * the tree's nodes and the quota's block records, bounded by the cached blocks;
 //  * the per-thread Pending queues made at the first submission, latency histograms, the
 //    allocator's per-thread caches (jemalloc counts them as allocated), this test's own samples.
+// Measured on the development VM (jemalloc): the no-wait workload on null peaks at 8-20 MiB above
+// the baseline with the budget, 31 MiB without it (TAI_TEST_WRITE_COPY_BUDGET huge).
 //
 // Also: the count of held copies returns to 0 after writes finish, whether they completed,
 // failed at the engine or were rejected (closed file), and a contradictory quota pair is
@@ -50,7 +52,7 @@ constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kStrict = 4 * kMiB;
 constexpr std::uint64_t kWeak = 2 * kMiB;
 constexpr std::uint64_t kBudget = 4 * kMiB;
-constexpr std::uint64_t kSlack = 12 * kMiB;  // see the file comment
+constexpr std::uint64_t kSlack = 16 * kMiB;  // see the file comment
 constexpr std::size_t kWriteSize = 64 * 1024;
 constexpr std::size_t kInFlight = 64;
 constexpr std::uint64_t kRandomRange = std::uint64_t{4} << 30;  // random offsets in a 4 GiB file

@@ -68,7 +68,7 @@ timespec to_timespec(std::chrono::nanoseconds d) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Thread pool: the seed's pthread backend.
+// Thread pool: the ioqueue benchmark's pthread backend.
 //
 // Submission: the owner writes the request into its slot, pushes the slot number onto `pending_slots_`
 // (MPMC: one producer, `threads` consumers), and wakes one sleeping worker if any. A worker

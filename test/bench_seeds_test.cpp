@@ -1,4 +1,4 @@
-// The seed subcommands of tai-bench (latency, write, fadvise) run on tiny sizes through the built
+// The study subcommands of tai-bench (latency, write, fadvise) run on tiny sizes through the built
 // binary: their tables, CSV and PNG have the promised shape, and their checksum verification
 // works: a run over a file with one flipped byte (the hidden --corrupt-for-test hook) must fail
 // with exit status 3 and say so. The page cache is dropped with FADV_DONTNEED on the test's own

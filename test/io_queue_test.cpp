@@ -240,7 +240,7 @@ TEST_P(IoQueueTest, ManyRandomDirectReadsMatchTheFile) {
       ++done;
       free_bufs.push_back(b);
     }));
-    q->reap(q->in_flight() < q->depth() ? 0 : 1);  // the seed's loop
+    q->reap(q->in_flight() < q->depth() ? 0 : 1);  // the ioqueue benchmark's loop
     ASSERT_EQ(mismatches, 0);
   }
   drain(*q);

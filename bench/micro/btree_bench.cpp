@@ -1,4 +1,4 @@
-// tai-micro: Google Benchmark micro-benchmarks of tai::BTree (issue 4).
+// tai-micro: Google Benchmark micro-benchmarks of tai::BTree.
 //
 //   step/<tree>            cost of one step: a cached 4 KiB write (a block hit) per iteration
 //                          through the SequentialDriver; "step" = time per step run
@@ -10,7 +10,7 @@
 //                          reached the engine (null engine, counted at the executor)
 //   tiny_writes/rule:<0|1> 8-byte writes scattered over a clean 2 MiB block, then write-back:
 //                          the tiny-write rule on (write-through) or off (bridge the gaps)
-// After the run a summary prints the two ratios the issue sets targets for (times are this
+// After the run a summary prints the two ratios that have targets (times are this
 // thread's CPU time, user + system, so that other load on the machine does not skew them).
 #include <benchmark/benchmark.h>
 #include <fcntl.h>

@@ -61,7 +61,7 @@ double median(std::vector<double> values);
 // --- output ------------------------------------------------------------------------------------
 
 /// A table of text cells printed with aligned columns (numbers right-aligned, text left), like
-/// the seed's benchmark output.
+/// the ioqueue benchmark's output.
 class Table {
  public:
   explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}

@@ -18,20 +18,20 @@ namespace tai::bench {
 /// `tai-bench engines`: every engine, available or not with the reason, and its capabilities.
 void add_engines_command(CLI::App& app);
 
-/// `tai-bench randread`: seed 001's random-read table through tai::IoQueue, beside fio; --via controller adds
+/// `tai-bench randread`: the ioqueue benchmark's random-read table through tai::IoQueue, beside fio; --via controller adds
 /// the same reads through tai::Controller (randread.cpp).
 void add_randread_command(CLI::App& app);
 
 /// `tai-bench demo`: randread on a generated 1 GiB file, 4k and 64k, what `make demo` runs (demo.cpp).
 void add_demo_command(CLI::App& app);
 
-/// `tai-bench latency`: seed 002's per-read latency percentiles by read method (latency.cpp).
+/// `tai-bench latency`: the io_uring/mmap latency study's per-read latency percentiles by read method (latency.cpp).
 void add_latency_command(CLI::App& app);
 
-/// `tai-bench write`: seed 003's append-only writes, buffered + fsync vs O_DIRECT, beside fio (write.cpp).
+/// `tai-bench write`: the direct-I/O write study's append-only writes, buffered + fsync vs O_DIRECT, beside fio (write.cpp).
 void add_write_command(CLI::App& app);
 
-/// `tai-bench fadvise`: seed 000's FADV_NOREUSE / FADV_DONTNEED reads vs O_DIRECT, O_DSYNC vs O_DIRECT writes (fadvise.cpp).
+/// `tai-bench fadvise`: the fadvise note's FADV_NOREUSE / FADV_DONTNEED reads vs O_DIRECT, O_DSYNC vs O_DIRECT writes (fadvise.cpp).
 void add_fadvise_command(CLI::App& app);
 
 /// `tai-bench overhead`: a small request's cost through tai::Controller, beside glibc AIO and pwrite (overhead.cpp).

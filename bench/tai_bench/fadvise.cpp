@@ -1,15 +1,15 @@
-// `tai-bench fadvise` (seed 000): can posix_fadvise replace O_DIRECT for reads? Threads read a
-// file (random blocks by default, like the seed's benchmark) through TAI's posix engine in the
-// seed's "pthread" shape (tai::IoQueue with one thread per request in flight), four ways:
+// `tai-bench fadvise` (the fadvise note): can posix_fadvise replace O_DIRECT for reads? Threads read a
+// file (random blocks by default, like the note's benchmark) through TAI's posix engine in the
+// note's "pthread" shape (tai::IoQueue with one thread per request in flight), four ways:
 //   buffered   plain buffered reads
 //   noreuse    buffered, POSIX_FADV_NOREUSE on the file at open
 //   dontneed   buffered, POSIX_FADV_DONTNEED on each range right after it is read
 //   direct     O_DIRECT
-// and, for the seed's other backend, O_DIRECT through libaio and io_uring queues on one thread.
-// For each: the seed's columns (backend reqs bufsize depth rtime utime stime cpu us/op op/s MB/s),
+// and, for the note's other backend, O_DIRECT through libaio and io_uring queues on one thread.
+// For each: the note's columns (backend reqs bufsize depth rtime utime stime cpu us/op op/s MB/s),
 // how much the page cache grew (the file's resident bytes by mincore, and the machine's
 // "Cached" in /proc/meminfo), that growth per byte read, and throughput relative to O_DIRECT.
-// Then the seed's open question, O_DSYNC writes versus O_DIRECT writes, in the same shape.
+// Then the note's open question, O_DSYNC writes versus O_DIRECT writes, in the same shape.
 //
 // Every block read is checked against the data pattern, every block written is read back with
 // O_DIRECT and checked after its variant; a mismatch stops the run (exit status 3).
@@ -106,7 +106,7 @@ struct Result {
   }
 };
 
-/// The I/O loop of the seed's benchmark: queue a request, reap with min 0 while there is room and
+/// The I/O loop of the fadvise note's benchmark: queue a request, reap with min 0 while there is room and
 /// min 1 when the queue is full, drain at the end. `prepare(i, buffer)` returns the offset of
 /// request i (after filling the buffer for writes); `check(offset, buffer)` checks a completed
 /// read and returns an error message (empty when fine).
@@ -160,7 +160,7 @@ struct Loop {
 std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
 
 /// A queue for variant `v` with `depth` requests in flight: over posix, `depth` threads (the
-/// seed's pthread backend); over libaio/uring, the kernel queue on this thread.
+/// fadvise note's pthread backend); over libaio/uring, the kernel queue on this thread.
 tai::Result<std::unique_ptr<IoQueue>> make_queue(const Variant& v, unsigned depth) {
   IoQueueOptions qo;
   qo.depth = depth;
@@ -301,7 +301,7 @@ Result run_write(const FadviseOptions& o, const Variant& v, std::uint64_t size, 
     return offset;
   });
   if (v.name == "buffered" && loop.error.empty()) {
-    // Buffered writes are durable only after fsync: pay for it, as the seed's write test does.
+    // Buffered writes are durable only after fsync: pay for it, as the fadvise note's write test does.
     Request sync;
     sync.op = Op::fsync;
     sync.file = f.get();
@@ -471,7 +471,7 @@ int run(const FadviseOptions& o) {
 
   const MachineInfo machine = machine_info();
   const std::string machine_line = describe(machine);
-  fmt::print("# tai-bench fadvise (seed 000): buffered reads with posix_fadvise hints versus O_DIRECT, {} threads\n",
+  fmt::print("# tai-bench fadvise (the fadvise note): buffered reads with posix_fadvise hints versus O_DIRECT, {} threads\n",
              o.threads);
   fmt::print("# machine: {}; {}\n# storage: {}\n", machine_line, seeds::load_average(), seeds::describe_storage(o.dir));
 
@@ -508,7 +508,7 @@ int run(const FadviseOptions& o) {
     fmt::print("# page cache budget: none enforced; the file is {} RAM ({}){}\n",
                size > machine.memory_bytes ? "larger than" : "smaller than", format_size(machine.memory_bytes),
                size > machine.memory_bytes ? "" : ", so the cache never fills: 'grew' is what a larger file would add "
-                                                  "before eviction (use --size above RAM for the seed's setting)");
+                                                  "before eviction (use --size above RAM for the fadvise note's setting)");
     for (unsigned round = 1; round <= o.repeat; ++round) {
       for (const std::uint64_t bs : sizes) {
         const std::uint64_t reqs = std::max<std::uint64_t>(1, read_bytes / bs);
@@ -545,7 +545,7 @@ int run(const FadviseOptions& o) {
     for (const Result& r : results)
       if (r.kind == kind) add_row(t, r, direct_of(r));
     if (t.size() == 0) continue;
-    fmt::print("\n# {}: times in ms (the seed's columns), MB/s in MiB/s; grew = page cache growth of the file "
+    fmt::print("\n# {}: times in ms (the fadvise note's columns), MB/s in MiB/s; grew = page cache growth of the file "
                "(mincore), per byte {}; meminfo = change of Cached in /proc/meminfo (whole machine)\n",
                std::string(kind) == "read" ? "reads" : "writes (O_DSYNC vs O_DIRECT)",
                std::string(kind) == "read" ? "read" : "written");
@@ -587,7 +587,7 @@ int run(const FadviseOptions& o) {
     fmt::print("# csv: {}\n", o.csv);
   }
   if (!o.plot.empty()) {
-    const std::string title = fmt::format("tai-bench fadvise (seed 000), {} threads, {} {} file - {}", o.threads,
+    const std::string title = fmt::format("tai-bench fadvise (the fadvise note), {} threads, {} {} file - {}", o.threads,
                                           format_size(size), o.pattern, machine_line);
     if (auto err = plot_fadvise(results, o.plot, title); !err.empty()) throw Failure(1, "plot: " + err);
     fmt::print("# plot: {}\n", o.plot);
@@ -600,7 +600,7 @@ int run(const FadviseOptions& o) {
 void add_fadvise_command(CLI::App& app) {
   auto o = std::make_shared<FadviseOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "fadvise", "Seed 000: buffered reads with FADV_NOREUSE / FADV_DONTNEED vs O_DIRECT; O_DSYNC vs O_DIRECT writes");
+      "fadvise", "The fadvise note: buffered reads with FADV_NOREUSE / FADV_DONTNEED vs O_DIRECT; O_DSYNC vs O_DIRECT writes");
   cmd->add_option("--dir", o->dir, "Directory of the data files")->capture_default_str();
   cmd->add_option("--size", o->size, "Size of the file read (created once, then reused)")->capture_default_str();
   cmd->add_option("--bs", o->bs, "Block sizes (multiples of 4096)")->capture_default_str();
@@ -608,7 +608,7 @@ void add_fadvise_command(CLI::App& app) {
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   cmd->add_option("--read", o->read, "Bytes read per variant and block size")->capture_default_str();
-  cmd->add_option("--pattern", o->pattern, "rand (block-aligned random offsets, as the seed) or seq")
+  cmd->add_option("--pattern", o->pattern, "rand (block-aligned random offsets, as the fadvise note) or seq")
       ->capture_default_str();
   cmd->add_option("--variants", o->variants, "Read variants (or 'none')")->capture_default_str();
   cmd->add_option("--write-size", o->write_size, "Bytes of the write test (0: skip it)")->capture_default_str();

@@ -1,6 +1,6 @@
 // bench/tai_bench/idle.cpp - `tai-bench idle`: how much CPU a controller uses when the program
-// gives it nothing to do (DESIGN: an idle controller uses no CPU to speak of; issue 5: < 1% of
-// one core).
+// gives it nothing to do (DESIGN: an idle controller uses no CPU to speak of; the target: < 1%
+// of one core).
 //
 // The run, all in one process:
 //   1. baseline: no controller; the main thread sleeps for --seconds. The measurement's floor.
@@ -213,7 +213,7 @@ int run_idle(const IdleOptions& o) {
   fmt::print("(%core = CPU time / wall time x 100; vcsw = voluntary context switches of the process; rounds, sleeps: "
              "Controller::stats() deltas over the phase{})\n",
              o.repeat > 1 ? fmt::format("; the round of median %core of {} is shown", o.repeat) : "");
-  fmt::print("\ntarget (issue 5): idle controller with {} workers < 1% of one core: {:.3f}% -> {}\n", o.workers,
+  fmt::print("\ntarget: idle controller with {} workers < 1% of one core: {:.3f}% -> {}\n", o.workers,
              idle_percent, idle_percent < 1.0 ? "met" : "MISSED");
   if (!o.csv.empty()) fmt::print("\nCSV written to {}\n", o.csv);
   return 0;

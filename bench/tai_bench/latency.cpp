@@ -1,13 +1,13 @@
-// `tai-bench latency` (seed 002): per-read latency of random 8-byte-key lookups over a data file,
+// `tai-bench latency` (the io_uring/mmap latency study): per-read latency of random 8-byte-key lookups over a data file,
 // through each way of reading a file: read(2) after lseek(2), pread(2), O_DIRECT pread, mmap, TAI's
 // posix engine (buffered and direct), io_uring (direct and buffered), libaio, and io_uring with
-// IOPOLL where the device polls. Then the seed's multi-read mode: N reads per iteration, one after
+// IOPOLL where the device polls. Then the study's multi-read mode: N reads per iteration, one after
 // the other (blocking) or submitted together (uring, libaio).
 //
 // Every value read is compared with the data pattern (seeds_util.hpp), so a number cannot come
 // from reading nothing: a mismatch stops the run with a message and exit status 3.
 //
-// Method, as in the seed: `threads` threads each draw keys from their own deterministic sequence
+// Method, as in the study: `threads` threads each draw keys from their own deterministic sequence
 // (the same in every variant) for `duration` seconds, timing each read (or each batch) with the
 // steady clock; percentiles come from a log-linear histogram (<= 1.6 % error), the mean is exact.
 // Page faults, context switches and user/system CPU are getrusage(RUSAGE_SELF) differences over
@@ -96,7 +96,7 @@ std::optional<Variant> single_variant(const std::string& name) {
   return std::nullopt;
 }
 
-/// The seed's multi-read methods in a mode ("cached" or "direct"); nullopt when the combination
+/// The latency study's multi-read methods in a mode ("cached" or "direct"); nullopt when the combination
 /// is not one (libaio and IOPOLL need O_DIRECT).
 std::optional<Variant> multi_variant(const std::string& method, const std::string& mode) {
   const bool direct = mode == "direct";
@@ -670,7 +670,7 @@ std::string plot_latency(const std::vector<Row>& rows, const std::string& png, c
       "set style fill solid 0.85 border -1\nset logscale y\nset grid ytics\n"
       "set ylabel 'microseconds (log)'\nset xtics rotate by -25 nomirror\nset key top left\n",
       seeds::gnuplot_quote(seeds::sibling_path(png, ".gp")), 330 * blocks + 40, seeds::gnuplot_quote(png), blocks,
-      seeds::gnuplot_quote(fmt::format("tai-bench latency (seed 002), {} threads - {}", threads, machine)));
+      seeds::gnuplot_quote(fmt::format("tai-bench latency (the io_uring/mmap latency study), {} threads - {}", threads, machine)));
   for (std::size_t i = 0; i < blocks; ++i) {
     gp += fmt::format("set title {}\n", seeds::gnuplot_quote(titles[i]));
     gp += fmt::format(
@@ -726,10 +726,10 @@ int run(const LatencyOptions& o) {
     if (ec) throw Failure(1, fmt::format("cannot create '{}': {}", o.dir, ec.message()));
   }
   const std::string machine = describe(machine_info());
-  fmt::print("# tai-bench latency (seed 002): random 8-byte-key lookups, every value checked against the data pattern\n");
+  fmt::print("# tai-bench latency (the io_uring/mmap latency study): random 8-byte-key lookups, every value checked against the data pattern\n");
   fmt::print("# machine: {}; {}\n# storage: {}\n", machine, seeds::load_average(), seeds::describe_storage(o.dir));
   fmt::print("# {} threads, {} s per variant; single reads in microseconds, multi-read in nanoseconds per iteration "
-             "(as the seed)\n",
+             "(as the io_uring/mmap latency study)\n",
              o.threads, o.duration);
 
   std::vector<Row> rows;
@@ -870,13 +870,13 @@ int run(const LatencyOptions& o) {
 void add_latency_command(CLI::App& app) {
   auto o = std::make_shared<LatencyOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "latency", "Seed 002: per-read latency percentiles of random 8-byte-key lookups, by read method");
+      "latency", "The io_uring/mmap latency study: per-read latency percentiles of random 8-byte-key lookups, by read method");
   cmd->add_option("--dir", o->dir, "Directory of the data files (created once per size, then reused)")
       ->capture_default_str();
   cmd->add_option("--size", o->sizes, "Data file sizes: tiny (64 KiB), medium (64 MiB), large (--large-size) or bytes")
       ->capture_default_str();
   cmd->add_option("--large-size", o->large_size, "Size of 'large'")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Concurrent readers (the seed's concurrency)")
+  cmd->add_option("--threads", o->threads, "Concurrent readers (the latency study's concurrency)")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   cmd->add_option("--duration", o->duration, "Seconds per variant")->check(CLI::Range(0.0, 3600.0))->capture_default_str();

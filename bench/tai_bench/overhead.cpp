@@ -511,8 +511,8 @@ int run_overhead(const OverheadOptions& o) {
   fmt::print("\n");
   table.print(stdout);
 
-  // The issue's targets.
-  fmt::print("\ntargets (issue 5):\n");
+  // TAI's overhead targets (README).
+  fmt::print("\ntargets:\n");
   auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
   for (const auto& row : rows) {
     const Config& c = row.config;

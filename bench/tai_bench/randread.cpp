@@ -1,11 +1,11 @@
-// bench/tai_bench/randread.cpp - `tai-bench randread`: seed 001's random-read benchmark through
+// bench/tai_bench/randread.cpp - `tai-bench randread`: the ioqueue benchmark's random reads through
 // tai::IoQueue, with fio on the same file, engine, block size and depth, interleaved.
 //
 // For each engine and block size: random reads of bs bytes at random bs-aligned offsets of one
-// O_DIRECT file, issued with the seed's loop (pread, then reap(0) while below depth, reap(1) at
+// O_DIRECT file, issued with the ioqueue benchmark's loop (pread, then reap(0) while below depth, reap(1) at
 // depth). Times: steady_clock and getrusage(RUSAGE_SELF) deltas around the loop, the final drain
-// included, so the thread pool's worker CPU counts too. us/op is the seed's latency estimate
-// rtime * depth / reqs; MB/s is MiB/s as in the seed.
+// included, so the thread pool's worker CPU counts too. us/op is the ioqueue benchmark's latency
+// estimate rtime * depth / reqs; MB/s is MiB/s as in that benchmark.
 //
 // --via controller adds a second TAI cell per engine and block size: the same reads through
 // tai::Controller (File::read into the caller's buffers on a BTreeTrivial file, so every read
@@ -43,7 +43,7 @@
 namespace tai::bench {
 namespace {
 
-// The seed's request counts: 262144 up to 2 KiB, 131072 up to 16 KiB, 65536 up to 128 KiB,
+// The ioqueue benchmark's request counts: 262144 up to 2 KiB, 131072 up to 16 KiB, 65536 up to 128 KiB,
 // 32768 above.
 std::uint64_t seed_request_count(std::uint64_t bs) {
   if (bs <= 2048) return 262144;
@@ -208,7 +208,7 @@ class TaiCell {
 
   const std::string& note() const { return note_; }
 
-  /// The seed's loop for `reqs` requests (or until `stop_after_ns` passes, when non-zero).
+  /// The ioqueue benchmark's loop for `reqs` requests (or until `stop_after_ns` passes, when non-zero).
   TaiRun run(std::uint64_t reqs, std::uint64_t seed, std::int64_t stop_after_ns = 0) {
     Rng rng(seed);
     IoQueue& q = *queue_;
@@ -556,7 +556,7 @@ int run_randread(const RandreadConfig& cfg) {
   fmt::print("depth {}; threads = {} workers over posix; requests per run: {}; {} run(s) per row{}\n", cfg.depth,
              cfg.depth,
              cfg.reqs ? fmt::format("{}", cfg.reqs)
-                      : fmt::format("min(seed's count, ~{:.1f} s worth)", cfg.seconds),
+                      : fmt::format("min(the ioqueue benchmark's count, ~{:.1f} s worth)", cfg.seconds),
              repeat, repeat > 1 ? ", medians" : "");
   fmt::print("offsets: seed {} (--seed {} repeats them; every run of a round reads its own offsets)\n", cfg.seed,
              cfg.seed);
@@ -624,7 +624,8 @@ int run_randread(const RandreadConfig& cfg) {
       Cell cell;
       cell.engine = label;
       cell.bs = bs;
-      // Requests per run: the user's, else min(seed's count, what fits in cfg.seconds) measured by
+      // Requests per run: the user's, else min(the ioqueue benchmark's count, what fits in cfg.seconds),
+      // measured by
       // a short calibration run (which also warms the device and the queue up).
       if (cfg.reqs) {
         cell.reqs = cfg.reqs;
@@ -721,13 +722,13 @@ int run_randread(const RandreadConfig& cfg) {
       if (c.ctl.empty()) continue;
       std::string verdict;
       if (c.bs == 4096 && cfg.depth == 32)
-        verdict = fmt::format(" (target, issue 5: >= 0.95 at 4 KiB, depth 32: {})", c.ctl_ratio >= 0.95 ? "met" : "MISSED");
+        verdict = fmt::format(" (target: >= 0.95 at 4 KiB, depth 32: {})", c.ctl_ratio >= 0.95 ? "met" : "MISSED");
       fmt::print("  {} bs {:>6}: controller {:.0f} op/s, queue {:.0f} op/s, controller/queue {:.3f}{}\n", c.engine, c.bs,
                  c.ctl_median_run.ops_per_s(), c.median_run.ops_per_s(), c.ctl_ratio, verdict);
     }
   }
 
-  // CPU per operation against fio, and the issue's target for the kernel-queue engines.
+  // CPU per operation against fio, and TAI's target against fio for the kernel-queue engines.
   if (with_fio) {
     fmt::print("\nCPU per operation (utime+stime per op, medians; ratios: medians of the per-pair ratios), TAI "
                "against fio:\n");
@@ -745,10 +746,10 @@ int run_randread(const RandreadConfig& cfg) {
                    fixed(c.fio_user_per_op, 2), verdict});
     }
     cmp.print(stdout);
-    fmt::print("target (issue 2, libaio and uring): op/s >= 0.97x fio and CPU per op <= 1.10x fio\n");
+    fmt::print("target for libaio and uring: op/s >= 0.97x fio and CPU per op <= 1.10x fio\n");
   }
 
-  // The seed's finding: at (about) equal throughput, the kernel queues use less user CPU than the
+  // The ioqueue benchmark's finding: at (about) equal throughput, the kernel queues use less user CPU than the
   // thread pool.
   std::map<std::uint64_t, std::map<std::string, const Cell*>> by_bs;
   for (const auto& c : cells) by_bs[c.bs][c.engine] = &c;
@@ -760,7 +761,7 @@ int run_randread(const RandreadConfig& cfg) {
       auto e = engines.find(k);
       if (e == engines.end()) continue;
       if (!header) {
-        fmt::print("\nseed 001's finding (user CPU per op, thread pool vs kernel queue):\n");
+        fmt::print("\nthe ioqueue benchmark's finding (user CPU per op, thread pool vs kernel queue):\n");
         header = true;
       }
       const Cell& tc = *t->second;
@@ -796,7 +797,7 @@ void add_randread_command(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
-      "randread", "Seed 001's random-read benchmark through tai::IoQueue (O_DIRECT), optionally beside fio");
+      "randread", "The ioqueue benchmark's random reads through tai::IoQueue (O_DIRECT), optionally beside fio");
   sub->add_option("--file", opt->cfg.file, "data file (created once, reused when it has the right size)")
       ->capture_default_str();
   sub->add_option("--size", opt->size, "file size (4k/1M/4G...)")->capture_default_str();
@@ -807,7 +808,7 @@ void add_randread_command(CLI::App& app) {
           ->capture_default_str();
   sub->add_option("--bs", opt->bs, "block sizes, comma-separated")->capture_default_str();
   sub->add_option("--depth", opt->cfg.depth, "requests in flight (and threads for 'threads')")->capture_default_str();
-  sub->add_option("--reqs", opt->cfg.reqs, "requests per run (default: min(seed's count, --seconds worth))");
+  sub->add_option("--reqs", opt->cfg.reqs, "requests per run (default: min(the ioqueue benchmark's count, --seconds worth))");
   sub->add_option("--seconds", opt->cfg.seconds, "target time per run when --reqs is not given")->capture_default_str();
   sub->add_flag("--fio", opt->cfg.fio, "also run fio on the same file, interleaved, and add fio_op/s and ratio");
   sub->add_option("--repeat", opt->cfg.repeat, "runs per row, medians reported (default 3 with --fio, else 1)");

@@ -1,4 +1,4 @@
-// bench/tai_bench/randread.hpp - the randread benchmark (seed 001's table, side by side with fio),
+// bench/tai_bench/randread.hpp - the randread benchmark (the ioqueue benchmark's table, side by side with fio),
 // shared by the `randread` and `demo` subcommands.
 #pragma once
 
@@ -15,7 +15,7 @@ struct RandreadConfig {
   std::vector<std::string> engines = {"libaio", "uring", "threads"};
   std::vector<std::uint64_t> block_sizes = {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   unsigned depth = 32;
-  std::uint64_t reqs = 0;   ///< requests per run; 0 = min(the seed's count, what fits in `seconds`)
+  std::uint64_t reqs = 0;   ///< requests per run; 0 = min(the ioqueue benchmark's count, what fits in `seconds`)
   double seconds = 2.0;     ///< target wall time of one run when reqs == 0
   bool fio = false;         ///< also run fio, interleaved (needs fio in $PATH)
   unsigned repeat = 0;      ///< runs per row (medians reported); 0 = 3 with fio, 1 without

@@ -1,4 +1,4 @@
-// bench/tai_bench/seeds_util.hpp - what the seed subcommands (latency, write, fadvise) share
+// bench/tai_bench/seeds_util.hpp - what the study subcommands (latency, write, fadvise) share
 // beyond bench_util.hpp: the checkable data pattern of their files, creating and reusing those
 // files, the page-cache state (drop, warm, measure with mincore and /proc/meminfo), the storage
 // under a directory, page faults, a latency histogram, and drawing a PNG with gnuplot.
@@ -6,7 +6,7 @@
 // The data pattern. Every file these benchmarks read is a sequence of 64-bit words; word w is
 //     P[w mod 512] XOR mix(w / 512, salt)
 // where P is a fixed pseudo-random 4 KiB page and mix() an odd-multiplier hash of the page
-// number and a salt. So every 8-byte key has its own value (seed 002's "u64 entries"), every
+// number and a salt. So every 8-byte key has its own value (the latency study's "u64 entries"), every
 // 4 KiB page differs from every other, and checking a buffer costs one XOR and one compare per
 // word (vectorised): a benchmark can check every byte it read without the check dominating. A
 // read that returned nothing, stale data, or the data of another offset fails the check.
@@ -26,7 +26,7 @@
 
 namespace tai::bench::seeds {
 
-/// What a seed subcommand throws to stop: the exit status and the message for stderr (the
+/// What a study subcommand throws to stop: the exit status and the message for stderr (the
 /// command's callback prints it and turns it into CLI::RuntimeError(code)).
 class Failure : public std::exception {
  public:
@@ -39,7 +39,7 @@ class Failure : public std::exception {
   std::string message_;
 };
 
-/// The body of a seed subcommand's CLI11 callback: runs `body`, and turns a non-zero status, a
+/// The body of a study subcommand's CLI11 callback: runs `body`, and turns a non-zero status, a
 /// Failure (its code) or a bad argument (2) into CLI::RuntimeError after printing
 /// "tai-bench <name>: <what>" on stderr (stdout flushed first, so the two stay in order).
 void run_command(const char* name, const std::function<int()>& body);
@@ -201,11 +201,11 @@ inline std::uint64_t thread_seed(std::uint64_t seed, unsigned thread) noexcept {
 
 // --- formatting and plotting -------------------------------------------------------------------
 
-/// 1.139e7 (the seed's format for totals).
+/// 1.139e7 (the latency study's format for totals).
 std::string format_total(double value);
-/// The seed's durations: "1.9s" from one second up, "34.9ms" below.
+/// The write study's durations: "1.9s" from one second up, "34.9ms" below.
 std::string format_seconds(double seconds);
-/// The seed's rates: "2.25 GB/s" from 1 GB/s up, "968.72 MB/s" below (decimal units).
+/// The write study's rates: "2.25 GB/s" from 1 GB/s up, "968.72 MB/s" below (decimal units).
 std::string format_rate(double bytes_per_second);
 
 /// Writes `script` to `script_path` and runs gnuplot on it. Returns an error message, empty on

@@ -1,6 +1,6 @@
-// `tai-bench write` (seed 003): append-only writes of one block size up to a total, buffered
+// `tai-bench write` (the direct-I/O write study): append-only writes of one block size up to a total, buffered
 // (then fsync) versus O_DIRECT through libaio and io_uring with several requests in flight. Each
-// run prints the seed's two lines,
+// run prints the study's two lines,
 //     Buffered I/O: Wrote 4.29 GB in 1.9s, 2.25 GB/s
 //     Buffered I/O: Closed in 4.7s, Amortized total 642.54 MB/s
 // where "Closed" is fsync + close (what makes the data durable) and "Amortized" is the bytes over
@@ -269,7 +269,7 @@ RunResult run_tai(const WriteOptions& o, const Variant& v, std::uint64_t bs, std
     }
   }
   const std::int64_t t1 = now_ns();
-  // "Closed": fsync (durable) then close, as the seed's close.
+  // "Closed": fsync (durable) then close, as the write study's close.
   Request sync;
   sync.op = Op::fsync;
   sync.file = file.get();
@@ -325,7 +325,7 @@ RunResult run_fio(const WriteOptions& o, const Variant& v, std::uint64_t bs, std
     return res;
   }
   std::vector<std::string> argv = {*fio,
-                                   "--name=seed003",
+                                   "--name=tai-bench-write",
                                    "--filename=" + path,
                                    "--rw=write",
                                    fmt::format("--bs={}", bs),
@@ -452,7 +452,7 @@ int run(const WriteOptions& o) {
   if (variants.empty()) throw Failure(2, "no variant to run");
 
   const std::string machine_line = describe(machine);
-  fmt::print("# tai-bench write (seed 003): append-only writes of {} blocks up to {} ({:.2f} GB), then fsync + close\n",
+  fmt::print("# tai-bench write (the direct-I/O write study): append-only writes of {} blocks up to {} ({:.2f} GB), then fsync + close\n",
              format_size(bs), format_size(total), static_cast<double>(total) / 1e9);
   fmt::print("# machine: {}; {}\n# storage: {}\n", machine_line, seeds::load_average(), seeds::describe_storage(o.dir));
   fmt::print("# file: {} ({}), a new file for every run; {}; checked after each run: {}\n",
@@ -502,7 +502,7 @@ int run(const WriteOptions& o) {
     }
   }
 
-  // Medians, and the comparisons the seed makes.
+  // Medians, and the comparisons the write study makes.
   std::vector<std::pair<Variant, RunResult>> medians;
   for (const Variant& v : variants)
     if (!runs[v.name].empty()) medians.emplace_back(v, median_of(runs[v.name]));
@@ -571,7 +571,7 @@ int run(const WriteOptions& o) {
     fmt::print("# csv: {}\n", o.csv);
   }
   if (!o.plot.empty()) {
-    const std::string title = fmt::format("tai-bench write (seed 003): {} blocks, {:.2f} GB, depth {} - {}",
+    const std::string title = fmt::format("tai-bench write (the direct-I/O write study): {} blocks, {:.2f} GB, depth {} - {}",
                                           format_size(bs), static_cast<double>(total) / 1e9, o.depth, machine_line);
     if (auto err = plot_write(medians, o.plot, title); !err.empty()) throw Failure(1, "plot: " + err);
     fmt::print("# plot: {}\n", o.plot);
@@ -584,7 +584,7 @@ int run(const WriteOptions& o) {
 void add_write_command(CLI::App& app) {
   auto o = std::make_shared<WriteOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "write", "Seed 003: append-only writes, buffered + fsync vs O_DIRECT (libaio, uring), amortized MB/s");
+      "write", "The direct-I/O write study: append-only writes, buffered + fsync vs O_DIRECT (libaio, uring), amortized MB/s");
   cmd->add_option("--dir", o->dir, "Directory of the written file (removed after every run)")->capture_default_str();
   cmd->add_option("--bs", o->bs, "Block size of every write (a multiple of 4096)")->capture_default_str();
   cmd->add_option("--total", o->total, "Bytes written per run")->capture_default_str();

@@ -3,7 +3,7 @@
 // Synchronous: each request runs on the calling thread (submit() or SyncEngine::execute()).
 // Supports O_DIRECT (alignment from tai::detail::discover_alignment), O_DSYNC, and the
 // posix_fadvise hints of tai::Open: sequential/random/noreuse/willneed at open, dontneed on each
-// transferred range right after the read or write (seed 000's cache-bypassing reads).
+// transferred range right after the read or write (the fadvise note's cache-bypassing reads).
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,6 @@
 // tai/btree.hpp - the per-file cache: a static radix tree over a file's 64-bit address space.
 //
-// tai::BTree<Bits...> (seed 004 section 2.5.1, DESIGN section 3 "BTree"). Each template argument
+// tai::BTree<Bits...> (the TAI paper section 2.5.1, DESIGN section 3 "BTree"). Each template argument
 // is the number of address bits one level consumes, top level first; the last one is the byte
 // offset inside a block of the deepest level. They must sum to 64, and each must be >= 1. A node
 // at depth d covers 2^(Bits[d] + ... + Bits[last]) bytes; the root covers the whole 2^64.

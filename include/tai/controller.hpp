@@ -6,7 +6,7 @@
 //     f->write(0, buf, n);
 //     ctl.submit([] { compress_next_chunk(); });                // any function, on a worker
 //
-// How it works (DESIGN section 3, seed 004 sections 2.5.4-2.5.7). Each worker has a Pending
+// How it works (DESIGN section 3, the TAI paper sections 2.5.4-2.5.7). Each worker has a Pending
 // queue (Boost.Lockfree, bounded, multi-producer): external requests enter there only, and every
 // request of one file goes to the same worker (the file's home), which starts them on the file's
 // tree in order. The tree turns a request into node-local steps. Steps are queued by lane (a hash

@@ -1,12 +1,12 @@
 // tai/io_queue.hpp - a single-threaded asynchronous I/O queue over any engine: the shape of the
-// ioqueue seed (seeds/001), pread/pwrite/fsync with a callback, reap(min), eventfd().
+// ioqueue benchmark, pread/pwrite/fsync with a callback, reap(min), eventfd().
 //
 //     auto q = tai::IoQueue::create("uring", {/*depth=*/32}).value();   // or libaio, posix, ...
 //     auto file = q->engine().open(path, {tai::Open::read | tai::Open::direct}).value();
 //     for (auto& req : work) {
 //       while (q->pread(*file, req.buf, req.len, req.off, [&req](std::int64_t r) { req.done(r); }))
 //         q->reap(1);                                    // depth reached: make room first
-//       q->reap(q->in_flight() < q->depth() ? 0 : 1);    // the seed's loop
+//       q->reap(q->in_flight() < q->depth() ? 0 : 1);    // the ioqueue benchmark's loop
 //     }
 //     while (q->in_flight()) q->reap(1);
 //     file.reset();                                      // files go before the queue (and engine)
@@ -17,8 +17,8 @@
 //    IoQueueOptions::submit_batch for larger batches; once eventfd() was asked for, at once, so
 //    that a poll loop never waits for a request that was never submitted). Completions come back
 //    from Engine::reap(); no thread is involved.
-//  * thread pool (synchronous engines: posix, cstdio, fstream, null): the seed's "pthread"
-//    backend. `threads` workers take slot numbers from a lock-free queue, run the request with
+//  * thread pool (synchronous engines: posix, cstdio, fstream, null): the ioqueue benchmark's
+//    "pthread" backend. `threads` workers take slot numbers from a lock-free queue, run the request with
 //    SyncEngine::execute() (blocking pread/pwrite/fsync) and push the result onto a second
 //    lock-free queue that reap() drains. Idle workers sleep on a futex (no spinning), and so does
 //    reap(min > 0) while it waits.
@@ -33,7 +33,7 @@
 // callback inline: kCallbackCapacity bytes, checked at compile time). Submitting and reaping
 // allocate nothing.
 //
-// THREAD-SAFETY: an IoQueue is single-threaded, like the seed's ioqueue: all of its members must
+// THREAD-SAFETY: an IoQueue is single-threaded, like the ioqueue benchmark's queue: all of its members must
 // be called from one thread at a time (normally one I/O thread owns the queue). Only the pool's
 // worker threads, which are internal, run concurrently with it.
 #pragma once
@@ -59,7 +59,7 @@ struct IoQueueOptions {
   /// engine cannot take yet wait in the queue's batch and are submitted by later reaps).
   unsigned depth = 32;
   /// Thread-pool backend only: number of worker threads; 0 = depth (one thread per request in
-  /// flight, as the seed's pthread backend).
+  /// flight, as the ioqueue benchmark's pthread backend).
   unsigned threads = 0;
   /// Kernel-queue backend only. 0 (default): the batch is submitted at every reap(). N > 1: the
   /// batch is submitted when N requests wait in it (from pread() & co.), at a reap(min > 0), or

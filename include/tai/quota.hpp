@@ -1,6 +1,6 @@
 // tai/quota.hpp - the two-stage cache quota of a controller, shared by all its files' trees.
 //
-// Seed 004 section 2.5.3 and DESIGN section 3 ("Quota"):
+// The TAI paper section 2.5.3 and DESIGN section 3 ("Quota"):
 //  * strict (short-term) limit: never exceeded. allocate() charges the bytes with a CAS before it
 //    allocates, so concurrent steps on different nodes (and different files) can never push the
 //    total over the limit; a request that would need more cache is refused (nullptr) and the

@@ -42,7 +42,7 @@ inline void apply_open_hints(int fd, Open flags) noexcept {
 }
 
 /// POSIX_FADV_DONTNEED on [offset, offset + length): drops the clean cached pages of that range
-/// (seed 000's replacement for O_DIRECT on reads). Dirty pages are only queued for write-back
+/// (the fadvise note's replacement for O_DIRECT on reads). Dirty pages are only queued for write-back
 /// and stay cached until it finishes; with O_DSYNC a written range is clean and dropped at once.
 /// Thread-safe.
 inline void apply_dontneed(int fd, std::uint64_t offset, std::uint64_t length) noexcept {

@@ -1,5 +1,6 @@
 # TaiInstall.cmake - what `cmake --install` puts under the prefix:
-#   include/tai/...                  public headers, detail/ headers they include, config.hpp
+#   include/tai/...                  every header under include/tai (all of detail/, also the ones
+#                                    only libtai's sources include), and config.hpp
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
 #   lib/cmake/tai/                   find_package(tai) -> tai::tai

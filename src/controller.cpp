@@ -132,12 +132,12 @@ class FileCore {
   int close_phase = 0;  // 0: waiting for the tree to go idle, 1: write-back in flight
 };
 
-/// Takes n references (the caller holds one: no ordering needed) / drops n at once (a worker's
-/// batch, a thread's unused reserve); the last one deletes.
 /// Why an fsync or a close fails with the tree's sync error (TreeCore::sync_error).
 constexpr const char* kUnrecoveredSync =
     "an engine sync of this file failed and the data it covered has not been written again and synced since";
 
+/// Takes n references (the caller holds one: no ordering needed) / drops n at once (a worker's
+/// batch, a thread's unused reserve); the last one deletes.
 void file_retain(FileCore* f, std::uint32_t n) noexcept { f->refs.fetch_add(n, std::memory_order_relaxed); }
 void file_release(FileCore* f, std::uint32_t n) noexcept {
   if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;

@@ -1,6 +1,8 @@
 // tai/controller.hpp - tai::Controller: the workers, the rounds, the quota; opens tai::Files.
 //
-//     tai::Controller ctl({.workers = 2});                      // C++20 designated init, or set fields
+//     tai::ControllerOptions opts;                              // defaults; set only what differs
+//     opts.workers = 2;
+//     tai::Controller ctl(opts);
 //     auto f = ctl.open<tai::BTreeDefault>("out.dat", tai::Open::write | tai::Open::create);
 //     if (!f) { std::cerr << f.error().message << '\n'; return 1; }
 //     f->write(0, buf, n);

@@ -52,7 +52,7 @@ struct EngineConfig {
   bool fault_wrapped = false;   ///< wrapped in the fault engine with no rules
 };
 
-/// Every configuration the suite runs, in the order the issue lists them.
+/// Every configuration the suite runs; parameterized tests are instantiated in this order.
 inline const std::vector<EngineConfig>& engine_configs() {
   static const std::vector<EngineConfig> configs = {
       {"posix", "posix"},

@@ -1,8 +1,9 @@
 // tai/receipt.hpp - tai::Receipt, what every submission returns.
 //
-//     tai::Receipt r = file.write(0, data, n);   // returns at once
-//     ...compute...
-//     if (!r.ok()) std::cerr << r.message() << '\n';   // ok() waits for the write
+//     tai::Receipt r = file.write(0, data, n);         // returns at once
+//     while (!r.finished()) compute_a_little();         // poll: finished() and state() never block
+//     if (!r.ok()) std::cerr << r.message() << '\n';   // ok(), error(), bytes(), message() block
+//                                                      // until the write finishes (here: it has)
 //
 // A receipt reports its task's state (tai::TaskState), lets the caller wait (spinning briefly,
 // then sleeping on a futex), gives the result (bytes transferred, or a read's tai::Buffer) or the
@@ -44,12 +45,13 @@ class Receipt {
     if (task_) detail::release_task(task_);
   }
 
+  /// False for a default-constructed or moved-from receipt; never blocks.
   bool valid() const noexcept { return task_ != nullptr; }
-  /// The current state; never waits.
+  /// The current state; never blocks.
   TaskState state() const noexcept;
-  /// done, rejected or failed; never waits.
+  /// done, rejected or failed; never blocks.
   bool finished() const noexcept;
-  /// Waits until finished(): spins for a few microseconds, then sleeps.
+  /// Blocks until finished(): spins for a few microseconds, then sleeps.
   ///
   /// Blocking on a worker: a continuation, a submitted function or a hook runs on a worker of
   /// the controller and holds up its rounds, so a wait there for an unfinished receipt of the
@@ -58,26 +60,27 @@ class Receipt {
   /// nothing finished, ok() is false, error() is EDEADLK, message() says why, bytes() is 0 and
   /// take_buffer() empty (the operation itself goes on). Chain dependent work with then().
   void wait() const noexcept;
-  /// Waits at most `d`; returns finished().
+  /// Blocks at most `d`; returns finished().
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const noexcept {
     return wait_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
   }
-  /// Waits, then: true when the task is done (not rejected, not failed).
+  /// Blocks until finished() (as wait()), then: true when the task is done (not rejected,
+  /// not failed).
   bool ok() const noexcept;
-  /// Waits, then: the error (empty when ok()). errno values use std::generic_category.
+  /// Blocks as ok(), then: the error (empty when ok()). errno values use std::generic_category.
   /// EDEADLK: the wait was refused (see wait()).
   std::error_code error() const noexcept;
-  /// Waits, then: a sentence saying what failed and why ("" when ok()).
+  /// Blocks as ok(), then: a sentence saying what failed and why ("" when ok()).
   std::string message() const;
-  /// Waits, then: bytes transferred by a read or write (a read stops at end of file); 0 for
-  /// other kinds and on failure.
+  /// Blocks as ok(), then: bytes transferred by a read or write (a read stops at end of file); 0
+  /// for other kinds and on failure.
   std::int64_t bytes() const noexcept;
-  /// Waits, then: the data of File::read(offset, n), size() = bytes(); empty for other kinds,
-  /// on failure, and after the first call (the buffer moves out).
+  /// Blocks as ok(), then: the data of File::read(offset, n), size() = bytes(); empty for other
+  /// kinds, on failure, and after the first call (the buffer moves out).
   Buffer take_buffer();
 
-  /// Waits until at least one of the `n` receipts has finished (empty ones count as finished)
+  /// Blocks until at least one of the `n` receipts has finished (empty ones count as finished)
   /// and returns its index; -1 when `timeout_ns` (>= 0) passed first or n == 0. Spins briefly,
   /// then sleeps on all of their futex words at once (futex_waitv, Linux 5.16+; on older kernels
   /// it sleeps on the first unfinished one in short slices). The way to keep a fixed number of
@@ -88,7 +91,7 @@ class Receipt {
   /// task finishes, on the worker thread that finished it; if the task has already finished, at
   /// once on the calling thread. One continuation per task: a second then() replaces nothing and
   /// returns false. The callable must fit 64 bytes (a compile-time error says so otherwise); it
-  /// must not block for long (it runs inside a round).
+  /// must not block for long (it runs inside a round). then() itself never waits for the task.
   template <class F>
   bool then(F&& fn) {
     if (!task_) return false;

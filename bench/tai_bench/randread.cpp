@@ -624,9 +624,8 @@ int run_randread(const RandreadConfig& cfg) {
       Cell cell;
       cell.engine = label;
       cell.bs = bs;
-      // Requests per run: the user's, else min(the ioqueue benchmark's count, what fits in cfg.seconds),
-      // measured by
-      // a short calibration run (which also warms the device and the queue up).
+      // Requests per run: the user's, else min(the ioqueue benchmark's count, what fits in cfg.seconds)
+      // measured by a short calibration run (which also warms the device and the queue up).
       if (cfg.reqs) {
         cell.reqs = cfg.reqs;
       } else {

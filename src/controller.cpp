@@ -279,7 +279,7 @@ class ControllerCore {
   std::vector<FileCore*> files;  // not yet fully closed; each holds a registry reference
   std::unordered_map<std::string, FileCore*> by_path;
   std::unordered_map<std::uint64_t, FileCore*> by_tree;
-  BTreeStats retired{};  // summed stats of closed trees
+  BTreeStats retired{};  // summed stats of closed trees (stats() uses only their counters)
 
   // --- shutdown ---
   std::atomic<bool> accepting{true};  // acquire loads by submitters, release store by shutdown()
@@ -1204,20 +1204,7 @@ bool Worker::progress(FileCore& f) {
           }
           {
             std::lock_guard<std::mutex> lock(c.files_mu);
-            const BTreeStats st = f.tree->stats();
-            BTreeStats& r = c.retired;
-            r.reroutes += st.reroutes;
-            r.uncached += st.uncached;
-            r.merges += st.merges;
-            r.merged_bytes += st.merged_bytes;
-            r.write_throughs += st.write_throughs;
-            r.cache_hits += st.cache_hits;
-            r.fills += st.fills;
-            r.engine_reads += st.engine_reads;
-            r.engine_writes += st.engine_writes;
-            r.bytes_from_engine += st.bytes_from_engine;
-            r.bytes_to_engine += st.bytes_to_engine;
-            r.write_back_errors += st.write_back_errors;
+            c.retired += f.tree->stats();
             f.tree.reset();  // its blocks go back to the quota
             c.by_tree.erase(f.tree_id);
           }
@@ -2003,24 +1990,20 @@ ControllerStats ControllerCore::stats() const {
   s.requests[static_cast<std::size_t>(RequestKind::flush)] += flushes.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(files_mu);
+    // Counters: closed trees and open ones. "Now" values: open trees only (a closed tree's
+    // are what it held when it closed).
+    BTreeStats now{};
+    for (const FileCore* f : files)
+      if (f->tree) now += f->tree->stats();
     BTreeStats sum = retired;
-    for (const FileCore* f : files) {
-      if (!f->tree) continue;
-      const BTreeStats t = f->tree->stats();
-      sum.reroutes += t.reroutes;
-      sum.merges += t.merges;
-      sum.merged_bytes += t.merged_bytes;
-      sum.write_throughs += t.write_throughs;
-      sum.cache_hits += t.cache_hits;
-      sum.fills += t.fills;
-      sum.engine_reads += t.engine_reads;
-      sum.engine_writes += t.engine_writes;
-      sum.bytes_from_engine += t.bytes_from_engine;
-      sum.bytes_to_engine += t.bytes_to_engine;
-      s.cached_bytes += t.cached_bytes;
-      s.dirty_bytes += t.dirty_bytes;
-    }
+    sum += now;
     s.open_files = files.size();
+    s.cached_bytes = now.cached_bytes;
+    s.dirty_bytes = now.dirty_bytes;
+    s.blocks = now.blocks;
+    s.dirty_blocks = now.dirty_blocks;
+    s.nodes = now.nodes;
+    s.node_bytes = now.node_bytes;
     s.engine_reads = sum.engine_reads;
     s.engine_writes = sum.engine_writes;
     s.bytes_from_engine = sum.bytes_from_engine;
@@ -2031,6 +2014,13 @@ ControllerStats ControllerCore::stats() const {
     s.merged_bytes = sum.merged_bytes;
     s.write_throughs = sum.write_throughs;
     s.reroutes = sum.reroutes;
+    s.uncached = sum.uncached;
+    s.restructures = sum.restructures;
+    s.quiesces = sum.quiesces;
+    s.write_back_errors = sum.write_back_errors;
+    s.inline_ops = sum.inline_ops;
+    s.size_refreshes = sum.size_refreshes;
+    s.collects = sum.collects;
   }
   s.quota_denials = quota.denials();
   s.quota_used = quota.used();

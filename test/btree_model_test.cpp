@@ -103,15 +103,7 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
     const std::string err = run_model(c.tree, cfg, src, &st);
     ASSERT_EQ(err, "") << "TAI_TEST_SEED=" << seed << " (variant " << v << ")";
     total += cfg.operations;
-    sum.reroutes += st.reroutes;
-    sum.uncached += st.uncached;
-    sum.restructures += st.restructures;
-    sum.quiesces += st.quiesces;
-    sum.cache_hits += st.cache_hits;
-    sum.fills += st.fills;
-    sum.merges += st.merges;
-    sum.write_throughs += st.write_throughs;
-    sum.bytes_to_engine += st.bytes_to_engine;
+    sum += st;
   }
   RecordProperty("operations", static_cast<int>(total));
   std::printf("operations %llu: reroutes %llu, uncached %llu, restructures %llu (quiesced %llu), hits %llu, "

@@ -131,6 +131,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -170,6 +171,9 @@ struct BTreeOptions {
 };
 
 /// Introspection counters of one tree (a snapshot; exact when the tree is idle).
+/// Thread-safety: a plain value; one object must not be written by two threads at once.
+/// Every field is a std::uint64_t listed in kBTreeStatsFields below, so that sums (operator+=)
+/// cannot forget one: add a new field there too (a static_assert checks the count).
 struct BTreeStats {
   std::uint64_t cached_bytes = 0;       ///< bytes of cache blocks held
   std::uint64_t dirty_bytes = 0;        ///< bytes in dirty ranges
@@ -194,7 +198,31 @@ struct BTreeStats {
   std::uint64_t size_refreshes = 0;     ///< reads past the known size that found the file grown by another writer
   std::uint64_t node_bytes = 0;         ///< heap bytes of the tree's nodes and child tables (an estimate for sparse tables)
   std::uint64_t collects = 0;           ///< collect operations completed (freeing nodes that hold nothing)
+
+  /// Adds every field of `o` (counters and "now" values alike: a sum over trees). Not
+  /// thread-safe for *this (see above).
+  BTreeStats& operator+=(const BTreeStats& o) noexcept;
 };
+
+/// Every field of BTreeStats, in declaration order: what operator+= sums and what tests walk.
+inline constexpr std::uint64_t BTreeStats::*kBTreeStatsFields[] = {
+    &BTreeStats::cached_bytes,   &BTreeStats::dirty_bytes,       &BTreeStats::blocks,
+    &BTreeStats::dirty_blocks,   &BTreeStats::nodes,             &BTreeStats::reroutes,
+    &BTreeStats::uncached,       &BTreeStats::merges,            &BTreeStats::merged_bytes,
+    &BTreeStats::write_throughs, &BTreeStats::cache_hits,        &BTreeStats::fills,
+    &BTreeStats::restructures,   &BTreeStats::quiesces,          &BTreeStats::engine_reads,
+    &BTreeStats::engine_writes,  &BTreeStats::bytes_from_engine, &BTreeStats::bytes_to_engine,
+    &BTreeStats::write_back_errors, &BTreeStats::inline_ops,     &BTreeStats::size_refreshes,
+    &BTreeStats::node_bytes,     &BTreeStats::collects,
+};
+// A field added to the struct but not to the list makes the struct bigger than the list says.
+static_assert(sizeof(BTreeStats) == sizeof(std::uint64_t) * std::size(kBTreeStatsFields),
+              "every BTreeStats field must be a std::uint64_t listed in kBTreeStatsFields");
+
+inline BTreeStats& BTreeStats::operator+=(const BTreeStats& o) noexcept {
+  for (std::uint64_t BTreeStats::*field : kBTreeStatsFields) this->*field += o.*field;
+  return *this;
+}
 
 namespace detail {
 

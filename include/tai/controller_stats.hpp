@@ -55,7 +55,16 @@ struct ControllerStats {
   std::uint64_t reroutes = 0;        ///< pieces sent to the engine because the strict quota refused a block
   std::uint64_t quota_denials = 0;   ///< allocations the strict quota refused
   std::uint64_t evictions = 0;       ///< blocks evicted by recycle rounds
+  std::uint64_t uncached = 0;        ///< pieces sent to the engine because no tree node may hold them
+  std::uint64_t restructures = 0;    ///< whole-node overwrites that dropped children
+  std::uint64_t quiesces = 0;        ///< ... of which had to wait for earlier steps below
+  std::uint64_t write_back_errors = 0;  ///< failed write-backs
+  std::uint64_t inline_ops = 0;      ///< reads/writes a tree did at once, without steps
+  std::uint64_t size_refreshes = 0;  ///< reads past a file's known size that found it grown by another writer
+  std::uint64_t collects = 0;        ///< tree collect operations (freeing nodes that hold nothing)
   std::uint64_t cached_bytes = 0, dirty_bytes = 0;  ///< now (open files)
+  std::uint64_t blocks = 0, dirty_blocks = 0;       ///< now (open files): cache blocks, and those with dirty ranges
+  std::uint64_t nodes = 0, node_bytes = 0;          ///< now (open files): tree nodes and their heap bytes (estimate)
   std::uint64_t quota_used = 0, quota_peak = 0, quota_weak = 0, quota_strict = 0;
 
   // Write copies (ControllerOptions::write_copy_budget).

@@ -1683,13 +1683,8 @@ void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
     }
   }
   if (engine_without_fd && (timeout_ns < 0 || timeout_ns > 100'000)) timeout_ns = 100'000;  // poll the engine
-  timespec ts{};
-  timespec* tsp = nullptr;
-  if (timeout_ns >= 0) {
-    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
-    tsp = &ts;
-  }
+  timespec ts = ns_to_timespec(timeout_ns);
+  timespec* tsp = timeout_ns >= 0 ? &ts : nullptr;
   workers[0]->sleeps.add();
   ::ppoll(fds, nfds, tsp, nullptr);
   // Consume the engines' counters (nonblocking eventfds; the completions themselves are reaped

@@ -22,6 +22,7 @@
 
 #include <boost/lockfree/queue.hpp>
 
+#include "tai/detail/timespec.hpp"
 #include "tai/engine_selector.hpp"
 
 // ThreadSanitizer and boost::lockfree: the node free list behind boost::lockfree::queue writes a
@@ -57,13 +58,7 @@ void futex_wake(std::atomic<std::uint32_t>& word, int count) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
 }
 
-timespec to_timespec(std::chrono::nanoseconds d) {
-  if (d.count() < 0) d = std::chrono::nanoseconds(0);
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(d.count() / 1000000000);
-  ts.tv_nsec = static_cast<long>(d.count() % 1000000000);
-  return ts;
-}
+timespec to_timespec(std::chrono::nanoseconds d) { return detail::ns_to_timespec(d.count()); }
 
 }  // namespace
 

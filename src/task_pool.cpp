@@ -334,13 +334,9 @@ std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t 
       ++m;
     }
     if (have_waitv.load(std::memory_order_relaxed)) {
-      timespec ts{};
-      timespec* tsp = nullptr;
-      if (deadline >= 0) {  // futex_waitv takes an absolute CLOCK_MONOTONIC time
-        ts.tv_sec = static_cast<time_t>(deadline / 1'000'000'000);
-        ts.tv_nsec = static_cast<long>(deadline % 1'000'000'000);
-        tsp = &ts;
-      }
+      // futex_waitv takes an absolute CLOCK_MONOTONIC time
+      timespec ts = detail::ns_to_timespec(deadline);
+      timespec* tsp = deadline >= 0 ? &ts : nullptr;
       const long r = ::syscall(SYS_futex_waitv, w, m, 0, tsp, CLOCK_MONOTONIC);
       if (r < 0 && errno == ENOSYS) have_waitv.store(false, std::memory_order_relaxed);
       continue;

@@ -22,6 +22,7 @@
 #include "tai/detail/completion_backlog.hpp"
 #include "tai/detail/posix_open.hpp"
 #include "tai/detail/probe_overrides.hpp"
+#include "tai/detail/timespec.hpp"
 
 namespace tai::engines {
 namespace {
@@ -100,12 +101,7 @@ Capabilities libaio_capabilities() {
 }
 
 timespec to_timespec(Timeout t) {
-  if (t.count() < 0) t = Timeout(0);
-  const auto s = std::chrono::duration_cast<std::chrono::seconds>(t);
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(s.count());
-  ts.tv_nsec = static_cast<long>((t - s).count());
-  return ts;
+  return detail::ns_to_timespec(t.count());
 }
 
 std::int64_t sync_fallback(const iocb& cb) {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <ctime>
 
+#include "tai/detail/timespec.hpp"
+
 namespace tai::detail {
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "futex needs a plain 32-bit word");
@@ -25,13 +27,8 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "fute
 /// Sleeps while `word` holds `expected` (returns at once if it does not), at most `timeout_ns`
 /// (negative: no limit). Spurious returns happen: callers re-check their condition.
 inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::int64_t timeout_ns = -1) noexcept {
-  timespec ts{};
-  timespec* tsp = nullptr;
-  if (timeout_ns >= 0) {
-    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
-    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
-    tsp = &ts;
-  }
+  timespec ts = ns_to_timespec(timeout_ns);
+  timespec* tsp = timeout_ns >= 0 ? &ts : nullptr;
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, tsp, nullptr, 0);
 }
 

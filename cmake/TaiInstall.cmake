@@ -17,7 +17,8 @@ install(DIRECTORY include/tai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/tai/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai)
 # Only the engines compiled into this libtai: a header of an engine that is not built would
 # declare a factory the library does not define.
-foreach(engine IN LISTS TAI_ENGINES)
+# engines/common: what the engine headers share (the wrapper base of fault and recording).
+foreach(engine IN LISTS TAI_ENGINES ITEMS common)
   install(DIRECTORY engines/${engine} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()

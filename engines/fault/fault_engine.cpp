@@ -289,9 +289,7 @@ std::string FaultRule::to_string() const {
 // ---------------------------------------------------------------------------------------------
 // FaultEngine
 
-FaultEngine::FaultEngine(std::unique_ptr<Engine> inner)
-    : Engine("fault(" + std::string(inner->name()) + ")", inner->capabilities(), inner->options()),
-      inner_(std::move(inner)) {}
+FaultEngine::FaultEngine(std::unique_ptr<Engine> inner) : WrapperEngine("fault", std::move(inner)) {}
 
 FaultEngine::~FaultEngine() = default;
 
@@ -321,16 +319,9 @@ std::uint64_t FaultEngine::total_injections() const {
   return sum;
 }
 
-Result<std::unique_ptr<EngineFile>> FaultEngine::do_open(const std::string& path, OpenMode mode) {
-  // The inner engine opens natively; this engine's base then records the file as its own
-  // (owns() delegates to the inner engine, so the file's engine() stays the inner one).
-  return native_open(*inner_, path, mode);
-}
-
-std::error_code FaultEngine::do_close(EngineFile& file) { return native_close(*inner_, file); }
 
 void FaultEngine::signal_local() noexcept {
-  const int fd = inner_->eventfd();
+  const int fd = inner().eventfd();
   if (fd < 0) return;
   const std::uint64_t one = 1;
   // An eventfd counter write only fails when the counter would overflow (it is then readable
@@ -341,7 +332,7 @@ void FaultEngine::signal_local() noexcept {
 void FaultEngine::resubmit_continuations() {
   std::size_t at = 0;
   while (at < continuations_.size()) {
-    const std::size_t took = native_submit(*inner_, continuations_.data() + at, continuations_.size() - at);
+    const std::size_t took = native_submit(inner(), continuations_.data() + at, continuations_.size() - at);
     if (took == 0) break;
     at += took;
   }
@@ -374,7 +365,7 @@ std::size_t FaultEngine::do_submit(const Request* requests, std::size_t n) {
   // With kernel-linked requests (io_uring), a request the fault engine fails or shortens breaks
   // its chain: the rest of the chain completes with -ECANCELED, as the kernel would do, and the
   // request linked to it no longer links to anything.
-  const bool kernel_links = inner_->capabilities().linked_requests;
+  const bool kernel_links = inner().capabilities().linked_requests;
   bool cancel_rest_of_chain = false;
   auto unlink_previous = [&](std::size_t i) {
     if (i > 0 && !outgoing.empty() && outgoing.back().index == i - 1) outgoing.back().request.link = false;
@@ -439,7 +430,7 @@ std::size_t FaultEngine::do_submit(const Request* requests, std::size_t n) {
     batch.reserve(outgoing.size());
     for (const auto& o : outgoing) batch.push_back(o.request);
     while (sent < batch.size()) {
-      const std::size_t took = native_submit(*inner_, batch.data() + sent, batch.size() - sent);
+      const std::size_t took = native_submit(inner(), batch.data() + sent, batch.size() - sent);
       if (took == 0) break;
       sent += took;
     }
@@ -519,7 +510,7 @@ std::size_t FaultEngine::do_reap(Completion* out, std::size_t max, std::size_t m
                                                 deadline - std::chrono::steady_clock::now()));
     }
     inner_out_.resize(max - n);
-    const std::size_t got = native_reap(*inner_, inner_out_.data(), max - n, need ? 1 : 0, left);
+    const std::size_t got = native_reap(inner(), inner_out_.data(), max - n, need ? 1 : 0, left);
     bool continued = false;
     for (std::size_t k = 0; k < got; ++k) {
       Completion c = inner_out_[k];
@@ -530,10 +521,10 @@ std::size_t FaultEngine::do_reap(Completion* out, std::size_t max, std::size_t m
     }
     resubmit_continuations();
     // A synchronous inner engine has already done the continuations: collect them now.
-    if (n >= min && !(continued && !inner_->capabilities().asynchronous)) break;
+    if (n >= min && !(continued && !inner().capabilities().asynchronous)) break;
     if (got == 0) {
       // A synchronous inner engine has everything done already: nothing more will come.
-      if (!inner_->capabilities().asynchronous) break;
+      if (!inner().capabilities().asynchronous) break;
       if (!forever && std::chrono::steady_clock::now() >= deadline) break;
     }
   }

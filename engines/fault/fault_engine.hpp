@@ -6,11 +6,10 @@
 //     fault->add_rules("fsync:every=2:errno=ENOSPC, read:p=0.1:seed=42:short=half");
 //     ... use it as any engine; fault->injections(0) counts the EIOs injected by rule 0.
 //
-// Layering. The fault engine is an Engine of its own whose native layer is the inner engine's
-// native layer (do_submit/do_reap/do_open/do_close through Engine::native_*): the fault engine's
-// base class validates, bounces unaligned direct I/O and chains requests; the inner engine only
-// moves bytes. The inner engine's own base class is never used. So the fault engine must be the
-// outermost layer: faults are decided on the native requests the base issues.
+// Layering (engines/common/wrapper_engine.hpp): the fault engine is a WrapperEngine, so its
+// native layer is the inner engine's; the fault engine's base class validates, bounces unaligned
+// direct I/O and chains requests, and the inner engine only moves bytes. So the fault engine must
+// be the outermost layer: faults are decided on the native requests the base issues.
 //
 // Short transfers. The base continues a short native read or write until done; that would hide
 // an injected short transfer. The fault engine turns it off (continue_short_transfers() is
@@ -37,6 +36,7 @@
 #include <vector>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/wrapper_engine.hpp"
 #include "tai/error.hpp"
 
 namespace tai::engines {
@@ -102,7 +102,7 @@ struct FaultRule {
 /// add_rules must not run concurrently with submit() (call them before submitting or from the
 /// queue's owner thread). rule_count, matches, injections and rule are safe from any thread
 /// once the rule exists.
-class FaultEngine final : public Engine {
+class FaultEngine final : public WrapperEngine {
  public:
   explicit FaultEngine(std::unique_ptr<Engine> inner);
   ~FaultEngine() override;
@@ -120,15 +120,11 @@ class FaultEngine final : public Engine {
   /// Sum of injections() over all rules.
   std::uint64_t total_injections() const;
 
-  Engine& inner() noexcept { return *inner_; }
-  /// The inner engine's eventfd. Injected completions that do not reach the inner engine
-  /// increment it too (an eventfd counter write of 1), so a poll loop wakes for them.
-  int eventfd() const noexcept override { return inner_->eventfd(); }
-  bool owns(const EngineFile& file) const noexcept override { return inner_->owns(file); }
+  // inner(), eventfd() and owns() come from WrapperEngine. Injected completions that do not
+  // reach the inner engine increment its eventfd too (an eventfd counter write of 1), so a poll
+  // loop wakes for them.
 
  protected:
-  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
-  std::error_code do_close(EngineFile& file) override;
   std::size_t do_submit(const Request* requests, std::size_t n) override;
   std::size_t do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) override;
   bool continue_short_transfers() const noexcept override { return false; }
@@ -156,7 +152,6 @@ class FaultEngine final : public Engine {
   /// Handles one inner completion; returns true when it is a completion for the base.
   bool on_inner(Completion& c);
 
-  std::unique_ptr<Engine> inner_;
   std::deque<RuleState> rules_;  // deque: RuleState holds atomics (not movable); indices stay valid
   std::vector<Completion> local_;   // injected completions, returned by do_reap first
   std::unordered_map<std::uint64_t, Tracked> tracked_;  // native user_data -> request being continued

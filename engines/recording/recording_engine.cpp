@@ -28,9 +28,7 @@ std::string RecordEntry::to_string() const {
 }
 
 RecordingEngine::RecordingEngine(std::unique_ptr<Engine> inner)
-    : Engine("recording(" + std::string(inner->name()) + ")", inner->capabilities(), inner->options()),
-      inner_(std::move(inner)),
-      inner_synchronous_(!inner_->capabilities().asynchronous) {}
+    : WrapperEngine("recording", std::move(inner)), inner_synchronous_(!capabilities().asynchronous) {}
 
 RecordingEngine::~RecordingEngine() = default;
 
@@ -74,7 +72,7 @@ Result<std::unique_ptr<EngineFile>> RecordingEngine::do_open(const std::string& 
   e.submit_seq = take_seq();
   // The inner engine opens natively; this engine's base records the file as its own (owns()
   // delegates, so the file's engine() stays the inner one), exactly as the fault engine does.
-  auto file = native_open(*inner_, path, mode);
+  auto file = native_open(inner(), path, mode);
   e.complete_seq = take_seq();
   std::lock_guard<std::mutex> lock(mutex_);
   if (file.ok()) {
@@ -102,7 +100,7 @@ std::error_code RecordingEngine::do_close(EngineFile& file) {
     }
   }
   e.submit_seq = take_seq();
-  const std::error_code err = native_close(*inner_, file);
+  const std::error_code err = native_close(inner(), file);
   e.complete_seq = take_seq();
   e.error = err;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -145,7 +143,7 @@ std::size_t RecordingEngine::do_submit(const Request* requests, std::size_t n) {
     std::size_t taken = 0;
     for (; taken < n; ++taken) {
       const std::uint64_t submit_seq = take_seq();
-      if (native_submit(*inner_, requests + taken, 1) == 0) break;  // the seq stays unused
+      if (native_submit(inner(), requests + taken, 1) == 0) break;  // the seq stays unused
       const std::uint64_t complete_seq = take_seq();
       std::lock_guard<std::mutex> lock(mutex_);
       log_request(requests[taken], submit_seq, complete_seq, with_data);
@@ -158,14 +156,14 @@ std::size_t RecordingEngine::do_submit(const Request* requests, std::size_t n) {
   // another thread cannot see a completion before its entry is logged.
   std::lock_guard<std::mutex> lock(mutex_);
   const std::uint64_t first_seq = take_seq(n);
-  const std::size_t taken = native_submit(*inner_, requests, n);
+  const std::size_t taken = native_submit(inner(), requests, n);
   for (std::size_t k = 0; k < taken; ++k) log_request(requests[k], first_seq + k, 0, with_data);
   return taken;
 }
 
 std::size_t RecordingEngine::do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) {
   // Not under the mutex: the inner reap may block for `timeout`.
-  const std::size_t got = native_reap(*inner_, out, max, min, timeout);
+  const std::size_t got = native_reap(inner(), out, max, min, timeout);
   if (got == 0) return 0;
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::size_t k = 0; k < got; ++k) {

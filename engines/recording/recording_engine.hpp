@@ -9,13 +9,13 @@
 //     const std::uint64_t mark = log->now();           // after a receipt finished
 //     for (const auto& r : log->snapshot()) ...        // every request with its seqs and result
 //
-// Layering (as engines/fault): the recording engine is an Engine whose native layer is the inner
-// engine's native layer (Engine::native_*). Its own base class validates, bounces unaligned
-// direct I/O, chains and continues short transfers; what it logs are the native requests that
-// base hands over, i.e. exactly what the inner engine is asked to do. A request that never
-// reaches the engine (invalid, zero-length, cancelled in a chain) is not logged. The inner
-// engine's own base class is never used, and the wrapped files' engine() is the inner engine
-// (owns() delegates), so the recording engine must be the outermost layer.
+// Layering (engines/common/wrapper_engine.hpp, as engines/fault): the recording engine is a
+// WrapperEngine, so its native layer is the inner engine's (Engine::native_*). Its own base
+// class validates, bounces unaligned direct I/O, chains and continues short transfers; what it
+// logs are the native requests that base hands over, i.e. exactly what the inner engine is asked
+// to do. A request that never reaches the engine (invalid, zero-length, cancelled in a chain) is
+// not logged. The wrapped files' engine() is the inner engine (owns() delegates), so the
+// recording engine must be the outermost layer.
 //
 // Sequence numbers. One counter per recording engine, starting at 1, counts events: an open or
 // close starting and returning, a request handed to the inner engine, a request completing.
@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/wrapper_engine.hpp"
 #include "tai/error.hpp"
 
 namespace tai::engines {
@@ -104,7 +105,7 @@ struct RecordEntry {
 /// thread, open/close from any thread). now(), snapshot(), size(), set_record_data() and
 /// clear() are safe from any thread at any time (the log is behind a mutex; now() is one atomic
 /// load).
-class RecordingEngine final : public Engine {
+class RecordingEngine final : public WrapperEngine {
  public:
   explicit RecordingEngine(std::unique_ptr<Engine> inner);
   ~RecordingEngine() override;
@@ -122,9 +123,7 @@ class RecordingEngine final : public Engine {
   /// stay tracked: their completions update nothing that a later snapshot shows.
   void clear();
 
-  Engine& inner() noexcept { return *inner_; }
-  int eventfd() const noexcept override { return inner_->eventfd(); }
-  bool owns(const EngineFile& file) const noexcept override { return inner_->owns(file); }
+  // inner(), eventfd() and owns() come from WrapperEngine.
 
  protected:
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
@@ -142,7 +141,6 @@ class RecordingEngine final : public Engine {
   /// Appends the entry of a request the inner engine took (caller holds mutex_).
   void log_request(const Request& r, std::uint64_t submit_seq, std::uint64_t complete_seq, bool with_data);
 
-  std::unique_ptr<Engine> inner_;
   const bool inner_synchronous_;
 
   // Event counter. fetch_add (acq_rel) by the thread of the event, load (acquire) by now().

@@ -168,11 +168,7 @@ std::error_code CstdioFile::close_locked() {
 CstdioEngine::CstdioEngine(EngineOptions options) : SyncEngine("cstdio", cstdio_capabilities(), options) {}
 
 Result<std::unique_ptr<EngineFile>> CstdioEngine::do_open(const std::string& path, OpenMode mode) {
-  if (has(mode.flags, Open::direct)) {
-    return Error{std::error_code(EINVAL, std::generic_category()),
-                 "open '" + path + "': engine 'cstdio' cannot do direct I/O (stdio buffers every transfer); "
-                 "use posix, libaio or uring for Open::direct"};
-  }
+  if (auto refused = detail::refuse_direct(path, mode.flags, "cstdio", "stdio")) return *refused;
   Result<int> fd = detail::open_descriptor(path, mode, "cstdio");
   if (!fd) return fd.error();
   detail::apply_open_hints(*fd, mode.flags);

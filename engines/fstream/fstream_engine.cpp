@@ -178,11 +178,7 @@ std::error_code FstreamFile::close_locked() {
 FstreamEngine::FstreamEngine(EngineOptions options) : SyncEngine("fstream", fstream_capabilities(), options) {}
 
 Result<std::unique_ptr<EngineFile>> FstreamEngine::do_open(const std::string& path, OpenMode mode) {
-  if (has(mode.flags, Open::direct)) {
-    return Error{std::error_code(EINVAL, std::generic_category()),
-                 "open '" + path + "': engine 'fstream' cannot do direct I/O (std::filebuf buffers every "
-                 "transfer); use posix, libaio or uring for Open::direct"};
-  }
+  if (auto refused = detail::refuse_direct(path, mode.flags, "fstream", "std::filebuf")) return *refused;
   // The open(2) that creates/truncates with the requested permissions, checks access with a
   // precise errno, and stays open for fsync. O_DSYNC is not asked of it: it never writes.
   OpenMode descriptor_mode = mode;

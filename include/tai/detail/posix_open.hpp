@@ -1,5 +1,6 @@
 // tai/detail/posix_open.hpp - open(2) for engines with a kernel descriptor (posix, cstdio,
-// libaio, uring): flag mapping, fadvise hints, and error messages that say what went wrong.
+// fstream, libaio, uring): flag mapping, fadvise hints, and error messages that say what went
+// wrong (a refused Open::direct included).
 #pragma once
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tai/detail/alignment.hpp"
@@ -48,6 +50,19 @@ inline void apply_open_hints(int fd, Open flags) noexcept {
 inline void apply_dontneed(int fd, std::uint64_t offset, std::uint64_t length) noexcept {
   if (length == 0) return;
   (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
+}
+
+/// For engines that buffer every transfer in user space (cstdio, fstream): the EINVAL an open
+/// with Open::direct gets, naming the engine and its buffer (`buffered_by`), or nullopt when
+/// `flags` has no Open::direct. Engine::open refuses such opens already (the engines say
+/// direct_io = false); this guards their do_open, which wrappers reach through
+/// Engine::native_open. Thread-safe.
+inline std::optional<Error> refuse_direct(const std::string& path, Open flags, const char* engine_name,
+                                          const char* buffered_by) {
+  if (!has(flags, Open::direct)) return std::nullopt;
+  return Error{std::error_code(EINVAL, std::generic_category()),
+               "open '" + path + "': engine '" + engine_name + "' cannot do direct I/O (" + buffered_by +
+                   " buffers every transfer); use posix, libaio or uring for Open::direct"};
 }
 
 /// open(2) of `path` with open_flags(mode.flags) and mode.permissions, retrying EINTR.

@@ -256,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerAlloc,
 // the deferred wake-ups of the queue's consumer (DeferredWakes keeps its capacity), the
 // engine's submit batches and the queue itself (its capacity holds every tag in flight).
 TEST(ControllerAllocCompletionQueue, NoHeapAllocationPerResubmittedRead) {
-  if (const std::string why = engine_unavailable_reason("uring"); !why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE("uring");
   ScratchDir dir;
   ControllerOptions options;
   options.workers = 2;

@@ -335,7 +335,7 @@ TYPED_TEST(ControllerBarrier, EngineOrderRespectsEveryBarrier) {
 // that waited, the continuation. Receipts dropped at once, continuations attached, waits that
 // give up: each continuation must run exactly once, after its barrier finished.
 TEST(ControllerBarrierLifetime, AContinuationRunsOnceAfterItsBarrierFinishedWhenTheReceiptIsGone) {
-  if (const std::string why = engine_unavailable_reason("uring"); !why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE("uring");
   ScratchDir dir;
   ControllerOptions o;
   o.workers = 2;

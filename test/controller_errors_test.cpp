@@ -115,8 +115,7 @@ void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.err << " over " <<
 class ControllerWriteErrors : public testing::TestWithParam<FaultCase> {
  protected:
   void SetUp() override {
-    const std::string why = engine_unavailable_reason(GetParam().inner);
-    if (!why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(GetParam().inner);
   }
 };
 
@@ -211,8 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerWriteErrors,
 class ControllerFaults : public testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    const std::string why = engine_unavailable_reason(GetParam());
-    if (!why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(GetParam());
   }
 };
 

@@ -20,7 +20,7 @@ class ExternalGrowth : public testing::TestWithParam<EngineAndTree> {
  protected:
   void SetUp() override {
     engine = std::get<0>(GetParam());
-    if (std::string why = engine_unavailable_reason(engine); !why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(engine);
     ctl = std::make_unique<Controller>(two_quiet_workers());
     path = dir.file("growing");
     head = pattern(1000, 1);

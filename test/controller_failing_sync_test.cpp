@@ -128,8 +128,7 @@ void run_case(const Case& c) {
   if (std::string(c.engine) == "posix") {
     inner = engines::make_posix({});
   } else {
-    const std::string why = engine_unavailable_reason(c.engine);
-    if (!why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(c.engine);
     auto made = make_engine(c.engine);
     ASSERT_TRUE(made.ok()) << made.error().message;
     inner = std::move(made.value());

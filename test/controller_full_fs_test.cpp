@@ -44,8 +44,7 @@ void PrintTo(const FullFsCase& c, std::ostream* os) { *os << c.engine << "_" << 
 class ControllerFullFileSystem : public testing::TestWithParam<FullFsCase> {
  protected:
   void SetUp() override {
-    const std::string why = engine_unavailable_reason(GetParam().engine);
-    if (!why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(GetParam().engine);
   }
 };
 

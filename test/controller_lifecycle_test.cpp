@@ -496,8 +496,7 @@ TEST_P(ControllerBarrierLifecycle, BarriersFinishAndTheHandlesStayValid) {
   // file and putting a barrier after every 8th write: barriers of one thread wait behind
   // another thread's, gates come and go on every worker.
   const BarrierCase& c = GetParam();
-  const std::string why = engine_unavailable_reason(c.engine);
-  if (!why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE(c.engine);
   constexpr unsigned kThreads = 8;
   constexpr unsigned kFiles = 4;
   constexpr std::size_t kPart = 16 << 10;
@@ -563,8 +562,7 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerBarrierLifecycle,
 class ControllerFlush : public testing::TestWithParam<const char*> {};
 
 TEST_P(ControllerFlush, FlushWritesBackEveryDirtyBlockOfEveryFile) {
-  const std::string why = engine_unavailable_reason(GetParam());
-  if (!why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE(GetParam());
   ScratchDir dir;
   Controller ctl(options());
   std::vector<File> files;

@@ -400,8 +400,7 @@ class ControllerOrder : public testing::TestWithParam<OrderCase> {};
 
 TEST_P(ControllerOrder, EachThreadSeesItsOwnOrder) {
   const OrderCase& c = GetParam();
-  const std::string why = engine_unavailable_reason(c.engine);
-  if (!why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE(c.engine);
   if (c.tree == TreeKind::default_tree) {
     run_order_case<BTreeDefault>(c);
   } else {

@@ -39,7 +39,7 @@ class ControllerResubmit : public testing::TestWithParam<Config> {};
 // every read's data checked; then the count of submit calls against the batch bound.
 TEST_P(ControllerResubmit, KeepsTheDepthAndEveryReadLands) {
   const Config cfg = GetParam();
-  if (const std::string why = engine_unavailable_reason(cfg.engine); !why.empty()) GTEST_SKIP() << why;
+  TAI_SKIP_UNLESS_ENGINE_AVAILABLE(cfg.engine);
   constexpr std::size_t kBlock = 4096, kBlocks = 256, kDepth = 32, kReads = 1000;
   ScratchDir dir;
   const std::string path = dir.file("depth");

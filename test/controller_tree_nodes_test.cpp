@@ -74,7 +74,7 @@ Outcome run(const std::string& engine, Pattern pattern, const std::string& path,
 class TreeNodes : public testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (std::string why = engine_unavailable_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(GetParam());
   }
   /// 64x the strict quota (128 MiB) in an optimised build; a quarter of it under sanitizers.
   static std::uint64_t total() {

@@ -39,7 +39,7 @@ class WaitOnWorker : public testing::TestWithParam<EngineAndTree> {
  protected:
   void SetUp() override {
     engine = std::get<0>(GetParam());
-    if (std::string why = engine_unavailable_reason(engine); !why.empty()) GTEST_SKIP() << why;
+    TAI_SKIP_UNLESS_ENGINE_AVAILABLE(engine);
     ctl = std::make_unique<Controller>(two_quiet_workers());
     auto f = open_engine_and_tree(*ctl, GetParam(), dir.file("w"), Open::read | Open::write | Open::create);
     ASSERT_TRUE(f.ok()) << f.error().message;

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/engine_test_support.hpp"
 #include "support/test_env.hpp"
 
 namespace {
@@ -26,15 +27,7 @@ using tai::EngineFile;
 using tai::Open;
 using tai::Op;
 using tai::Request;
-
-Completion run(Engine& engine, Op op, EngineFile* file, const void* buffer, std::uint64_t offset,
-               std::uint64_t length) {
-  Request r{op, file, const_cast<void*>(buffer), offset, length, /*user_data=*/5};
-  EXPECT_EQ(engine.submit(&r, 1), 1u);
-  Completion c;
-  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
-  return c;
-}
+using tai::test::run_request;
 
 std::string kernel_view(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -94,20 +87,20 @@ TEST(FstreamEngine, WriteOnlyOpenDoesNotTruncateButTruncateDoes) {
   {
     auto f = engine->open(path, {Open::write | Open::create});
     ASSERT_TRUE(f);
-    ASSERT_EQ(run(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
+    ASSERT_EQ(run_request(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
     EXPECT_FALSE(engine->close(**f));
   }
   {
     auto f = engine->open(path, {Open::write});
     ASSERT_TRUE(f);
-    ASSERT_EQ(run(*engine, Op::write, f->get(), "ab", 4, 2).result, 2);
+    ASSERT_EQ(run_request(*engine, Op::write, f->get(), "ab", 4, 2).result, 2);
   }  // destroyed without close(): flushed
   EXPECT_EQ(kernel_view(path), "0123ab6789");
   {
     auto f = engine->open(path, {Open::write | Open::truncate});
     ASSERT_TRUE(f);
     EXPECT_EQ(kernel_view(path), "");
-    ASSERT_EQ(run(*engine, Op::write, f->get(), "new", 0, 3).result, 3);
+    ASSERT_EQ(run_request(*engine, Op::write, f->get(), "new", 0, 3).result, 3);
   }
   EXPECT_EQ(kernel_view(path), "new");
 }
@@ -118,16 +111,16 @@ TEST(FstreamEngine, DurableSyncThroughThePath) {
   auto engine = tai::engines::make_fstream({});
   auto f = engine->open(path, {Open::read | Open::write | Open::create});
   ASSERT_TRUE(f);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "buffered", 0, 8).result, 8);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "buffered", 0, 8).result, 8);
   EXPECT_EQ(kernel_view(path), "") << "still in the filebuf";
-  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  ASSERT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
   EXPECT_EQ(kernel_view(path), "buffered");
 
   // The sync descriptor was opened with the file: a rename does not make fsync miss the file.
   const std::string moved = dir.file("moved");
   ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "!", 8, 1).result, 1);
-  ASSERT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "!", 8, 1).result, 1);
+  ASSERT_EQ(run_request(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
   EXPECT_EQ(kernel_view(moved), "buffered!");
 }
 
@@ -138,7 +131,7 @@ TEST(FstreamEngine, DsyncIsEmulatedPerWrite) {
   auto f = engine->open(path, {Open::write | Open::create | Open::dsync | Open::dontneed});
   ASSERT_TRUE(f);
   EXPECT_TRUE(f.value()->capabilities().dsync);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "now", 0, 3).result, 3);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "now", 0, 3).result, 3);
   EXPECT_EQ(kernel_view(path), "now");
 }
 
@@ -148,20 +141,20 @@ TEST(FstreamEngine, ReadAfterWriteAndEndOfFileDoNotPoisonTheStream) {
   auto f = engine->open(dir.file("rw"), {Open::read | Open::write | Open::create | Open::sequential |
                                          Open::random | Open::noreuse | Open::willneed | Open::dontneed});
   ASSERT_TRUE(f) << f.error().message;
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "0123456789", 0, 10).result, 10);
   char back[32] = {};
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 2, sizeof back).result, 8) << "short read at end of file";
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 2, sizeof back).result, 8) << "short read at end of file";
   EXPECT_STREQ(back, "23456789");
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 50, 4).result, 0);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "xyz", 10, 3).result, 3) << "eof state was cleared";
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 50, 4).result, 0);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "xyz", 10, 3).result, 3) << "eof state was cleared";
   std::memset(back, 0, sizeof back);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 7, 6).result, 6);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 7, 6).result, 6);
   EXPECT_STREQ(back, "789xyz");
   // Overwrite inside, read across, sequential reads continue without a seek.
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "AB", 0, 2).result, 2);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "AB", 0, 2).result, 2);
   std::memset(back, 0, sizeof back);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 4);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back + 4, 4, 4).result, 4);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 0, 4).result, 4);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back + 4, 4, 4).result, 4);
   EXPECT_STREQ(back, "AB234567");
 }
 
@@ -172,14 +165,14 @@ TEST(FstreamEngine, SequentialReadAfterEndOfFileSeesTheFileGrow) {
   auto f = engine->open(path, {Open::read | Open::create});
   ASSERT_TRUE(f);
   char back[8] = {};
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 0);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 0, 4).result, 0);
   // Another writer appends; the next read continues at the same position (no seek needed),
   // so only clearing the stream's eof state lets it see the new bytes.
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::pwrite(fd, "grew", 4, 0), 4);
   ::close(fd);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back, 0, 4).result, 4);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back, 0, 4).result, 4);
   EXPECT_STREQ(back, "grew");
 }
 
@@ -204,7 +197,7 @@ TEST(FstreamEngine, ConcurrentWritersToOneFileDoNotTearEachOther) {
     });
   }
   for (auto& th : threads) th.join();
-  ASSERT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  ASSERT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
   const std::string content = kernel_view(path);
   ASSERT_EQ(content.size(), static_cast<std::size_t>(kThreads * kRecords * kRecordSize));
   for (std::size_t slot = 0; slot < static_cast<std::size_t>(kThreads * kRecords); ++slot)
@@ -216,9 +209,9 @@ TEST(FstreamEngine, FlushErrorsAreReportedAndNeverForgotten) {
   auto engine = tai::engines::make_fstream({});
   auto f = engine->open("/dev/full", {Open::read | Open::write});
   if (!f) GTEST_SKIP() << f.error().message;
-  ASSERT_EQ(run(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
-  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC);
-  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "a failed flush is sticky";
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), "lost", 0, 4).result, 4);
+  EXPECT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC);
+  EXPECT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, -ENOSPC) << "a failed flush is sticky";
   EXPECT_EQ(engine->close(**f), std::errc::no_space_on_device);
 }
 

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_configs.hpp"
+#include "support/engine_test_support.hpp"
 #include "tai/detail/probe_overrides.hpp"
 
 namespace tai::test {
@@ -36,47 +37,8 @@ using std::chrono::milliseconds;
 constexpr std::uint64_t KiB = 1024;
 
 /// Makes a libaio engine, or skips the test when the kernel refuses AIO here.
-#define MAKE_LIBAIO_OR_SKIP(var, options)                                                  \
-  auto var##_made = LibaioEngine::create(options);                                          \
-  if (!var##_made) {                                                                        \
-    const int var##_err = var##_made.error().code.value();                                  \
-    if (var##_err == EPERM || var##_err == ENOSYS || var##_err == EAGAIN)                   \
-      GTEST_SKIP() << "the kernel refuses AIO here: " << var##_made.error().message;        \
-    FAIL() << var##_made.error().message;                                                   \
-  }                                                                                         \
-  std::unique_ptr<LibaioEngine> var = std::move(var##_made).value()
-
-EngineOptions depth(unsigned d) {
-  EngineOptions o;
-  o.depth = d;
-  return o;
-}
-
-bool readable(int fd, int timeout_ms) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
-}
-
-void drain_eventfd(int fd) {
-  std::uint64_t v;
-  while (::read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
-  }
-}
-
-std::size_t resident_pages(const std::string& path, std::uint64_t offset, std::uint64_t length) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
-  ::close(fd);
-  if (map == MAP_FAILED) return 0;
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((length + page - 1) / page);
-  std::size_t n = 0;
-  if (::mincore(map, length, vec.data()) == 0)
-    for (unsigned char v : vec) n += v & 1;
-  ::munmap(map, length);
-  return n;
-}
+#define MAKE_LIBAIO_OR_SKIP(var, options) \
+  TAI_CREATE_ENGINE_OR_SKIP(var, LibaioEngine, options, "AIO", EPERM, ENOSYS, EAGAIN)
 
 std::uint64_t sysctl(const char* path) {
   std::ifstream in(path);

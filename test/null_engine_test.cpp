@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/engine_test_support.hpp"
 #include "support/test_env.hpp"
 
 namespace {
@@ -18,15 +19,7 @@ using tai::EngineFile;
 using tai::Open;
 using tai::Op;
 using tai::Request;
-
-Completion run(Engine& engine, Op op, EngineFile* file, void* buffer, std::uint64_t offset, std::uint64_t length) {
-  Request r{op, file, buffer, offset, length, /*user_data=*/77};
-  EXPECT_EQ(engine.submit(&r, 1), 1u);
-  Completion c;
-  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
-  EXPECT_EQ(c.user_data, 77u);
-  return c;
-}
+using tai::test::run_request;
 
 TEST(NullEngine, Capabilities) {
   auto engine = tai::engines::make_null({});
@@ -48,8 +41,8 @@ TEST(NullEngine, OpenNeverTouchesTheFileSystem) {
   EXPECT_EQ(f.value()->fd(), -1);
   EXPECT_FALSE(std::filesystem::exists(dir.file("no")));
   std::vector<char> data(1000, 'x');
-  EXPECT_EQ(run(*engine, Op::write, f->get(), data.data(), 0, data.size()).result, 1000);
-  EXPECT_EQ(run(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 0, data.size()).result, 1000);
+  EXPECT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
   EXPECT_FALSE(std::filesystem::exists(dir.file("no")));
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   EXPECT_FALSE(engine->close(**f));
@@ -60,16 +53,16 @@ TEST(NullEngine, ReadsAreZeroFilledAndWritesAreDiscarded) {
   auto f = engine->open("/null/file", {Open::read | Open::write});
   ASSERT_TRUE(f);
   std::vector<unsigned char> data(1 << 20, 0xAB);
-  EXPECT_EQ(run(*engine, Op::write, f->get(), data.data(), 4096, data.size()).result, 1 << 20);
+  EXPECT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 4096, data.size()).result, 1 << 20);
   EXPECT_EQ(data[0], 0xAB) << "a write's buffer is not modified";
   // Reads return the whole length, wherever they are (no end of file), filled with zeros.
-  EXPECT_EQ(run(*engine, Op::read, f->get(), data.data(), 4096, data.size()).result, 1 << 20);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), data.data(), 4096, data.size()).result, 1 << 20);
   for (std::size_t i = 0; i < data.size(); i += 511) ASSERT_EQ(data[i], 0) << i;
   EXPECT_EQ(data.back(), 0);
   std::vector<unsigned char> tail(100, 0xCD);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), tail.data(), 1ull << 50, tail.size()).result, 100);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), tail.data(), 1ull << 50, tail.size()).result, 100);
   EXPECT_EQ(tail, std::vector<unsigned char>(100, 0));
-  EXPECT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
+  EXPECT_EQ(run_request(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
 }
 
 TEST(NullEngine, DirectHasNoAlignmentConstraint) {
@@ -84,7 +77,7 @@ TEST(NullEngine, DirectHasNoAlignmentConstraint) {
   EXPECT_STREQ(caps.alignment.source, "none");
   // Odd address, offset and length: no bouncing needed, the request goes straight through.
   std::vector<char> buf(1001, 'q');
-  EXPECT_EQ(run(*engine, Op::read, f->get(), buf.data() + 1, 3, 999).result, 999);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), buf.data() + 1, 3, 999).result, 999);
   EXPECT_EQ(buf[0], 'q');
   EXPECT_EQ(buf[1], 0);
   EXPECT_EQ(buf[999], 0);

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/engine_test_support.hpp"
 #include "support/test_env.hpp"
 
 namespace {
@@ -25,37 +26,13 @@ using tai::EngineFile;
 using tai::Open;
 using tai::Op;
 using tai::Request;
-
-Completion run(Engine& engine, Op op, EngineFile* file, void* buffer, std::uint64_t offset, std::uint64_t length) {
-  Request r{op, file, buffer, offset, length, /*user_data=*/42};
-  EXPECT_EQ(engine.submit(&r, 1), 1u);
-  Completion c;
-  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
-  EXPECT_EQ(c.user_data, 42u);
-  return c;
-}
+using tai::test::run_request;
+using tai::test::resident_pages;
 
 std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   std::vector<unsigned char> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed * 7 + i / 4096) & 0xFF);
   return v;
-}
-
-/// Pages of [offset, offset + length) of `path` that are in the page cache (mincore on a
-/// shared read-only mapping, which itself faults nothing in).
-std::size_t resident_pages(const std::string& path, std::uint64_t offset, std::uint64_t length) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
-  ::close(fd);
-  if (map == MAP_FAILED) return 0;
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((length + page - 1) / page);
-  std::size_t n = 0;
-  if (::mincore(map, length, vec.data()) == 0)
-    for (unsigned char v : vec) n += v & 1;
-  ::munmap(map, length);
-  return n;
 }
 
 TEST(PosixEngine, Capabilities) {
@@ -76,7 +53,7 @@ TEST(PosixEngine, CreateHonoursPermissionsAndTruncateEmpties) {
     ASSERT_TRUE(f) << f.error().message;
     EXPECT_GE(f.value()->fd(), 0);
     auto data = pattern(1000, 1);
-    EXPECT_EQ(run(*engine, Op::write, f->get(), data.data(), 0, data.size()).result, 1000);
+    EXPECT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 0, data.size()).result, 1000);
     EXPECT_FALSE(engine->close(**f));
     EXPECT_EQ(f.value()->fd(), -1);
     EXPECT_EQ(engine->close(**f), std::errc::bad_file_descriptor) << "closing twice";
@@ -89,7 +66,7 @@ TEST(PosixEngine, CreateHonoursPermissionsAndTruncateEmpties) {
   auto again = engine->open(path, {Open::read | Open::write});
   ASSERT_TRUE(again);
   std::vector<unsigned char> back(1000);
-  EXPECT_EQ(run(*engine, Op::read, again->get(), back.data(), 0, back.size()).result, 1000) << "no truncation asked";
+  EXPECT_EQ(run_request(*engine, Op::read, again->get(), back.data(), 0, back.size()).result, 1000) << "no truncation asked";
   again.value().reset();  // destroyed without close(): the descriptor is released
 
   auto truncated = engine->open(path, {Open::write | Open::truncate});
@@ -120,11 +97,11 @@ TEST(PosixEngine, EveryHintIsAccepted) {
     auto f = engine->open(path, {Open::read | Open::write | Open::create | hint});
     ASSERT_TRUE(f) << f.error().message;
     auto data = pattern(100000, static_cast<unsigned>(i));
-    EXPECT_EQ(run(*engine, Op::write, f->get(), data.data(), 123, data.size()).result, 100000);
+    EXPECT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 123, data.size()).result, 100000);
     std::vector<unsigned char> back(data.size());
-    EXPECT_EQ(run(*engine, Op::read, f->get(), back.data(), 123, back.size()).result, 100000);
+    EXPECT_EQ(run_request(*engine, Op::read, f->get(), back.data(), 123, back.size()).result, 100000);
     EXPECT_EQ(back, data);
-    EXPECT_EQ(run(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
+    EXPECT_EQ(run_request(*engine, Op::fdatasync, f->get(), nullptr, 0, 0).result, 0);
   }
 }
 
@@ -138,8 +115,8 @@ TEST(PosixEngine, DontneedDropsTheReadRangeFromThePageCache) {
     auto w = engine->open(path, {Open::write | Open::create});
     ASSERT_TRUE(w);
     auto data = pattern(kSize, 3);
-    ASSERT_EQ(run(*engine, Op::write, w->get(), data.data(), 0, kSize).result, static_cast<std::int64_t>(kSize));
-    ASSERT_EQ(run(*engine, Op::fsync, w->get(), nullptr, 0, 0).result, 0);  // clean pages can be dropped
+    ASSERT_EQ(run_request(*engine, Op::write, w->get(), data.data(), 0, kSize).result, static_cast<std::int64_t>(kSize));
+    ASSERT_EQ(run_request(*engine, Op::fsync, w->get(), nullptr, 0, 0).result, 0);  // clean pages can be dropped
   }
   if (resident_pages(path, 0, kSize) != kSize / page)
     GTEST_SKIP() << "freshly written pages are not all cached (memory pressure?)";
@@ -147,7 +124,7 @@ TEST(PosixEngine, DontneedDropsTheReadRangeFromThePageCache) {
   auto r = engine->open(path, {Open::read | Open::dontneed});
   ASSERT_TRUE(r);
   std::vector<unsigned char> back(kRange);
-  ASSERT_EQ(run(*engine, Op::read, r->get(), back.data(), 0, kRange).result, static_cast<std::int64_t>(kRange));
+  ASSERT_EQ(run_request(*engine, Op::read, r->get(), back.data(), 0, kRange).result, static_cast<std::int64_t>(kRange));
   const auto expected = pattern(kSize, 3);
   EXPECT_TRUE(std::equal(back.begin(), back.end(), expected.begin()));
   EXPECT_EQ(resident_pages(path, 0, kRange), 0u) << "the range read with Open::dontneed is still cached";
@@ -156,7 +133,7 @@ TEST(PosixEngine, DontneedDropsTheReadRangeFromThePageCache) {
   // Without the hint, a read leaves the pages cached.
   auto plain = engine->open(path, {Open::read});
   ASSERT_TRUE(plain);
-  ASSERT_EQ(run(*engine, Op::read, plain->get(), back.data(), 0, kRange).result, static_cast<std::int64_t>(kRange));
+  ASSERT_EQ(run_request(*engine, Op::read, plain->get(), back.data(), 0, kRange).result, static_cast<std::int64_t>(kRange));
   EXPECT_GT(resident_pages(path, 0, kRange), 0u);
 }
 
@@ -169,7 +146,7 @@ TEST(PosixEngine, DontneedWithDsyncDropsWrittenPages) {
   ASSERT_TRUE(f);
   EXPECT_TRUE(f.value()->capabilities().dsync);
   auto data = pattern(kSize, 4);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), data.data(), 0, kSize).result, static_cast<std::int64_t>(kSize));
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 0, kSize).result, static_cast<std::int64_t>(kSize));
   // O_DSYNC wrote the pages back before pwrite returned: clean, so DONTNEED dropped them.
   EXPECT_EQ(resident_pages(path, 0, kSize), 0u);
 }
@@ -191,9 +168,9 @@ TEST(PosixEngine, DirectOpenReportsAlignmentAndTransfersAlignedBlocks) {
   void* mem = nullptr;
   ASSERT_EQ(::posix_memalign(&mem, 4096, 4 * block), 0);
   std::memset(mem, 0xC3, 4 * block);
-  EXPECT_EQ(run(*engine, Op::write, f->get(), mem, block, 4 * block).result, static_cast<std::int64_t>(4 * block));
+  EXPECT_EQ(run_request(*engine, Op::write, f->get(), mem, block, 4 * block).result, static_cast<std::int64_t>(4 * block));
   std::memset(mem, 0, 4 * block);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), mem, block, 4 * block).result, static_cast<std::int64_t>(4 * block));
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), mem, block, 4 * block).result, static_cast<std::int64_t>(4 * block));
   EXPECT_EQ(static_cast<unsigned char*>(mem)[4 * block - 1], 0xC3);
   std::free(mem);
 }
@@ -239,10 +216,10 @@ TEST(PosixEngine, ReadsPastEndOfFileAreShortNotErrors) {
   auto f = engine->open(dir.file("short"), {Open::read | Open::write | Open::create});
   ASSERT_TRUE(f);
   auto data = pattern(100, 5);
-  ASSERT_EQ(run(*engine, Op::write, f->get(), data.data(), 0, 100).result, 100);
+  ASSERT_EQ(run_request(*engine, Op::write, f->get(), data.data(), 0, 100).result, 100);
   std::vector<unsigned char> back(1000);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back.data(), 50, 1000).result, 50);
-  EXPECT_EQ(run(*engine, Op::read, f->get(), back.data(), 5000, 1000).result, 0);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back.data(), 50, 1000).result, 50);
+  EXPECT_EQ(run_request(*engine, Op::read, f->get(), back.data(), 5000, 1000).result, 0);
 }
 
 }  // namespace

@@ -93,6 +93,14 @@ inline std::string engine_unavailable_reason(const std::string& engine) {
   return "engine '" + engine + "' is not known to this build";
 }
 
+/// Skips the current test (from the test body or SetUp) when `engine` cannot run here, with
+/// engine_unavailable_reason's text.
+#define TAI_SKIP_UNLESS_ENGINE_AVAILABLE(engine)                                                   \
+  do {                                                                                            \
+    if (const std::string why_ = ::tai::test::engine_unavailable_reason(engine); !why_.empty())     \
+      GTEST_SKIP() << why_;                                                                       \
+  } while (0)
+
 /// "" when `r` finished successfully by `deadline`, else what went wrong. Never waits past the
 /// deadline (Receipt::message() and ok() would wait for an unfinished receipt forever), so a
 /// controller that hangs fails the test instead of stalling it.

@@ -1,0 +1,93 @@
+// test/support/engine_test_support.hpp - what the per-engine tests (posix, cstdio, fstream,
+// null, libaio, uring) share: one request run to completion, the page cache and eventfd probes,
+// and the "create the engine or skip" macro for engines the kernel may refuse.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tai/engine.hpp"
+#include "tai/error.hpp"
+
+namespace tai::test {
+
+/// Submits one request, reaps its completion (waiting for it) and checks that it is this
+/// request's. Thread-safety: as Engine::submit/reap (the queue owner's thread).
+inline Completion run_request(Engine& engine, Op op, EngineFile* file, const void* buffer, std::uint64_t offset,
+                              std::uint64_t length) {
+  constexpr std::uint64_t kUserData = 77;
+  Request r{op, file, const_cast<void*>(buffer), offset, length, kUserData};
+  EXPECT_EQ(engine.submit(&r, 1), 1u);
+  Completion c;
+  EXPECT_EQ(engine.reap(&c, 1, 1), 1u);
+  EXPECT_EQ(c.user_data, kUserData);
+  return c;
+}
+
+/// Engine options with only the depth set. Thread-safe.
+inline EngineOptions depth(unsigned d) {
+  EngineOptions o;
+  o.depth = d;
+  return o;
+}
+
+/// True when `fd` becomes readable within `timeout_ms`. Thread-safe.
+inline bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+/// Reads a nonblocking eventfd until it is empty. Thread-safe.
+inline void drain_eventfd(int fd) {
+  std::uint64_t v;
+  while (::read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
+  }
+}
+
+/// Pages of [offset, offset + length) of `path` that are in the page cache (mincore on a
+/// shared read-only mapping, which itself faults nothing in). Thread-safe.
+inline std::size_t resident_pages(const std::string& path, std::uint64_t offset, std::uint64_t length) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  ::close(fd);
+  if (map == MAP_FAILED) return 0;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((length + page - 1) / page);
+  std::size_t n = 0;
+  if (::mincore(map, length, vec.data()) == 0)
+    for (unsigned char v : vec) n += v & 1;
+  ::munmap(map, length);
+  return n;
+}
+
+/// True when `e` carries one of `codes` (errno values). Thread-safe.
+inline bool error_is_one_of(const Error& e, std::initializer_list<int> codes) {
+  for (int code : codes)
+    if (e.code.value() == code) return true;
+  return false;
+}
+
+}  // namespace tai::test
+
+/// Declares `std::unique_ptr<EngineType> var` made by EngineType::create(options), or skips the
+/// test with "the kernel refuses <what> here" when creation fails with one of the errnos after
+/// `what` (the kernel or a sandbox refuses the facility), or fails the test on any other error.
+#define TAI_CREATE_ENGINE_OR_SKIP(var, EngineType, options, what, ...)                    \
+  auto var##_made = EngineType::create(options);                                          \
+  if (!var##_made) {                                                                      \
+    if (::tai::test::error_is_one_of(var##_made.error(), {__VA_ARGS__}))                   \
+      GTEST_SKIP() << "the kernel refuses " what " here: " << var##_made.error().message; \
+    FAIL() << var##_made.error().message;                                                 \
+  }                                                                                       \
+  std::unique_ptr<EngineType> var = std::move(var##_made).value()

@@ -5,7 +5,7 @@
 // kernel.io_uring_disabled and fs.aio-max-nr, seccomp filters of containers, RLIMIT_MEMLOCK. The
 // selector must report each of those refusals with its exact reason, and tests must check every
 // message without changing the machine. So the engine factories (engines/libaio, engines/uring)
-// and the selector (src/engine_selector.cpp) read their probe answers through this struct:
+// and the selector (engines/engine_selector.cpp) read their probe answers through this struct:
 // a field that is set replaces what the kernel would say; an unset field lets the real probe run.
 //
 // Production code never sets it; tests do, with ScopedProbeOverrides:

@@ -2095,14 +2095,16 @@ const char* transfer_refusal(const FileCore& f, TreeOp kind, std::uint64_t offse
   return nullptr;
 }
 
-Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::uint64_t length, std::byte* buffer) {
+// `checked`: the caller already ran transfer_refusal (File::write does, before its copy).
+Receipt tree_op(FileCore* f, Task* t, TreeOp kind, std::uint64_t offset, std::uint64_t length, std::byte* buffer,
+                bool checked = false) {
   t->kind = TaskKind::tree_op;
   t->op.kind = kind;
   t->op.offset = offset;
   t->op.length = length;
   t->op.buffer = buffer;
   if (!f || f->closed.load(std::memory_order_acquire)) return detail::reject_now(t, EBADF, detail::kClosedReason);
-  if (kind == TreeOp::read || kind == TreeOp::write) {
+  if (!checked && (kind == TreeOp::read || kind == TreeOp::write)) {
     int err = 0;
     if (const char* why = transfer_refusal(*f, kind, offset, length, err)) return detail::reject_now(t, err, why);
   }
@@ -2164,7 +2166,7 @@ Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
     }
   }
   if (n != 0) std::memcpy(t->data.data(), src, n);
-  return tree_op(core_, t, TreeOp::write, offset, n, t->data.data());
+  return tree_op(core_, t, TreeOp::write, offset, n, t->data.data(), /*checked=*/core_ != nullptr);
 }
 
 Receipt File::write(std::uint64_t offset, Buffer&& data) {

@@ -68,6 +68,13 @@ Outcome run(const std::string& engine, Pattern pattern, const std::string& path,
   out.peak_node_bytes = std::max(out.peak_node_bytes, out.last_node_bytes);
   out.written = total;
   out.ok = wait_ok(f.close()) && out.ok;
+  // Collections run among the writes: none may lose one. Sequential writes cover [0, total)
+  // with 0x5A, so any byte that is not 0x5A (a hole: 0) is a lost write.
+  if (engine == "posix" && pattern == Pattern::sequential) {
+    const std::vector<unsigned char> back = read_with_pread(path);
+    EXPECT_EQ(back.size(), total);
+    EXPECT_EQ(std::count(back.begin(), back.end(), 0x5A), static_cast<std::ptrdiff_t>(total)) << "a write was lost";
+  }
   return out;
 }
 

@@ -1,0 +1,72 @@
+// CopyBudget: back-pressure on write copies (ControllerOptions::write_copy_budget).
+//
+// The fast path is one fetch_add at submission and one fetch_sub plus one load (of the same
+// cache line) at completion. No lost wake-up: a waiter increments waiters_ and then loads
+// bytes_, a completer subtracts from bytes_ and then loads waiters_, all four seq_cst, so in
+// their single total order at least one of the two sees the other's write: the waiter sees the
+// room, or the completer sees the waiter and notifies it under mu_ (which the waiter holds from
+// its increment until it sleeps, so the notification cannot fall between its check and its
+// sleep). On x86 a seq_cst read-modify-write is the same locked instruction as a relaxed one and
+// a seq_cst load a plain load: the ordering costs nothing there.
+#include "src/controller/core.hpp"
+
+namespace tai::detail {
+
+void ControllerCore::charge_copy(Task& t) {
+  const std::uint64_t n = t.data.size();
+  if (n == 0) return;
+  t.copy_charge = n;  // published to the worker by the push
+  copies.charge(n, /*may_wait=*/!on_own_worker());
+}
+
+void CopyBudget::charge(std::uint64_t n, bool may_wait) {
+  // Relaxed: a count, nothing is published through it (the push publishes the task); the
+  // completer's seq_cst subtraction and this addition are ordered by their atomicity alone.
+  const std::uint64_t held = bytes_.fetch_add(n, std::memory_order_relaxed);
+  // A worker of the controller never waits: the writes that would make room finish only in the
+  // rounds it holds up.
+  if (!may_wait || fits(held, n)) return;
+  // Over the budget: take the bytes back (a waiter that saw them is woken by release(), since
+  // bytes_ may now have room for it) and wait.
+  release(n);
+  wait_for_room(n);
+}
+
+void CopyBudget::release(std::uint64_t n) noexcept {
+  // seq_cst: pairs with the waiter's seq_cst increment of waiters_ and load of bytes_ (see
+  // above); on x86 the same instruction as relaxed.
+  bytes_.fetch_sub(n, std::memory_order_seq_cst);
+  // seq_cst: the other half of that pairing; usually 0 (nobody waits): the completion then
+  // costs nothing more.
+  if (waiters_.load(std::memory_order_seq_cst) != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+}
+
+void CopyBudget::wait_for_room(std::uint64_t n) {
+  waits_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  // Admission on this path is a compare-and-swap, never an addition taken back, so it never
+  // shows other waiters bytes it does not keep. Relaxed loads and CAS: a count (see above).
+  auto try_admit = [this, n]() noexcept {
+    std::uint64_t held = bytes_.load(std::memory_order_relaxed);
+    while (fits(held, n))
+      if (bytes_.compare_exchange_weak(held, held + n, std::memory_order_relaxed)) return true;
+    return false;
+  };
+  // Spin first: writes into the cache finish within a round, often sooner than a sleep and a
+  // wake-up would take.
+  if (spin_until(spin_ns_, try_admit)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // seq_cst: pairs with release()'s seq_cst load of waiters_ (see above).
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  for (;;) {
+    // seq_cst load: the other half of the pairing with release()'s subtraction.
+    if (fits(bytes_.load(std::memory_order_seq_cst), n) && try_admit()) break;
+    cv_.wait(lock);
+  }
+  // Relaxed: under mu_; a completer that still sees the old value only notifies for nothing.
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace tai::detail

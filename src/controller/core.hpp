@@ -1,0 +1,621 @@
+// src/controller/core.hpp - the controller's private parts (not installed).
+//
+// tai/controller.hpp explains the design; this header names its parts and says who touches
+// what. The sources beside it each hold one concern:
+//   api.cpp         tai::Controller and ShutdownReport: the public handle over ControllerCore
+//   file.cpp        tai::File: submission checks, copies, the closed check
+//   registry.cpp    FileRegistry (open files, home worker, reopen predecessor, retirement) and
+//                   the per-thread file-reference reserve
+//   engine_table.cpp EngineTable: the controller's engines, found by name or by file
+//   submit.cpp      opening, inboxes, push, the doorbell, submission stamps
+//   copy_budget.cpp CopyBudget: back-pressure on write copies
+//   gates.cpp       admission, begin, the per-file gates (hook, barrier, close) and their progress
+//   completion.cpp  what happens when an operation or task finishes: results, statistics,
+//                   flush aggregates, batched file releases
+//   engine_io.cpp   the engine driver: inline execution, async submission and reaping
+//   rounds.cpp      a worker's part of a round, lanes and stealing, the master's decisions, the
+//                   follower and master loops
+//   lifecycle.cpp   construction, flush, close, shutdown, statistics
+//
+// Who touches what:
+//  * Worker::inbox[p] (Boost.Lockfree spsc_queue): application thread p's Pending queue for
+//    that worker; pushed by that thread only, popped by the worker. One per (thread, worker), so
+//    a submission costs no compare-and-swap and each thread's requests stay in its order.
+//  * Worker::pending (Boost.Lockfree queue, MPMC): the Pending queue for worker threads (tasks
+//    submitted by tasks and continuations) and for application threads beyond kMaxProducers.
+//  * Worker::out[parity][lane]: the steps a worker emitted for a lane. Written only by that
+//    worker during a round; in the next round read and cleared by whichever worker claimed the
+//    lane. The round barrier orders the two (release by RoundState::arrive(), acquire by the
+//    master, release by the master's store of Worker::go, acquire by the followers).
+//  * FileCore gate/held/close state: the file's home worker only (and the master while every
+//    worker is parked at the barrier, in decide()).
+//  * EngineSlot (async engines): submit/reap under its mutex, by any worker.
+//  * FileRegistry (files, by path, by tree) and tree destruction: under the registry's mutex.
+#pragma once
+
+#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tai/controller.hpp"
+#include "tai/detail/futex.hpp"
+
+namespace tai::detail {
+
+enum class RoundKind : std::uint8_t { normal, recycle, flush, close, stop };
+
+/// A counter with one writer (its worker) and any number of readers (stats()): a relaxed load
+/// and store, no read-modify-write, so counting costs no locked instruction.
+struct Counter {
+  std::atomic<std::uint64_t> v{0};
+  void add(std::uint64_t n = 1) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void raise_to(std::uint64_t n) noexcept {
+    if (n > v.load(std::memory_order_relaxed)) v.store(n, std::memory_order_relaxed);
+  }
+  std::uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+inline unsigned log2_bucket(std::uint64_t ns) noexcept {
+  if (ns == 0) return 0;
+  const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(ns));
+  return std::min<unsigned>(b, LatencyHistogram::kBuckets - 1);
+}
+
+/// Spins (cpu_relax) until done() holds or spin_ns have passed; true when done() held. The clock
+/// is read once per 64 turns: a clock read costs more than a turn. The spin half of every
+/// spin-then-sleep wait in the controller (followers on `go`, the master on `arrived`, writers
+/// on the copy budget).
+template <class Done>
+bool spin_until(std::int64_t spin_ns, Done&& done) {
+  const std::int64_t until = monotonic_ns() + spin_ns;
+  for (unsigned i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && monotonic_ns() >= until) return false;
+  }
+}
+
+extern const char* const kClosedReason;
+extern const char* const kShutdownReason;
+/// Why an fsync or a close fails with the tree's sync error (TreeCore::sync_error).
+extern const char* const kUnrecoveredSync;
+/// Why a flush fails when one of its files' write-back did.
+extern const char* const kFlushPartFailed;
+
+class Worker;
+class ControllerCore;
+
+// ---------------------------------------------------------------------------------------------
+// Engines
+
+/// One engine instance of a controller, with what the rounds need to drive it.
+struct EngineSlot {
+  std::string name;
+  std::unique_ptr<Engine> engine;
+  SyncEngine* sync = nullptr;  // execute() inline, from any worker, no lock
+  bool async = false;          // submitted and reaped inside the rounds, under mu
+  std::mutex mu;               // async engines; and engines that are neither (driven inline)
+  std::vector<Step> conts;     // continuation of each request in flight, indexed by user_data
+  std::vector<std::uint32_t> free_conts;
+  // Requests at the engine. Written under mu; read by the master in decide() after the barrier
+  // (every worker's writes happen-before it) or under mu. Relaxed.
+  std::atomic<std::uint64_t> in_flight{0};
+};
+
+/// The controller's engines: a fixed table, so that the rounds read it without a lock.
+/// Thread-safety: add() and find_or_make() are safe from any thread (under the table's mutex);
+/// count(), operator[] and owning() take no lock: a slot is published by the release store of
+/// the count (acquire loads pair with it) and never moves or goes before the controller does.
+class EngineTable {
+ public:
+  static constexpr unsigned kMax = 32;
+  /// The engine `open()` uses when the caller names none (or "auto"). Set at construction.
+  std::string default_name;
+
+  /// Adds an engine under `name`; false when the name is taken, the table is full or engine is
+  /// null.
+  bool add(std::string name, std::unique_ptr<Engine> engine);
+  /// The slot of `name` (empty or "auto": the default), made with `options` on first use.
+  Result<EngineSlot*> find_or_make(std::string_view name, const EngineOptions& options);
+  /// The slot whose engine opened f (nullptr: none).
+  EngineSlot* owning(const EngineFile& f) const noexcept;
+  unsigned count() const noexcept { return count_.load(std::memory_order_acquire); }
+  EngineSlot& operator[](unsigned i) const noexcept { return *slots_[i]; }
+  /// Requests at the asynchronous engines (relaxed loads: see EngineSlot::in_flight).
+  std::uint64_t async_in_flight() const noexcept;
+
+ private:
+  EngineSlot* find_locked(const std::string& name) const noexcept;
+  alignas(64) mutable std::mutex mu_;
+  std::array<std::unique_ptr<EngineSlot>, kMax> slots_;
+  std::atomic<unsigned> count_{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+/// One open (or closing) file: the handle's target and the home worker's state for it.
+class FileCore {
+ public:
+  ~FileCore();
+  std::string path;  // as given to open()
+  std::string key;   // canonical path: the registry key (reopen detection)
+  std::string tree_name;
+  std::string engine_name;  // a copy: status() may outlive the controller (and its engines)
+  OpenMode mode;            // as given to open(): submissions check reads and writes against it
+  ControllerCore* ctl = nullptr;
+  EngineSlot* slot = nullptr;
+  std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
+  std::unique_ptr<TreeCore> tree;     // reset by the close, under the registry's mutex
+  TreeFactory factory = nullptr;      // to remake the tree once a predecessor has closed
+  BTreeOptions tree_options;
+  std::uint64_t tree_id = 0;
+  unsigned home = 0;
+
+  // References: the handle, the registry (until fully closed), every task of the file in
+  // flight, and the unused ones in submitting threads' reserves (FileRefReserve). acq_rel on
+  // release: the last releaser deletes.
+  alignas(64) std::atomic<std::uint32_t> refs{0};
+  // close()/detach() happened (or shutdown closed it). acq_rel exchange: one close task only;
+  // acquire loads in submissions (a submission that sees it false may still race with the
+  // close: the home worker then rejects it, see Worker::begin()).
+  alignas(64) std::atomic<bool> closed{false};
+  // The close finished: tree and engine file are gone. Release store by the home worker,
+  // acquire loads (a successor file's gate; status()).
+  std::atomic<bool> fully_closed{false};
+  // errno of the tree's unrecovered engine-sync failure (TreeCore::sync_error, which decides
+  // fsync results and close), mirrored at each fsync's completion for status(), which may come
+  // after the tree is gone. Relaxed: informational.
+  std::atomic<int> sticky{0};
+  bool detached = false;  // written before the close task is pushed (the queue publishes it)
+
+  // --- home worker only (and the master in decide(), with every worker parked) ---
+  Task* gate = nullptr;  // the hook / barrier / close that later tasks wait behind
+  Task* held_head = nullptr;
+  Task* held_tail = nullptr;
+  FileCore* predecessor = nullptr;  // an earlier handle of the same path, still closing
+  bool listed = false;              // in the home worker's gated list
+  bool tree_gone = false;
+  int close_phase = 0;  // 0: waiting for the tree to go idle, 1: write-back in flight
+};
+
+/// Whether submissions to f are still taken: the one closed check of the submission paths.
+/// Acquire: pairs with the acq_rel exchange of close()/detach()/shutdown.
+inline bool file_accepts(const FileCore* f) noexcept {
+  return f != nullptr && !f->closed.load(std::memory_order_acquire);
+}
+
+/// Takes n references (the caller holds one: no ordering needed) / drops n at once (a worker's
+/// batch, a thread's unused reserve); the last one deletes. (The one-reference forms, which
+/// tai::File's destructor calls too, are declared in tai/file.hpp.)
+inline void file_retain(FileCore* f, std::uint32_t n) noexcept { f->refs.fetch_add(n, std::memory_order_relaxed); }
+inline void file_release(FileCore* f, std::uint32_t n) noexcept {
+  if (f->refs.fetch_sub(n, std::memory_order_acq_rel) == n) delete f;
+}
+
+/// References to the file a thread last submitted to, taken kBatch at a time, so that a
+/// submission takes its task's file reference without a locked read-modify-write (whose
+/// store-buffer drain waited for every store the submission had just made to the task; see
+/// registry.cpp). A thread keeps up to kBatch - 1 unused references to the last file it
+/// submitted to, until it submits to another file, calls status() on that one, or exits. They
+/// keep the FileCore (not the tree, the engine file or the controller) alive that long.
+/// Thread-safety: thread-local; the file's count is atomic as ever.
+class FileRefReserve {
+ public:
+  static constexpr std::uint32_t kBatch = 64;
+  /// One reference to f for a task; the caller holds another (its handle, or a task's).
+  void take(FileCore* f) noexcept {
+    if (f == file_ && left_ != 0) {
+      --left_;
+      return;
+    }
+    take_batch(f);
+  }
+  /// Gives the unused references back (status() calls it for its file).
+  void drop_if(const FileCore* f) noexcept {
+    if (f == file_) drop();
+  }
+  void drop() noexcept;
+
+ private:
+  void take_batch(FileCore* f) noexcept;
+  struct ExitGuard {
+    ~ExitGuard();
+  };
+  FileCore* file_ = nullptr;
+  std::uint32_t left_ = 0;
+  bool gone_ = false;
+};
+static_assert(std::is_trivially_destructible_v<FileRefReserve>, "see FileRefReserve::take_batch");
+// Inline with a constant initializer: every source reads it directly, with no thread-local
+// wrapper call on the submission path.
+inline thread_local FileRefReserve t_file_refs;
+
+/// The controller's open files.
+/// Thread-safety: every member is safe from any thread (under the registry's mutex); trees are
+/// destroyed only under it, so a caller inside with_lock() may read a listed file's tree.
+class FileRegistry {
+ public:
+  /// Lists f, whose `refs` already count the registry's reference: its home worker (a path keeps
+  /// the home of its earlier handle; a new path goes to the least loaded of `workers`) and, when
+  /// an earlier handle of the path is still closing, its predecessor.
+  void add(FileCore* f, unsigned workers);
+  /// Swaps f's tree for `fresh` (a reopen whose predecessor has closed).
+  void replace_tree(FileCore& f, std::unique_ptr<TreeCore> fresh);
+  /// The close: keeps the tree's counters for stats() and destroys it (its blocks go back to
+  /// the quota).
+  void retire_tree(FileCore& f);
+  /// f leaves the registry (the path's entry too, if it is still f's).
+  void remove(FileCore& f);
+  /// Every listed file (with_tree: only those whose tree still exists), each retained once;
+  /// the caller releases them.
+  std::vector<FileCore*> retain_all(bool with_tree);
+  /// The file whose tree has this id, retained, with the bytes of a block at `depth`
+  /// (nullptr: the tree is gone, or has no such level).
+  FileCore* retain_by_tree(std::uint64_t tree_id, unsigned depth, std::uint64_t& block_bytes);
+  /// Files with dirty bytes, each retained, with their dirty bytes; `total` gets the sum.
+  std::vector<std::pair<std::uint64_t, FileCore*>> retain_dirty(std::uint64_t& total);
+  bool empty() const;
+  bool any_dirty() const;
+  std::size_t size() const;
+  /// Tree counters of the open trees (`open`) and of every tree since the start (`all`), from
+  /// one moment; returns the number of files listed then.
+  std::size_t sum_stats(BTreeStats& open, BTreeStats& all) const;
+  /// Runs fn() under the registry's mutex (status() reads a tree there).
+  template <class F>
+  auto with_lock(F&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<FileCore*> files_;  // not yet fully closed; each holds a registry reference
+  std::unordered_map<std::string, FileCore*> by_path_;
+  std::unordered_map<std::uint64_t, FileCore*> by_tree_;
+  BTreeStats retired_{};  // summed stats of closed trees (stats() uses only their counters)
+};
+
+// ---------------------------------------------------------------------------------------------
+// Waking the master, the round barrier, write copies
+
+/// The master's doorbell: an eventfd, so that the master can also wait on engines' eventfds.
+/// Thread-safety: ring() from any thread; sleep() by the master only.
+class Doorbell {
+ public:
+  Doorbell();  // throws std::system_error when no eventfd can be made
+  ~Doorbell();
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+  int fd() const noexcept { return fd_; }
+
+  /// After a push: wakes the master if it sleeps. Only the first submitter after the master fell
+  /// asleep rings (the exchange): one system call per sleep, not one per request. The submitter
+  /// pushed, runs AsymmetricFence::light(), loads `sleeping_`; the master stores it, runs
+  /// AsymmetricFence::heavy(), re-checks the queues: one of them sees the other (no lost
+  /// wake-up), and the submitter's side costs no fence instruction.
+  void ring() noexcept {
+    AsymmetricFence::light();
+    if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false, std::memory_order_seq_cst)) signal();
+  }
+  /// Makes the master's next (or current) sleep return, whether or not it sleeps (shutdown).
+  void signal() noexcept;
+  /// The master's side, written once: drains the eventfd, says it sleeps (seq_cst store), runs
+  /// the heavy fence, then calls check_then_sleep(), which re-checks for work and sleeps
+  /// (polling fd()) only when there is none; then says it is awake.
+  template <class F>
+  void sleep(F&& check_then_sleep) {
+    drain();
+    sleeping_.store(true, std::memory_order_seq_cst);
+    AsymmetricFence::heavy();
+    check_then_sleep();
+    sleeping_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  void drain() noexcept;
+  int fd_ = -1;
+  std::atomic<bool> sleeping_{false};
+};
+
+/// The round barrier and what the master tells the followers.
+/// Thread-safety: `kind`/`number` are written by the master before it tells followers to go
+/// (Worker::go, seq_cst) and read by them after (acquire); `arrived` and `master_sleeping` as
+/// their comments say; lane_claim by any worker (acq_rel exchange).
+struct RoundState {
+  std::atomic<std::uint32_t> arrived{0};  // followers done with the round (seq_cst adds; master acquires)
+  std::atomic<bool> master_sleeping{false};
+  RoundKind kind = RoundKind::normal;
+  std::uint64_t number = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> lane_claim;  // round that claimed each lane
+
+  /// A follower is done with its part. Seq_cst add: publishes the part's writes to the master's
+  /// acquire; then the master_sleeping check pairs with the master's seq_cst store before it
+  /// sleeps (no lost wake-up).
+  void arrive() noexcept {
+    arrived.fetch_add(1, std::memory_order_seq_cst);
+    if (master_sleeping.load(std::memory_order_seq_cst)) futex_wake(arrived);
+  }
+  /// The master waits until `expected` followers arrived: spin, then sleep on `arrived` (each
+  /// sleep counted in `sleeps`); then resets the count.
+  void wait_arrivals(std::uint32_t expected, std::int64_t spin_ns, Counter& sleeps) noexcept;
+};
+
+/// Back-pressure on write copies (ControllerOptions::write_copy_budget): the bytes of write data
+/// held for unfinished writes.
+/// Thread-safety: every member is safe from any thread. See copy_budget.cpp for the protocol.
+class CopyBudget {
+ public:
+  CopyBudget(std::uint64_t budget, std::int64_t spin_ns) : budget_(budget), spin_ns_(spin_ns) {}
+  /// Counts n bytes. may_wait: the caller waits for room (spin, then sleep) when over the
+  /// budget; a worker of the controller passes false (the writes that would make room finish
+  /// only in the rounds it holds up).
+  void charge(std::uint64_t n, bool may_wait);
+  /// Uncounts n bytes and wakes the waiters, if any.
+  void release(std::uint64_t n) noexcept;
+  std::uint64_t held() const noexcept { return bytes_.load(std::memory_order_relaxed); }  // a snapshot
+  std::uint64_t waits() const noexcept { return waits_.load(std::memory_order_relaxed); }
+  std::uint64_t budget() const noexcept { return budget_; }
+
+ private:
+  /// Whether n more bytes fit next to `held` (always when nothing is held).
+  bool fits(std::uint64_t held, std::uint64_t n) const noexcept {
+    return held == 0 || (held <= budget_ && n <= budget_ - held);
+  }
+  void wait_for_room(std::uint64_t n);
+  const std::uint64_t budget_;
+  const std::int64_t spin_ns_;
+  // On a cache line of its own with the waiters count, which every completion reads after its
+  // subtraction.
+  alignas(64) std::atomic<std::uint64_t> bytes_{0};
+  // Submitters asleep (or about to sleep) on cv_. Incremented and decremented under mu_.
+  std::atomic<std::uint32_t> waiters_{0};
+  // Submissions that had to wait for room (relaxed counter, slow path only).
+  std::atomic<std::uint64_t> waits_{0};
+  alignas(64) std::mutex mu_;  // the sleeping side of the wait, used on the slow path only
+  std::condition_variable cv_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The controller
+
+class ControllerCore {
+ public:
+  explicit ControllerCore(const ControllerOptions& o);
+  ~ControllerCore();
+
+  // --- the public API (any thread) ---
+  Result<File> open(const OpenRequest& req);
+  Receipt submit_task(Task* t);
+  Receipt submit_file_task(FileCore* f, Task* t);
+  /// Counts t.data against the write-copy budget before t is pushed, waiting for room when
+  /// needed. Called by the submitting thread.
+  void charge_copy(Task& t);
+  Receipt flush();
+  ShutdownReport shutdown();
+  ControllerStats stats() const;
+  void close_file(FileCore* f, Task* t);  // t == nullptr: detach
+
+  /// Whether the calling thread is one of this controller's workers.
+  bool on_own_worker() const noexcept;
+
+  // --- called by workers ---
+  void push(unsigned worker, Task* t);
+  void on_op_complete(Task& t);
+  /// Every task a worker ends passes here: uncounts its write copy, then publishes the result.
+  void finish(Task& t, TaskState s, int error = 0, const char* reason = nullptr);
+  /// One part of an aggregate (a flush) ended, with error `err` (0: none): the aggregate
+  /// finishes with its parts' first error when its last part ends.
+  void finish_part(Task& parent, int err);
+  void add_failure(std::string what);
+
+  ControllerOptions opt;
+  unsigned n = 1;
+  unsigned lanes = 1;
+  Quota quota;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::string engine_note;
+  EngineTable engines;
+  FileRegistry registry;
+  RoundState rounds;
+  // On a cache line of its own: every submission reads it, and the round fields change every
+  // round (a miss per round for the submitting thread when they shared a line).
+  alignas(64) Doorbell doorbell;
+  CopyBudget copies;
+
+  // --- shutdown ---
+  std::atomic<bool> accepting{true};  // acquire loads by submitters, release store by shutdown()
+  std::atomic<bool> closing{false};
+  bool shut_down = false;
+  std::mutex report_mu;
+  std::vector<std::string> failures;
+  std::atomic<std::uint64_t> rejected_outside{0};  // rejections on application threads (RMW: many writers)
+  std::atomic<std::uint64_t> flushes{0};           // Controller::flush() calls (relaxed counter)
+
+  // --- master state (master thread only) ---
+  std::int64_t idle_since = -1;
+  std::atomic<std::uint32_t> evictions_in_flight{0};  // +1 by the master, -1 on completion (relaxed counter)
+  Counter rounds_normal, rounds_recycle, rounds_flush, rounds_idle, rounds_close;
+
+  // --- per-thread Pending queues (Worker::inbox) ---
+  static constexpr unsigned kMaxProducers = 64;
+  std::mutex producers_mu;
+  unsigned producers = 0;  // inboxes handed out (under producers_mu)
+  const std::uint64_t serial = next_serial();  // tells controllers apart in thread-local caches
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> s{0};  // relaxed: only uniqueness matters
+    return s.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  /// The calling application thread's inbox index (made on its first submission), or -1 when
+  /// every inbox is taken (it then uses the shared queue).
+  int producer_index();
+  /// Stamps t (Task::stamp) for the latency histograms on one request in latency_sample_every.
+  void stamp_submit(Task& t) const noexcept;
+
+  // --- rounds (rounds.cpp) ---
+  void master_loop();
+  void follower_loop(Worker& w);
+  bool needs(const Worker& w, std::uint64_t input_steps) const;
+  RoundKind decide();
+  bool something_runnable();
+  bool has_local_work(const Worker& w) const;
+  bool gate_can_progress(const FileCore& f) const noexcept;
+  void issue_evictions();
+  bool issue_flush();
+  void master_sleep(bool with_engines, std::int64_t timeout_ns);
+  std::vector<std::thread> threads;
+};
+
+/// A worker thread's state; it is also the StepSink its steps emit into.
+class Worker final : public StepSink {
+ public:
+  Worker(ControllerCore& core, unsigned index);
+  ~Worker() override;
+
+  ControllerCore& c;
+  const unsigned index;
+  boost::lockfree::queue<Task*, boost::lockfree::fixed_sized<true>> pending;
+  using Inbox = boost::lockfree::spsc_queue<Task*>;
+  // inbox[p]: application thread p's queue to this worker. Published once (release store) by
+  // producer_index() before `inboxes` is raised (release); the worker loads `inboxes`, then the
+  // pointers (acquire). Owned here.
+  std::array<std::atomic<Inbox*>, ControllerCore::kMaxProducers> inbox{};
+  std::atomic<unsigned> inboxes{0};
+  // Tasks pushed from a worker thread when `pending` was full (a worker must not wait for
+  // itself). has_overflow: release store after the push, acquire load before taking.
+  std::mutex overflow_mu;
+  std::deque<Task*> overflow;
+  std::atomic<bool> has_overflow{false};
+
+  // Followers: the round this worker is told to run (low 32 bits of the round number; a futex
+  // word). The master writes the round's number and kind, then stores `go` (seq_cst); the
+  // follower loads it (acquire) and then reads them. A follower the round does not need is not
+  // told (it sleeps on).
+  std::atomic<std::uint32_t> go{0};
+  // The follower sleeps on `go` (or is about to): seq_cst store, then it re-reads `go`; the
+  // master stores `go`, then loads this (seq_cst) and wakes it when set. No lost wake-up.
+  std::atomic<bool> asleep{false};
+
+  std::array<std::vector<std::vector<Step>>, 2> out;  // [parity][lane]
+  unsigned parity_out = 1;
+  struct AsyncIo {
+    EngineSlot* slot;
+    Request request;
+    Step cont;
+  };
+  std::vector<AsyncIo> backlog;  // async requests to submit at the end of this worker's part
+  std::vector<FileCore*> gated;  // files of this home worker with a gate or held tasks
+
+  // Per-worker statistics (single writer).
+  std::array<Counter, kRequestKinds> requests;
+  std::array<std::array<Counter, LatencyHistogram::kBuckets>, kRequestKinds> latency;
+  Counter failed, bytes_read, bytes_written, steps, steals, sleeps, max_pending, max_ready, engine_syncs, evictions,
+      engine_submit_calls;
+  /// Counts the time since t's submission in kind k's histogram, when t was stamped.
+  void record_latency(RequestKind k, const Task& t) noexcept {
+    if (!t.timed) return;
+    const auto now = static_cast<std::uint64_t>(monotonic_ns());
+    latency[static_cast<std::size_t>(k)][log2_bucket(now > t.submit_ns ? now - t.submit_ns : 0)].add();
+  }
+
+  /// A step for a lane this worker holds in this round runs in this round (queued in now_);
+  /// otherwise it waits for the next round. See own_lane() for why that keeps each node's order.
+  void emit(const Step& s) override {
+    const unsigned lane = lane_of(s.node);
+    if (in_round_ && own_lane(lane)) {
+      now_.push_back(s);
+    } else {
+      out[parity_out][lane].push_back(s);
+      deferred_[parity_out][lane] = 1;
+    }
+  }
+  // deferred_[parity][lane]: this worker queued steps for the lane for the next round. Written
+  // by this worker in round r (cleared at the start of its part in round r+1 for the other
+  // parity), read by every worker in round r+1 to find lanes with input without touching the
+  // vectors (which the lane's holder empties meanwhile). The round barrier orders all of it.
+  std::array<std::vector<std::uint8_t>, 2> deferred_;
+  bool own_lane(unsigned lane);
+  void drain();
+  // File references of finished tasks, dropped with one atomic subtraction per file for many
+  // requests: at the end of a part for a file with kReleaseBatch or more (or when more than
+  // kReleaseFiles files wait), and all of them before the worker sleeps or stops. Each
+  // subtraction takes the counter's cache line from the submitting thread, whose next
+  // submission's increment then misses: once per batch rather than once per round. A deferred
+  // release only keeps a FileCore alive longer (and status().in_flight counts it until then).
+  static constexpr std::uint32_t kReleaseBatch = 64;
+  static constexpr std::size_t kReleaseFiles = 16;
+  void release_later(FileCore* f);
+  void flush_releases(bool all = true);
+  // Write-copy bytes of writes this worker finished, not yet given back to the controller's
+  // count (see ControllerCore::finish): given back at the end of each part and before sleeping
+  // or stopping (flush_releases), so a waiting submitter is never left behind an idle worker.
+  std::uint64_t copy_release = 0;
+  void give_back_copies() noexcept;
+  DeferredWakes wakes_;  // waiters to wake after the part's completions and at its end (t_deferred_wakes)
+  std::vector<std::pair<FileCore*, std::uint32_t>> releases_;
+  bool in_round_ = false;
+  std::uint64_t round_ = 0;
+  unsigned parity_in_ = 0;
+  std::vector<std::uint64_t> claimed_;  // claimed_[lane] == round_: this worker holds the lane
+  std::vector<Step> now_;               // steps to run in this round, FIFO from now_head_
+  // Completions of synchronous engine requests, run right after the step that issued them
+  // (io_done may run in any order relative to visits): the node's set of uncached requests in
+  // flight then stays small instead of growing with every visit queued ahead in now_.
+  std::vector<Step> urgent_;
+  std::size_t now_head_ = 0;
+  std::uint64_t ran_ = 0;
+  void io(const Request& r, const Step& cont) override;
+  /// The trees' inline path (called from begin(), by this home worker): a synchronous engine
+  /// executes the request now; anything else goes through io() as steps.
+  bool io_now(const Request& r, Operation& op, std::int64_t& result) override;
+
+  void part(std::uint64_t round);
+  void admit(Task* t);
+  void begin(Task* t);
+  /// Starts t's tree operation on its file, then a collection when the tree asks for one.
+  void start_op(FileCore& f, Task* t);
+  void gate_on(FileCore& f, Task* t);
+  void progress_gates();
+  bool progress(FileCore& f);
+  /// The close gate's last step: the write-back is done; report, destroy tree and engine file.
+  void finish_close(FileCore& f, Task* g);
+  void drive_async();
+  void reap_slot(EngineSlot& s);
+  void run_function(Task& t);
+  void count_request(const Task& t);
+  void reject(Task& t, int error, const char* reason);
+
+  unsigned lane_of(const Node* node) const noexcept {
+    if (node == nullptr) return index;  // node-less steps run anywhere: keep them here
+    const auto h = (reinterpret_cast<std::uintptr_t>(node) >> 4) * 0x9E3779B97F4A7C15ull;
+    return static_cast<unsigned>((h >> 32) % c.lanes);
+  }
+};
+
+// Inline with a constant initializer (see t_file_refs).
+inline thread_local Worker* t_worker = nullptr;
+
+inline bool ControllerCore::on_own_worker() const noexcept { return t_worker != nullptr && &t_worker->c == this; }
+
+RequestKind kind_of(const Task& t) noexcept;
+/// Operation::on_complete of every task's tree operation: on to ControllerCore::on_op_complete.
+void op_complete_trampoline(Operation&, void* ctx);
+/// Rejects t at once, on the submitting thread (nothing was pushed).
+Receipt reject_now(Task* t, int err, const char* reason);
+
+}  // namespace tai::detail

@@ -1,0 +1,227 @@
+// The controller's life: construction (options, engines, workers), flush, close, shutdown and
+// statistics.
+#include <cstdio>
+
+#include "src/controller/core.hpp"
+#include "tai/engine_selector.hpp"
+
+namespace tai::detail {
+
+const char* const kClosedReason = "the file is closed";
+const char* const kShutdownReason = "the controller is shutting down";
+const char* const kUnrecoveredSync =
+    "an engine sync of this file failed and the data it covered has not been written again and synced since";
+const char* const kFlushPartFailed = "a file's write-back failed";
+const char* const kWaitOnOwnWorkerReason =
+    "a wait for an unfinished receipt on a worker thread of the same controller (inside a continuation, "
+    "a submitted function or a hook) would never end: the worker holds up the rounds that would finish "
+    "it; chain the work with then() instead";
+
+namespace {
+/// The options with contradictions corrected, each said on stderr: a weak quota above the
+/// strict one would otherwise be lowered silently by Quota, and a user who set only
+/// strict_quota would not learn that the default weak_quota (256 MiB) did not fit it.
+ControllerOptions corrected_options(const ControllerOptions& o) {
+  ControllerOptions c = o;
+  if (c.weak_quota > c.strict_quota) {
+    // strict / 2: the ratio of the defaults (256 MiB / 512 MiB), so recycling starts halfway.
+    c.weak_quota = c.strict_quota / 2;
+    std::fprintf(stderr,
+                 "tai::Controller: weak_quota (%llu bytes) is above strict_quota (%llu bytes); using weak_quota = "
+                 "%llu bytes (strict_quota / 2)\n",
+                 static_cast<unsigned long long>(o.weak_quota), static_cast<unsigned long long>(o.strict_quota),
+                 static_cast<unsigned long long>(c.weak_quota));
+  }
+  if (c.pending_capacity < 64) c.pending_capacity = 64;
+  if (c.pending_capacity > 65534) c.pending_capacity = 65534;  // Boost's fixed-size limit
+  return c;
+}
+}  // namespace
+
+ControllerCore::ControllerCore(const ControllerOptions& o)
+    : opt(corrected_options(o)),
+      quota(opt.weak_quota, opt.strict_quota),
+      copies(opt.write_copy_budget, opt.spin_ns) {
+  n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
+  lanes = n * std::max(1u, opt.lanes_per_worker);
+  rounds.lane_claim = std::make_unique<std::atomic<std::uint64_t>[]>(lanes);
+  for (unsigned i = 0; i < lanes; ++i) rounds.lane_claim[i].store(0, std::memory_order_relaxed);
+
+  engines.default_name = opt.engine.empty() ? "auto" : opt.engine;
+  if (engines.default_name == "auto") {
+    std::string note;
+    auto e = make_engine("auto", opt.engine_options, &note);
+    if (!e) throw std::system_error(e.error().code, "tai::Controller: " + e.error().message);
+    engine_note = note;
+    engines.default_name = std::string(e.value()->name());
+    engines.add(engines.default_name, std::move(e.value()));
+  } else {
+    engine_note = engines.default_name;
+  }
+
+  workers.reserve(n);
+  for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(*this, i));
+  threads.reserve(n);
+  for (unsigned i = 0; i < n; ++i) {
+    threads.emplace_back([this, i] {
+      Worker& w = *workers[i];
+      t_worker = &w;
+      set_worker_task_cache();
+      if (i == 0)
+        master_loop();
+      else
+        follower_loop(w);
+      t_worker = nullptr;
+    });
+  }
+}
+
+ControllerCore::~ControllerCore() { shutdown(); }
+
+Worker::Worker(ControllerCore& core, unsigned index) : c(core), index(index), pending(core.opt.pending_capacity) {
+  for (auto& side : out) side.resize(core.lanes);
+  for (auto& side : out)
+    for (auto& v : side) v.reserve(64);
+  claimed_.assign(core.lanes, ~std::uint64_t{0});
+  for (auto& d : deferred_) d.assign(core.lanes, 0);
+  now_.reserve(1024);
+}
+
+Worker::~Worker() {
+  for (auto& q : inbox) delete q.load(std::memory_order_relaxed);
+}
+
+void ControllerCore::add_failure(std::string what) {
+  std::lock_guard<std::mutex> lock(report_mu);
+  failures.push_back(std::move(what));
+}
+
+Receipt ControllerCore::flush() {
+  Task* agg = acquire_task();  // the receipt's reference
+  agg->kind = TaskKind::flush;
+  if (!accepting.load(std::memory_order_acquire)) {
+    finish(*agg, TaskState::rejected, ECANCELED, kShutdownReason);
+    return Receipt(agg);
+  }
+  flushes.fetch_add(1, std::memory_order_relaxed);
+  agg->owner = this;
+  if (opt.latency_histograms) agg->stamp(static_cast<std::uint64_t>(monotonic_ns()));
+  retain_task(agg);  // the controller's, dropped by the last part (finish_part)
+  const std::vector<FileCore*> open_files = registry.retain_all(/*with_tree=*/true);
+  // One part per file, plus a guard part that this thread ends below, so that the aggregate
+  // cannot finish while parts are still being pushed.
+  agg->parts.store(static_cast<std::uint32_t>(open_files.size()) + 1, std::memory_order_relaxed);
+  for (FileCore* f : open_files) {
+    Task* t = acquire_task();
+    t->kind = TaskKind::write_back;
+    t->file = f;  // takes the reference retain_all() took
+    t->parent = agg;
+    t->op.kind = TreeOp::write_back;
+    push(f->home, t);
+  }
+  finish_part(*agg, 0);  // the guard part: finishes the aggregate now if every part has
+  return Receipt(agg);
+}
+
+void ControllerCore::close_file(FileCore* f, Task* t) {
+  if (t == nullptr) {
+    t = acquire_task();  // refs 1 becomes the controller's below (no receipt)
+    t->refs.store(0, std::memory_order_relaxed);
+    f->detached = true;
+  }
+  t->kind = TaskKind::close;
+  t->file = f;
+  file_retain(f);
+  if (opt.latency_histograms) t->stamp(static_cast<std::uint64_t>(monotonic_ns()));
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
+  push(f->home, t);
+}
+
+ShutdownReport ControllerCore::shutdown() {
+  if (shut_down) return {};
+  shut_down = true;
+  accepting.store(false, std::memory_order_release);
+  closing.store(true, std::memory_order_relaxed);
+  for (FileCore* f : registry.retain_all(/*with_tree=*/false)) {
+    if (!f->closed.exchange(true, std::memory_order_acq_rel)) close_file(f, nullptr);
+    file_release(f);
+  }
+  doorbell.ring();
+  doorbell.signal();
+  for (auto& th : threads) th.join();
+  threads.clear();
+  ShutdownReport rep;
+  std::lock_guard<std::mutex> lock(report_mu);
+  rep.failures = failures;
+  return rep;
+}
+
+ControllerStats ControllerCore::stats() const {
+  ControllerStats s;
+  s.workers = n;
+  for (const auto& wp : workers) {
+    const Worker& w = *wp;
+    for (std::size_t k = 0; k < kRequestKinds; ++k) {
+      s.requests[k] += w.requests[k].get();
+      for (std::size_t b = 0; b < LatencyHistogram::kBuckets; ++b) s.latency[k].counts[b] += w.latency[k][b].get();
+    }
+    s.failed += w.failed.get();
+    s.bytes_read += w.bytes_read.get();
+    s.bytes_written += w.bytes_written.get();
+    s.steps += w.steps.get();
+    s.steals += w.steals.get();
+    s.sleeps += w.sleeps.get();
+    s.max_pending = std::max(s.max_pending, w.max_pending.get());
+    s.max_ready = std::max(s.max_ready, w.max_ready.get());
+    s.engine_syncs += w.engine_syncs.get();
+    s.engine_submit_calls += w.engine_submit_calls.get();
+    s.evictions += w.evictions.get();
+  }
+  s.rejected = rejected_outside.load(std::memory_order_relaxed);
+  s.requests[static_cast<std::size_t>(RequestKind::flush)] += flushes.load(std::memory_order_relaxed);
+  // Counters: closed trees and open ones. "Now" values: open trees only (a closed tree's are
+  // what it held when it closed).
+  BTreeStats now{};
+  BTreeStats sum{};
+  s.open_files = registry.sum_stats(now, sum);
+  s.cached_bytes = now.cached_bytes;
+  s.dirty_bytes = now.dirty_bytes;
+  s.blocks = now.blocks;
+  s.dirty_blocks = now.dirty_blocks;
+  s.nodes = now.nodes;
+  s.node_bytes = now.node_bytes;
+  s.engine_reads = sum.engine_reads;
+  s.engine_writes = sum.engine_writes;
+  s.bytes_from_engine = sum.bytes_from_engine;
+  s.bytes_to_engine = sum.bytes_to_engine;
+  s.cache_hits = sum.cache_hits;
+  s.fills = sum.fills;
+  s.merges = sum.merges;
+  s.merged_bytes = sum.merged_bytes;
+  s.write_throughs = sum.write_throughs;
+  s.reroutes = sum.reroutes;
+  s.uncached = sum.uncached;
+  s.restructures = sum.restructures;
+  s.quiesces = sum.quiesces;
+  s.write_back_errors = sum.write_back_errors;
+  s.inline_ops = sum.inline_ops;
+  s.size_refreshes = sum.size_refreshes;
+  s.collects = sum.collects;
+  s.quota_denials = quota.denials();
+  s.quota_used = quota.used();
+  s.quota_peak = quota.peak();
+  s.quota_weak = quota.weak();
+  s.quota_strict = quota.strict();
+  s.write_copy_bytes = copies.held();
+  s.write_copy_budget = copies.budget();
+  s.write_copy_waits = copies.waits();
+  s.rounds_normal = rounds_normal.get();
+  s.rounds_recycle = rounds_recycle.get();
+  s.rounds_flush = rounds_flush.get();
+  s.rounds_idle = rounds_idle.get();
+  s.rounds_close = rounds_close.get();
+  s.async_in_flight = engines.async_in_flight();
+  return s;
+}
+
+}  // namespace tai::detail

@@ -1,0 +1,168 @@
+// Opening files and submitting tasks: the per-thread inboxes, push with back-pressure, the
+// master's doorbell, submission stamps.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <system_error>
+
+#include "src/controller/core.hpp"
+
+namespace tai::detail {
+
+Result<File> ControllerCore::open(const OpenRequest& req) {
+  if (!accepting.load(std::memory_order_acquire))
+    return Error{std::make_error_code(std::errc::operation_canceled),
+                 "tai::Controller::open(" + *req.path + "): " + kShutdownReason};
+  auto slot = engines.find_or_make(req.engine, opt.engine_options);
+  if (!slot) return slot.error();
+  EngineSlot* s = slot.value();
+  auto ef = s->engine->open(*req.path, req.mode);
+  if (!ef) return ef.error();
+
+  auto f = std::make_unique<FileCore>();
+  f->path = *req.path;
+  if (char* real = ::realpath(req.path->c_str(), nullptr)) {
+    f->key = real;
+    std::free(real);
+  } else {
+    f->key = *req.path;
+  }
+  f->tree_name = req.tree;
+  f->ctl = this;
+  f->slot = s;
+  f->engine_name = s->name;
+  f->mode = req.mode;
+  f->efile = std::move(ef.value());
+  f->factory = req.factory;
+  f->tree_options = req.tree_options ? *req.tree_options : opt.tree_options;
+  try {
+    f->tree = req.factory(f->efile.get(), quota, f->tree_options);
+  } catch (const std::exception& ex) {
+    s->engine->close(*f->efile);
+    return Error{std::make_error_code(std::errc::not_enough_memory),
+                 "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
+  }
+  f->tree_id = f->tree->id();
+  f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
+  FileCore* raw = f.release();
+  registry.add(raw, n);
+  return File(raw);
+}
+
+int ControllerCore::producer_index() {
+  struct Entry {
+    std::uint64_t serial = 0;
+    int index = -1;
+  };
+  static thread_local Entry cache[4];
+  static thread_local unsigned victim = 0;
+  for (const Entry& e : cache)
+    if (e.serial == serial) return e.index;
+  int idx = -1;
+  {
+    std::lock_guard<std::mutex> lock(producers_mu);
+    if (producers < kMaxProducers) {
+      idx = static_cast<int>(producers++);
+      for (auto& w : workers) {
+        w->inbox[static_cast<unsigned>(idx)].store(new Worker::Inbox(opt.pending_capacity), std::memory_order_release);
+        w->inboxes.store(producers, std::memory_order_release);
+      }
+    }
+  }
+  cache[victim++ % 4] = Entry{serial, idx};
+  return idx;
+}
+
+void ControllerCore::push(unsigned w, Task* t) {
+  Worker& wk = *workers[w];
+  const bool inside = on_own_worker();
+  if (!inside) {
+    if (const int p = producer_index(); p >= 0) {
+      Worker::Inbox* q = wk.inbox[static_cast<unsigned>(p)].load(std::memory_order_relaxed);  // stored by this thread
+      while (!q->push(t)) {  // back-pressure: wait for room
+        doorbell.ring();
+        std::this_thread::yield();
+      }
+      doorbell.ring();
+      return;
+    }
+  }
+  if (!wk.pending.bounded_push(t)) {
+    if (inside) {
+      // A worker must never wait for a queue that only the workers drain.
+      std::lock_guard<std::mutex> lock(wk.overflow_mu);
+      wk.overflow.push_back(t);
+      wk.has_overflow.store(true, std::memory_order_release);
+    } else {
+      // Back-pressure: the application thread waits for room.
+      do {
+        doorbell.ring();
+        std::this_thread::yield();
+      } while (!wk.pending.bounded_push(t));
+    }
+  }
+  doorbell.ring();
+}
+
+void ControllerCore::stamp_submit(Task& t) const noexcept {
+  if (!opt.latency_histograms) return;
+  static thread_local unsigned countdown = 0;  // per submitting thread: no shared counter
+  if (countdown != 0 && opt.latency_sample_every > 1) {
+    --countdown;
+    return;
+  }
+  countdown = opt.latency_sample_every > 1 ? opt.latency_sample_every - 1 : 0;
+  t.stamp(static_cast<std::uint64_t>(monotonic_ns()));
+}
+
+Receipt ControllerCore::submit_task(Task* t) {
+  const bool inside = on_own_worker();
+  if (!inside && !accepting.load(std::memory_order_acquire)) {
+    finish(*t, TaskState::rejected, ECANCELED, kShutdownReason);
+    rejected_outside.fetch_add(1, std::memory_order_relaxed);
+    return Receipt(t);
+  }
+  t->owner = this;
+  stamp_submit(*t);
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
+  // Function tasks go to the submitting worker (a continuation's follow-up stays local), else
+  // round-robin by a per-thread counter.
+  static thread_local unsigned rr = 0;
+  const unsigned w = inside ? t_worker->index : (rr++ % n);
+  push(w, t);
+  return Receipt(t);
+}
+
+Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
+  t->file = f;
+  t->owner = this;
+  t_file_refs.take(f);
+  stamp_submit(*t);
+  retain_unpublished_task(t);  // the controller's reference (t is not yet published)
+  push(f->home, t);
+  return Receipt(t);
+}
+
+Doorbell::Doorbell() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "tai::Controller: eventfd");
+}
+
+Doorbell::~Doorbell() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Doorbell::signal() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(fd_, &one, sizeof one);
+}
+
+void Doorbell::drain() noexcept {
+  std::uint64_t count;
+  while (::read(fd_, &count, sizeof count) > 0) {
+  }
+}
+
+}  // namespace tai::detail

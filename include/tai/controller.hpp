@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -156,6 +157,20 @@ struct OpenRequest {
 Receipt controller_submit(ControllerCore& core, Task* t);
 }  // namespace detail
 
+/// What Controller::open() may be told besides the path and the mode. C++17 has no designated
+/// initializers: set the members you need on a default-constructed value.
+///
+///     tai::OpenOptions how;
+///     how.engine = "uring";
+///     how.tree_options = tai::BTreeOptions{};
+///     how.tree_options->inline_path = false;            // for example
+struct OpenOptions {
+  /// The engine, by name (empty or "auto": ControllerOptions::engine).
+  std::string engine;
+  /// This file's tree options (unset: ControllerOptions::tree_options).
+  std::optional<BTreeOptions> tree_options;
+};
+
 /// Thread-safety: see the file comment.
 class Controller {
  public:
@@ -166,17 +181,33 @@ class Controller {
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 
-  /// Opens `path` with `mode` on `engine` (empty: options().engine) under a cache tree of shape
-  /// Tree. The engine's open runs on the calling thread, so a bad path, a refused mode or an
-  /// unavailable engine is an Error right here (with the reason). Opening a path that is still
-  /// open or closing in this controller is allowed: operations of the new handle wait until the
-  /// earlier handle's close has written its data back, so they see all of it.
+  /// Opens `path` with `mode` under a cache tree of shape Tree, on the engine and with the tree
+  /// options `how` names (defaults: ControllerOptions::engine and ::tree_options). The engine's
+  /// open runs on the calling thread, so a bad path, a refused mode or an unavailable engine is
+  /// an Error right here (with the reason). Opening a path that is still open or closing in this
+  /// controller is allowed: operations of the new handle wait until the earlier handle's close
+  /// has written its data back, so they see all of it. Thread-safe.
   template <class Tree = BTreeDefault>
-  Result<File> open(const std::string& path, OpenMode mode, std::string_view engine = {},
-                    const BTreeOptions* tree_options = nullptr) {
-    detail::OpenRequest req{&path, mode, engine, tree_options, &detail::make_tree<Tree>,
+  Result<File> open(const std::string& path, OpenMode mode, const OpenOptions& how) {
+    detail::OpenRequest req{&path,
+                            mode,
+                            how.engine,
+                            how.tree_options ? &*how.tree_options : nullptr,
+                            &detail::make_tree<Tree>,
                             detail::tree_name(static_cast<const Tree*>(nullptr))};
     return open_file(req);
+  }
+  /// The short forms: the controller's default engine, or the engine named `engine` ("posix",
+  /// "uring", a name given to add_engine, ...), with the controller's tree options.
+  template <class Tree = BTreeDefault>
+  Result<File> open(const std::string& path, OpenMode mode) {
+    return open<Tree>(path, mode, OpenOptions{});
+  }
+  template <class Tree = BTreeDefault>
+  Result<File> open(const std::string& path, OpenMode mode, std::string_view engine) {
+    OpenOptions how;
+    how.engine = std::string(engine);
+    return open<Tree>(path, mode, how);
   }
 
   /// Runs fn() on a worker (as soon as one takes it from its Pending queue). fn must fit 64

@@ -196,39 +196,42 @@ TEST(ControllerClose, TheFileDestructorWithoutCloseLosesNothing) {
   EXPECT_EQ(first_difference(read_with_pread(path), expected), "");
 }
 
-// A submitting thread takes its tasks' file references in batches (FileRefReserve, controller.cpp)
-// and keeps the unused ones: another thread's status() may count them (at most 63), the
-// submitting thread's own status() gives them back, and so does the thread's exit.
-TEST(ControllerClose, StatusCountsAnotherThreadsReservedReferencesUntilItGivesThemBack) {
+// in_flight counts operations, exactly: the operations held up behind a blocked hook, and none
+// once every one finished, although a submitting thread keeps up to 63 file references in its
+// reserve (FileRefReserve, src/controller/core.hpp) for its next operations.
+TEST(ControllerClose, StatusCountsOperationsNotReservedReferences) {
   ScratchDir dir;
   Controller ctl(options());
   File f = open_or_fail<BTreeTrivial>(ctl, dir.file("reserve"));
   const std::vector<unsigned char> data = pattern(512, 3);
+  std::atomic<bool> let_go{false};
   std::atomic<int> stage{0};
-  std::atomic<int> seen{0};
-  bool own_zero = false;
-  auto write_some = [&] {
-    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(wait_ok(f.write(i * 512, data.data(), data.size())));
-  };
+  std::vector<Receipt> held;
+  Receipt hook;
   std::thread submitter([&] {
-    write_some();
+    // Ten finished writes: the thread's reserve now holds 53 unused references.
+    for (std::uint64_t i = 0; i < 10; ++i) EXPECT_TRUE(wait_ok(f.write(i * 512, data.data(), data.size())));
     stage = 1;
-    if (!eventually([&] { return seen.load() >= 1; })) return;
-    // status() gives this thread's reserve back; workers drop finished operations' references
-    // at the end of their part, so this may take a moment.
-    own_zero = eventually([&] { return f.status().in_flight == 0; });
-    write_some();
-    stage = 2;
+    if (!eventually([&] { return stage.load() >= 2; })) return;
+    // A hook that blocks its worker until let go, and five writes behind it.
+    hook = f.hook([&] { eventually([&] { return let_go.load(); }); });
+    for (std::uint64_t i = 0; i < 5; ++i) held.push_back(f.write(i * 512, data.data(), data.size()));
+    stage = 3;
+    if (!eventually([&] { return stage.load() >= 4; })) return;
   });
-  EXPECT_TRUE(eventually([&] { return stage.load() >= 1; }));
-  EXPECT_TRUE(eventually([&] { return f.status().in_flight <= 63u; }))
-      << "only the other thread's unused reserve counts once every write finished: " << f.status().in_flight;
-  seen = 1;
-  EXPECT_TRUE(eventually([&] { return stage.load() >= 2; }));
-  EXPECT_TRUE(own_zero) << "a thread's own status() does not count its reserve";
-  submitter.join();
+  ASSERT_TRUE(eventually([&] { return stage.load() >= 1; }));
   EXPECT_TRUE(eventually([&] { return f.status().in_flight == 0; }))
-      << "the thread's exit gave its reserve back: " << f.status().in_flight;
+      << "every write finished; the other thread's reserve is not an operation: " << f.status().in_flight;
+  stage = 2;
+  ASSERT_TRUE(eventually([&] { return stage.load() >= 3; }));
+  EXPECT_EQ(f.status().in_flight, 6u) << "the blocked hook and the five writes behind it";
+  let_go = true;
+  EXPECT_TRUE(wait_ok(hook));
+  for (Receipt& r : held) EXPECT_TRUE(wait_ok(r));
+  EXPECT_TRUE(eventually([&] { return f.status().in_flight == 0; })) << f.status().in_flight;
+  stage = 4;
+  submitter.join();
+  EXPECT_TRUE(eventually([&] { return f.status().in_flight == 0; })) << f.status().in_flight;
   EXPECT_TRUE(wait_ok(f.close()));
 }
 

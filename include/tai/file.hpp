@@ -46,10 +46,8 @@ struct FileStatus {
   std::string tree;                   ///< the tree shape, e.g. "BTree<34,9,9,12>"
   bool open = false;                  ///< false after close()/detach() or controller shutdown
   /// Operations submitted and not yet finished (a finished one may count until the end of the
-  /// worker's round). It may also count up to 63 file references that each *other* thread which
-  /// submitted to this file, a worker running a task or continuation included, reserved for its
-  /// next operations: they go back when that thread submits to another file, calls status() on
-  /// this one, or exits (a worker: at the controller's shutdown).
+  /// worker's round part that finished it). A snapshot: operations other threads submit
+  /// meanwhile may or may not be counted.
   std::uint64_t in_flight = 0;
   std::uint64_t cached_bytes = 0;
   std::uint64_t dirty_bytes = 0;

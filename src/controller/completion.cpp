@@ -155,19 +155,10 @@ void Worker::give_back_copies() noexcept {
   copy_release = 0;
 }
 
-void Worker::flush_releases(bool all) {
+void Worker::flush_releases() {
   give_back_copies();
-  if (releases_.size() > kReleaseFiles) all = true;
-  std::size_t keep = 0;
-  for (std::size_t i = 0; i < releases_.size(); ++i) {
-    auto [f, count] = releases_[i];
-    if (!all && count < kReleaseBatch) {
-      releases_[keep++] = releases_[i];
-      continue;
-    }
-    file_release(f, count);
-  }
-  releases_.resize(keep);
+  for (const auto& [f, count] : releases_) file_release(f, count);
+  releases_.clear();
 }
 
 }  // namespace tai::detail

@@ -213,32 +213,39 @@ inline void file_release(FileCore* f, std::uint32_t n) noexcept {
 /// store-buffer drain waited for every store the submission had just made to the task; see
 /// registry.cpp). A thread keeps up to kBatch - 1 unused references to the last file it
 /// submitted to, until it submits to another file, calls status() on that one, or exits. They
-/// keep the FileCore (not the tree, the engine file or the controller) alive that long.
-/// Thread-safety: thread-local; the file's count is atomic as ever.
+/// keep the FileCore (not the tree, the engine file or the controller) alive that long;
+/// File::status() subtracts them (unused_references) so that in_flight counts operations only.
+/// Thread-safety: one writer, the owning thread (relaxed loads and stores: no locked
+/// instruction); unused_references() reads every thread's reserve under the list's mutex.
 class FileRefReserve {
  public:
   static constexpr std::uint32_t kBatch = 64;
   /// One reference to f for a task; the caller holds another (its handle, or a task's).
   void take(FileCore* f) noexcept {
-    if (f == file_ && left_ != 0) {
-      --left_;
+    const std::uint32_t left = left_.load(std::memory_order_relaxed);
+    if (f == file_.load(std::memory_order_relaxed) && left != 0) {
+      left_.store(left - 1, std::memory_order_relaxed);
       return;
     }
     take_batch(f);
   }
   /// Gives the unused references back (status() calls it for its file).
   void drop_if(const FileCore* f) noexcept {
-    if (f == file_) drop();
+    if (f == file_.load(std::memory_order_relaxed)) drop();
   }
   void drop() noexcept;
+  /// The references to f that every thread's reserve holds unused. A snapshot: a thread
+  /// submitting to f meanwhile may or may not be counted.
+  static std::uint32_t unused_references(const FileCore* f) noexcept;
 
  private:
   void take_batch(FileCore* f) noexcept;
   struct ExitGuard {
-    ~ExitGuard();
+    ExitGuard();   // lists the thread's reserve
+    ~ExitGuard();  // gives its references back and unlists it
   };
-  FileCore* file_ = nullptr;
-  std::uint32_t left_ = 0;
+  std::atomic<FileCore*> file_{nullptr};
+  std::atomic<std::uint32_t> left_{0};
   bool gone_ = false;
 };
 static_assert(std::is_trivially_destructible_v<FileRefReserve>, "see FileRefReserve::take_batch");
@@ -551,16 +558,13 @@ class Worker final : public StepSink {
   std::array<std::vector<std::uint8_t>, 2> deferred_;
   bool own_lane(unsigned lane);
   void drain();
-  // File references of finished tasks, dropped with one atomic subtraction per file for many
-  // requests: at the end of a part for a file with kReleaseBatch or more (or when more than
-  // kReleaseFiles files wait), and all of them before the worker sleeps or stops. Each
-  // subtraction takes the counter's cache line from the submitting thread, whose next
-  // submission's increment then misses: once per batch rather than once per round. A deferred
-  // release only keeps a FileCore alive longer (and status().in_flight counts it until then).
-  static constexpr std::uint32_t kReleaseBatch = 64;
-  static constexpr std::size_t kReleaseFiles = 16;
+  // File references of finished tasks, dropped with one atomic subtraction per file at the end
+  // of each part (and before the worker sleeps or stops) rather than one per task. The count's
+  // cache line is written by the submitting threads only once per FileRefReserve batch, so a
+  // release per part costs about nothing; File::status().in_flight counts a finished task until
+  // the end of the part that finished it.
   void release_later(FileCore* f);
-  void flush_releases(bool all = true);
+  void flush_releases();
   // Write-copy bytes of writes this worker finished, not yet given back to the controller's
   // count (see ControllerCore::finish): given back at the end of each part and before sleeping
   // or stopping (flush_releases), so a waiting submitter is never left behind an idle worker.

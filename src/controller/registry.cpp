@@ -17,6 +17,20 @@ FileCore::~FileCore() {
 // read-modify-write. That instruction cost more than its own work: it drains the store buffer,
 // so it waited for every store the submission had just made to the task (cache lines a worker
 // read last: an invalidation each); perf put a quarter of the submitting thread's samples on it.
+
+namespace {
+// Every thread's reserve, listed once per thread (at its first batch) so that status() can
+// subtract the references they hold unused.
+struct ReserveList {
+  std::mutex mu;
+  std::vector<const FileRefReserve*> all;
+};
+ReserveList& reserves() {
+  static ReserveList* list = new ReserveList;  // never destroyed: threads may exit after main
+  return *list;
+}
+}  // namespace
+
 void FileRefReserve::take_batch(FileCore* f) noexcept {
   if (gone_) {  // a thread_local destructor submitting after ours ran: no reserve any more
     file_retain(f);
@@ -28,17 +42,41 @@ void FileRefReserve::take_batch(FileCore* f) noexcept {
   // may still submit (it then takes single references, see gone_).
   thread_local ExitGuard guard;
   file_retain(f, kBatch);
-  file_ = f;
-  left_ = kBatch - 1;
+  left_.store(kBatch - 1, std::memory_order_relaxed);
+  file_.store(f, std::memory_order_relaxed);
 }
 
 void FileRefReserve::drop() noexcept {
-  FileCore* f = std::exchange(file_, nullptr);
-  const std::uint32_t n = std::exchange(left_, 0u);
+  FileCore* f = file_.exchange(nullptr, std::memory_order_relaxed);  // single writer: no race
+  const std::uint32_t n = left_.exchange(0u, std::memory_order_relaxed);
   if (f != nullptr && n != 0) file_release(f, n);
 }
 
+std::uint32_t FileRefReserve::unused_references(const FileCore* f) noexcept {
+  ReserveList& list = reserves();
+  std::lock_guard<std::mutex> lock(list.mu);
+  std::uint32_t n = 0;
+  for (const FileRefReserve* r : list.all)
+    if (r->file_.load(std::memory_order_relaxed) == f) n += r->left_.load(std::memory_order_relaxed);
+  return n;
+}
+
+FileRefReserve::ExitGuard::ExitGuard() {
+  ReserveList& list = reserves();
+  std::lock_guard<std::mutex> lock(list.mu);
+  try {
+    list.all.push_back(&t_file_refs);
+  } catch (const std::bad_alloc&) {
+    // Unlisted: status() then counts this thread's unused references as operations in flight.
+  }
+}
+
 FileRefReserve::ExitGuard::~ExitGuard() {
+  {
+    ReserveList& list = reserves();
+    std::lock_guard<std::mutex> lock(list.mu);
+    list.all.erase(std::remove(list.all.begin(), list.all.end(), &t_file_refs), list.all.end());
+  }
   t_file_refs.drop();
   t_file_refs.gone_ = true;
 }

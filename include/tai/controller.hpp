@@ -67,11 +67,8 @@ struct ControllerOptions {
   /// spinning takes the CPU the application and the kernel's completion work need.
   std::int64_t io_spin_ns = 2'000;
   /// The most requests a round hands to an asynchronous engine in one submit() call (one
-  /// io_uring_enter or io_submit). Small batches get the first requests to the device sooner:
-  /// the kernel notifies the device once per call, after preparing every request of the call
-  /// (about 2-3 us each on the development VM), so with one call for 32 reads the device idled
-  /// for the whole preparation. fio submits each request as it is queued by default
-  /// (iodepth_batch_submit=1). 0 is taken as 1.
+  /// io_uring_enter or io_submit): small batches reach the device sooner. 0 is taken as 1.
+  /// Why 4: docs/controller_options.md.
   unsigned engine_submit_batch = 4;
   /// Idle this long with dirty data in the cache: start flush rounds (each writes back at least
   /// half of what is dirty). Negative: never flush while idle (only fsync, close, flush(),
@@ -91,32 +88,19 @@ struct ControllerOptions {
   unsigned lanes_per_worker = 8;
   /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).
   unsigned pending_capacity = 16384;
-  /// The most bytes of write data the controller holds for writes not yet finished: the copies
-  /// File::write(offset, src, n) makes (counted as allocated: small writes are rounded up to
-  /// 4096 bytes) and the Buffers moved in by File::write(offset, Buffer&&). A write is counted
-  /// from its submission until its operation finishes (in the cache, at the engine, or refused:
-  /// a rejected or failed write is uncounted too). pending_capacity bounds the queued requests
-  /// by count only: 16384 queued 64 KiB copies are 1 GiB. This bounds them by bytes.
-  ///
-  /// What waits: a thread whose write would take the count above the budget waits in
-  /// File::write (spinning for spin_ns, then sleeping) until finished writes make room. A write
-  /// is always admitted when the controller holds no copy, so a single write larger than the
-  /// budget proceeds alone instead of waiting forever. Exception: a worker thread of this
-  /// controller (in a continuation, a submitted function or a hook) never waits, it is admitted
-  /// over the budget: the writes that would make room can only finish in the rounds that worker
-  /// is holding up. Submitting threads may call File::write concurrently (thread-safe, as every
-  /// submission); the count and the number of waits are in stats() (write_copy_bytes,
-  /// write_copy_waits).
-  ///
-  /// Default 32 MiB: enough to keep the engines busy (the default engine depth of 256 requests
-  /// of 64 KiB is 16 MiB), small enough that the cache (strict_quota) plus the copies plus the
-  /// controller's bookkeeping stay within strict_quota + 64 MiB. 0 admits one write at a time.
+  /// The most bytes of write data held for writes not yet finished: File::write's copies (as
+  /// allocated: small writes round up to 4096 bytes) and moved-in Buffers, each counted from
+  /// submission until its operation ends (done, failed or refused). A thread whose write would
+  /// pass the budget waits in File::write (spin, then sleep) until finished writes make room.
+  /// A write is always admitted when nothing is held (a write larger than the budget goes
+  /// alone); a worker thread of this controller never waits (it would hold up the rounds that
+  /// make room). 0 admits one write at a time. stats(): write_copy_bytes, write_copy_waits.
+  /// Why 32 MiB: docs/controller_options.md.
   std::uint64_t write_copy_budget = std::uint64_t{32} << 20;
   /// Keep per-kind latency histograms (two clock reads per timed request).
   bool latency_histograms = true;
-  /// Time one request in this many, per submitting thread (1: every request). Two clock reads
-  /// cost about 50 ns of CPU here, a sixth of a small request's whole cost: a sample of the
-  /// requests gives the same quantiles. Flushes and closes are always timed.
+  /// Time one request in this many, per submitting thread (1: every request); flushes and
+  /// closes are always timed. Why 8: docs/controller_options.md.
   unsigned latency_sample_every = 8;
 };
 

@@ -166,7 +166,7 @@ class Controller {
   Controller& operator=(const Controller&) = delete;
 
   /// Opens `path` with `mode` under a cache tree of shape Tree, on the engine and with the tree
-  /// options `how` names (defaults: ControllerOptions::engine and ::tree_options). The engine's
+  /// options `how` names (defaults: ControllerOptions::engine and ControllerOptions::tree_options). The engine's
   /// open runs on the calling thread, so a bad path, a refused mode or an unavailable engine is
   /// an Error right here (with the reason). Opening a path that is still open or closing in this
   /// controller is allowed: operations of the new handle wait until the earlier handle's close

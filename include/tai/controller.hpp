@@ -166,11 +166,12 @@ class Controller {
   Controller& operator=(const Controller&) = delete;
 
   /// Opens `path` with `mode` under a cache tree of shape Tree, on the engine and with the tree
-  /// options `how` names (defaults: ControllerOptions::engine and ControllerOptions::tree_options). The engine's
-  /// open runs on the calling thread, so a bad path, a refused mode or an unavailable engine is
-  /// an Error right here (with the reason). Opening a path that is still open or closing in this
-  /// controller is allowed: operations of the new handle wait until the earlier handle's close
-  /// has written its data back, so they see all of it. Thread-safe.
+  /// options `how` names (unset: the controller's, ControllerOptions::engine and
+  /// ControllerOptions::tree_options). The engine's open runs on the calling thread, so a bad
+  /// path, a refused mode or an unavailable engine is an Error right here (with the reason).
+  /// Opening a path that is still open or closing in this controller is allowed: operations of
+  /// the new handle wait until the earlier handle's close has written its data back, so they
+  /// see all of it. Thread-safe.
   template <class Tree = BTreeDefault>
   Result<File> open(const std::string& path, OpenMode mode, const OpenOptions& how) {
     detail::OpenRequest req{&path,

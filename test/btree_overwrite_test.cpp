@@ -8,6 +8,7 @@
 
 #include "btree_fuzz/btree_harness.hpp"
 #include "tai/btree.hpp"
+#include "tai/btree_driver.hpp"
 
 namespace tai::test::btree {
 namespace {

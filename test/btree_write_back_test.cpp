@@ -13,6 +13,7 @@
 #include "btree_fuzz/btree_harness.hpp"
 #include "support/test_env.hpp"
 #include "tai/btree.hpp"
+#include "tai/btree_driver.hpp"
 
 namespace tai::test::btree {
 namespace {

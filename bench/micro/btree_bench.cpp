@@ -28,6 +28,7 @@
 #include "engines/null/null_engine.hpp"
 #include "engines/posix/posix_engine.hpp"
 #include "tai/btree.hpp"
+#include "tai/btree_driver.hpp"
 
 namespace {
 

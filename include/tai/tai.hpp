@@ -1,4 +1,5 @@
-// tai/tai.hpp - the whole public API: include this.
+// tai/tai.hpp - the whole public API: include this. Not included: tai/btree_driver.hpp (runs a
+// tree's steps on one thread without a controller, for tests and tools; it pulls in <random>).
 #pragma once
 
 #include "tai/btree.hpp"

@@ -38,6 +38,7 @@
 #include "engines/posix/posix_engine.hpp"
 #include "support/test_env.hpp"
 #include "tai/btree.hpp"
+#include "tai/btree_driver.hpp"
 #include "tai/quota.hpp"
 
 namespace tai::test::btree {

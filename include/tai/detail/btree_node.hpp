@@ -14,8 +14,8 @@
 #include <map>
 #include <vector>
 
+#include "tai/btree_ops.hpp"
 #include "tai/detail/btree_dirty.hpp"
-#include "tai/detail/btree_step.hpp"
 
 namespace tai::detail {
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tai/btree_ops.hpp"
 #include "tai/detail/aligned_buffer.hpp"
-#include "tai/detail/btree_step.hpp"
 #include "tai/detail/inplace_function.hpp"
 
 namespace tai {

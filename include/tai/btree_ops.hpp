@@ -1,6 +1,8 @@
-// tai/detail/btree_step.hpp - the vocabulary of tree operations: Operation (one request on one
-// file's tree), Step (one node-local piece of work) and StepSink (what runs steps). Public types,
-// included by tai/btree.hpp; split out so that a controller can name them cheaply.
+// tai/btree_ops.hpp - the vocabulary of tree operations: TreeOp and Operation (one request on one
+// file's tree), Step (one node-local piece of work) and StepSink (what runs steps). Public API:
+// a runner (the controller, tai/btree_driver.hpp, or a user's own) speaks it. Included by
+// tai/btree.hpp; a header of its own so that code which only names operations and steps does not
+// need the whole tree.
 #pragma once
 
 #include <atomic>

@@ -1,7 +1,8 @@
 # TaiInstall.cmake - what `cmake --install` puts under the prefix:
 #   include/tai/...                  every header under include/tai (all of detail/, also the ones
 #                                    only libtai's sources include), and config.hpp
-#   include/tai/engines/<name>/*.hpp the headers of the engines this build contains
+#   include/tai/engines/<name>/*.hpp the headers of the engines this build contains, and of
+#                                    engines/common what engine headers and users' engines need
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
 #   lib/cmake/tai/                   find_package(tai) -> tai::tai
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
@@ -17,11 +18,15 @@ install(DIRECTORY include/tai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/tai/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai)
 # Only the engines compiled into this libtai: a header of an engine that is not built would
 # declare a factory the library does not define.
-# engines/common: what the engine headers share (the wrapper base of fault and recording).
-foreach(engine IN LISTS TAI_ENGINES ITEMS common)
+foreach(engine IN LISTS TAI_ENGINES)
   install(DIRECTORY engines/${engine} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()
+# engines/common: only what an engine header or a user's own engine needs: the wrapper base of
+# fault and recording, and direct-I/O alignment discovery (defined in libtai). The others there
+# (open(2) flags, the completion backlog, the kernel-probe test seam) are private to the engines.
+install(FILES engines/common/wrapper_engine.hpp engines/common/alignment.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines/common)
 
 # CMake package. It asks for what a consumer of libtai needs and nothing more: no installed
 # header includes a header of libaio, liburing, Boost or PAPI, and libtai calls no PAPI function.

@@ -16,7 +16,7 @@
 #include "engines/null/null_engine.hpp"
 #include "engines/posix/posix_engine.hpp"
 #include "tai/config.hpp"
-#include "tai/detail/probe_overrides.hpp"
+#include "engines/common/probe_overrides.hpp"
 #if TAI_WITH_LIBAIO
 #include "engines/libaio/libaio_engine.hpp"
 #endif

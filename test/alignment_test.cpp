@@ -1,6 +1,6 @@
-// Tests of tai/detail/alignment.hpp (discover_alignment and the rounding helpers) and
+// Tests of engines/common/alignment.hpp (discover_alignment and the rounding helpers) and
 // tai/detail/aligned_buffer.hpp.
-#include "tai/detail/alignment.hpp"
+#include "engines/common/alignment.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

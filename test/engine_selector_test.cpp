@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tai/config.hpp"
-#include "tai/detail/probe_overrides.hpp"
+#include "engines/common/probe_overrides.hpp"
 #include "tai/engine_selector.hpp"
 #if TAI_WITH_LIBAIO
 #include "engines/libaio/libaio_engine.hpp"

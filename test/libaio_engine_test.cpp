@@ -25,7 +25,7 @@
 
 #include "support/engine_configs.hpp"
 #include "support/engine_test_support.hpp"
-#include "tai/detail/probe_overrides.hpp"
+#include "engines/common/probe_overrides.hpp"
 
 namespace tai::test {
 namespace {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "tai/detail/aligned_buffer.hpp"
-#include "tai/detail/alignment.hpp"
+#include "engines/common/alignment.hpp"
 #include "tai/engine.hpp"
 #include "tai/engine_selector.hpp"
 #include "tai/io_queue.hpp"

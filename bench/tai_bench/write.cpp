@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "tai/detail/aligned_buffer.hpp"
-#include "tai/detail/alignment.hpp"
+#include "engines/common/alignment.hpp"
 #include "tai/engine.hpp"
 #include "tai/engine_selector.hpp"
 #include "tai_bench/bench_util.hpp"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <utility>
 
-#include "tai/detail/posix_open.hpp"
+#include "engines/common/posix_open.hpp"
 
 namespace tai::engines {
 namespace {

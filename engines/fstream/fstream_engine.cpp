@@ -10,7 +10,7 @@
 #include <new>
 #include <utility>
 
-#include "tai/detail/posix_open.hpp"
+#include "engines/common/posix_open.hpp"
 
 namespace tai::engines {
 namespace {

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <utility>
 
-#include "tai/detail/alignment.hpp"
-#include "tai/detail/posix_open.hpp"
+#include "engines/common/alignment.hpp"
+#include "engines/common/posix_open.hpp"
 
 namespace tai::engines {
 namespace {

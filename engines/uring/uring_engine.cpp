@@ -24,10 +24,10 @@
 #include <utility>
 #include <vector>
 
-#include "tai/detail/alignment.hpp"
-#include "tai/detail/completion_backlog.hpp"
-#include "tai/detail/posix_open.hpp"
-#include "tai/detail/probe_overrides.hpp"
+#include "engines/common/alignment.hpp"
+#include "engines/common/completion_backlog.hpp"
+#include "engines/common/posix_open.hpp"
+#include "engines/common/probe_overrides.hpp"
 
 namespace tai::engines {
 namespace {

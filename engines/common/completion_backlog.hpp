@@ -1,4 +1,4 @@
-// tai/detail/completion_backlog.hpp - completions an asynchronous engine made itself (inside
+// engines/common/completion_backlog.hpp - completions an asynchronous engine made itself (inside
 // submit: a request the kernel refused to start, a synchronous fallback) and hands out first at
 // the next reap, before asking the kernel.
 #pragma once

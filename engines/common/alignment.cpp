@@ -1,6 +1,6 @@
 // Direct-I/O alignment discovery: statx(STATX_DIOALIGN), else the device's logical block size,
-// else 4096. See include/tai/detail/alignment.hpp.
-#include "tai/detail/alignment.hpp"
+// else 4096. See engines/common/alignment.hpp.
+#include "engines/common/alignment.hpp"
 
 #include <fcntl.h>
 #include <linux/fs.h>  // BLKSSZGET

@@ -1,4 +1,4 @@
-// tai/detail/alignment.hpp - direct-I/O alignment of an open file, and rounding helpers.
+// engines/common/alignment.hpp - direct-I/O alignment of an open file, and rounding helpers.
 //
 // O_DIRECT transfers must respect three alignments: the buffer address, the file offset and the
 // transfer length. Linux tells us the real numbers through statx(STATX_DIOALIGN) on kernels >= 6.1

@@ -1,4 +1,4 @@
-// tai/detail/posix_open.hpp - open(2) for engines with a kernel descriptor (posix, cstdio,
+// engines/common/posix_open.hpp - open(2) for engines with a kernel descriptor (posix, cstdio,
 // fstream, libaio, uring): flag mapping, fadvise hints, and error messages that say what went
 // wrong (a refused Open::direct included).
 #pragma once
@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "tai/detail/alignment.hpp"
+#include "engines/common/alignment.hpp"
 #include "tai/engine.hpp"
 #include "tai/error.hpp"
 

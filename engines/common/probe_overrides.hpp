@@ -1,4 +1,4 @@
-// tai/detail/probe_overrides.hpp - a test seam: pretend answers for the kernel probes that decide
+// engines/common/probe_overrides.hpp - a test seam: pretend answers for the kernel probes that decide
 // whether the asynchronous engines can run.
 //
 // Whether io_uring or kernel AIO works depends on the machine: the kernel version, the sysctls

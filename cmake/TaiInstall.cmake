@@ -4,21 +4,28 @@
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains, and of
 #                                    engines/common what engine headers and users' engines need
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
-#   lib/cmake/tai/                   find_package(tai) -> tai::tai
+#   lib/libtai_testing.a             the test engines fault and recording (TAI_BUILD_TESTING_ENGINES)
+#   lib/cmake/tai/                   find_package(tai) -> tai::tai, and tai::testing when built
+#                                    (find_package(tai COMPONENTS testing) requires it)
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
+#   lib/pkgconfig/tai-testing.pc     pkg-config --cflags --libs tai-testing (with tai::testing)
 # test/cmake_smoke checks all three ways of consuming it.
 include(CMakePackageConfigHelpers)
 
 set(TAI_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tai)
 
-install(TARGETS tai EXPORT taiTargets
+set(tai_installed_targets tai)
+if(TARGET tai_testing)
+  list(APPEND tai_installed_targets tai_testing)
+endif()
+install(TARGETS ${tai_installed_targets} EXPORT taiTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/tai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/tai/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai)
 # Only the engines compiled into this libtai: a header of an engine that is not built would
 # declare a factory the library does not define.
-foreach(engine IN LISTS TAI_ENGINES)
+foreach(engine IN LISTS TAI_ENGINES TAI_TESTING_ENGINES)
   install(DIRECTORY engines/${engine} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()
@@ -80,3 +87,9 @@ file(RELATIVE_PATH TAI_PC_PREFIX_FROM_PCDIR
 string(REGEX REPLACE "/$" "" TAI_PC_PREFIX_FROM_PCDIR "${TAI_PC_PREFIX_FROM_PCDIR}")
 configure_file(cmake/tai.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tai.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tai.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# pkg-config for tai::testing: its own library, then libtai's flags (Requires).
+if(TARGET tai_testing)
+  configure_file(cmake/tai-testing.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tai-testing.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tai-testing.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

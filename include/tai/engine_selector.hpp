@@ -20,8 +20,9 @@
 //     engine 'uring' unavailable: not built (turned off at configure time with TAI_WITH_URING=OFF;
 //     reconfigure with -DTAI_WITH_URING=ON to build it)
 //
-// The fault-injecting engine is not listed and cannot be made by name: it wraps another engine
-// (tai::engines::make_fault in engines/fault/fault_engine.hpp).
+// The test engines (fault, recording) are not listed and cannot be made by name: each wraps
+// another engine. They are in the library tai::testing (tai::engines::make_fault in
+// engines/fault/fault_engine.hpp, make_recording in engines/recording/recording_engine.hpp).
 #pragma once
 
 #include <memory>

@@ -1,6 +1,8 @@
 # TaiInstall.cmake - what `cmake --install` puts under the prefix:
-#   include/tai/...                  every header under include/tai (all of detail/, also the ones
-#                                    only libtai's sources include), and config.hpp
+#   include/tai/...                  every header under include/tai, and config.hpp. include/
+#                                    holds only what users include and what those headers need
+#                                    (detail/); libtai's private headers are in src/detail/ and
+#                                    engines/common/, which are not installed wholesale
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains, and of
 #                                    engines/common what engine headers and users' engines need
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
@@ -21,6 +23,8 @@ endif()
 install(TARGETS ${tai_installed_targets} EXPORT taiTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The whole directory: nothing private lives under include/ (cmake_smoke.install checks that every
+# installed detail/ header is included by another installed header).
 install(DIRECTORY include/tai DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/tai/config.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai)
 # Only the engines compiled into this libtai: a header of an engine that is not built would

@@ -22,7 +22,7 @@
 
 #include <boost/lockfree/queue.hpp>
 
-#include "tai/detail/timespec.hpp"
+#include "src/detail/timespec.hpp"
 #include "tai/engine_selector.hpp"
 
 // ThreadSanitizer and boost::lockfree: the node free list behind boost::lockfree::queue writes a

@@ -13,7 +13,8 @@
 
 #include <boost/lockfree/queue.hpp>
 
-#include "tai/detail/futex.hpp"
+#include "src/detail/futex.hpp"
+#include "src/detail/task_pool.hpp"
 
 namespace tai {
 

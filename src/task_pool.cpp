@@ -12,7 +12,8 @@
 #include <mutex>
 #include <string>
 
-#include "tai/detail/futex.hpp"
+#include "src/detail/futex.hpp"
+#include "src/detail/task_pool.hpp"
 #include "tai/receipt.hpp"
 
 namespace tai {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <string>
 
-#include "tai/detail/task.hpp"
+#include "src/detail/task_pool.hpp"
 #include "tai/receipt.hpp"
 
 namespace tai::test {

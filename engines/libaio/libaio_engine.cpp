@@ -22,7 +22,7 @@
 #include "engines/common/completion_backlog.hpp"
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
-#include "tai/detail/timespec.hpp"
+#include "src/detail/timespec.hpp"
 
 namespace tai::engines {
 namespace {

@@ -53,7 +53,8 @@
 #include <vector>
 
 #include "tai/controller.hpp"
-#include "tai/detail/futex.hpp"
+#include "src/detail/futex.hpp"
+#include "src/detail/task_pool.hpp"
 
 namespace tai::detail {
 

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "src/controller/core.hpp"
-#include "tai/detail/timespec.hpp"
+#include "src/detail/timespec.hpp"
 
 namespace tai::detail {
 

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "tai/btree_ops.hpp"
 #include "tai/detail/aligned_buffer.hpp"
@@ -124,59 +123,11 @@ Task* acquire_task();
 /// Drops one reference; the last one recycles the task into the calling thread's cache.
 /// Thread-safe.
 void release_task(Task* t) noexcept;
-/// retain_task() for a task no other thread has seen yet (a submission, before the push): a
-/// plain relaxed load and store, since nothing can race with it, instead of a locked
-/// read-modify-write, whose store-buffer drain would wait for every store the submission has
-/// just made to the task (cache lines last written by a worker: a miss each).
-inline void retain_unpublished_task(Task* t) noexcept {
-  t->refs.store(t->refs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
+/// Adds one reference for a holder of one (a receipt's copy). Thread-safe. The controller's
+/// other task functions are private to libtai (src/detail/task_pool.hpp).
 inline void retain_task(Task* t) noexcept {
   t->refs.fetch_add(1, std::memory_order_relaxed);  // a holder already has one: no ordering needed
 }
-/// The controller whose worker thread this is (nullptr on any other thread). A worker inside a
-/// continuation, task or hook holds up its controller's rounds: waiting there for an unfinished
-/// receipt of the same controller could never end.
-const ControllerCore* worker_controller() noexcept;
-/// Why Receipt's waits refuse to block on a worker of the task's own controller.
-extern const char* const kWaitOnOwnWorkerReason;
-/// Tasks ever allocated from the heap by the pool (a test counts allocations with this).
-std::uint64_t tasks_allocated() noexcept;
-/// Makes the calling thread keep only a few free tasks: for controller workers, which drop the
-/// last reference of many tasks but acquire few, so that what they free flows back to the
-/// submitting threads (through the shared list) instead of idling in their caches.
-void set_worker_task_cache() noexcept;
-
-/// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
-/// Called once per task, by the controller.
-void finish_task(Task& t, TaskState final_state, int error = 0, const char* reason = nullptr) noexcept;
-
-/// While a worker runs a round, the threads waiting for what it finishes are woken at points of
-/// its part (after the completions it took, and at its end) rather than one by one: a thread
-/// waiting for its oldest request, or sleeping in CompletionQueue::pop, is then woken once with
-/// everything finished so far instead of once per request. Each wake-up is a system call on the
-/// worker, and when the waiter shares the worker's CPU the woken thread preempts the worker in
-/// that call: per-request wake-ups made the two threads take turns per completion (about 7 us
-/// each on the development VM), so the reads a program resubmitted reached the engine in small
-/// batches. The worker installs a list on its thread (t_deferred_wakes) and calls wake() on it.
-/// It takes the list away while a task or hook function runs: such a function may block (a
-/// continuation must not), for instance until the thread it posted to answers.
-struct DeferredWakes {
-  /// Receipt waiters: finish_task() holds a reference on each task here.
-  std::vector<Task*> tasks;
-  /// CompletionQueue consumers: the futex word to wake, and the queue's count of posts in
-  /// progress, which the post incremented and wake() decrements after the system call (the
-  /// queue's destructor waits for it to reach zero).
-  struct Queue {
-    std::atomic<std::uint32_t>* word;
-    std::atomic<std::uint32_t>* posting;
-  };
-  std::vector<Queue> queues;
-  bool empty() const noexcept { return tasks.empty() && queues.empty(); }
-  /// Wakes everyone listed and clears the lists.
-  void wake() noexcept;
-};
-extern thread_local DeferredWakes* t_deferred_wakes;
 
 }  // namespace detail
 }  // namespace tai

@@ -1,4 +1,4 @@
-// tai/detail/futex.hpp - the Linux futex, for sleeping on a 32-bit atomic word.
+// src/detail/futex.hpp - the Linux futex, for sleeping on a 32-bit atomic word.
 //
 // Used where a thread waits for a word to change (receipts, the round barrier, the worker
 // doorbell) after spinning for a bounded budget. A std::condition_variable would need a mutex on
@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <ctime>
 
-#include "tai/detail/timespec.hpp"
+#include "src/detail/timespec.hpp"
 
 namespace tai::detail {
 

@@ -20,24 +20,9 @@
 #include <string>
 #include <thread>
 
-#include <boost/lockfree/queue.hpp>
-
+#include "src/detail/lockfree_queue.hpp"
 #include "src/detail/timespec.hpp"
 #include "tai/engine_selector.hpp"
-
-// ThreadSanitizer and boost::lockfree: the node free list behind boost::lockfree::queue writes a
-// recycled node's `next` index with a plain store while another thread may still be reading the
-// same word atomically in pop() before its CAS fails on the tag. That race is benign by design
-// (the tag makes the CAS fail, and fixed-size nodes are never returned to the allocator) but it
-// is formally a data race, and TSan reports it from inside Boost. The suppression below covers
-// only frames of Boost.Lockfree's internals; races in TAI's own code are still reported. It is
-// weak so that another TAI component (or a program) may provide a fuller list.
-#if defined(__SANITIZE_THREAD__)
-extern "C" __attribute__((weak)) const char* __tsan_default_suppressions() {
-  return "race:boost::lockfree::detail::fixed_size_freelist\n"
-         "race:boost::lockfree::detail::tagged_index\n";
-}
-#endif
 
 namespace tai {
 

@@ -18,10 +18,11 @@ static_assert(std::is_trivially_copyable_v<BlockRecord> && std::is_trivially_des
 // the one thread that claimed the cell, between an acquire load and a release store of its
 // sequence. No allocation after construction, no locks.
 //
-// Why not boost::lockfree::queue (the project's usual lock-free queue): its node free list reads
-// a node's link with a plain load while another thread may be reusing the node, which
-// ThreadSanitizer reports as a data race (boostorg/lockfree issue #78); the quota is touched by
-// every worker, so the TSan build would flag every run.
+// Why not boost::lockfree::queue (libtai's usual lock-free queue, src/detail/lockfree_queue.hpp,
+// which also settles its ThreadSanitizer reports): the capacity is the caller's record_capacity,
+// and a fixed_sized<true> Boost queue indexes its nodes with 16 bits (at most 65535 of them).
+// This ring allocates once, takes any capacity, and its cells are touched by one claimer at a
+// time.
 struct Quota::Records {
   explicit Records(std::size_t capacity) {
     std::size_t n = 2;

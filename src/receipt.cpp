@@ -11,9 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include <boost/lockfree/queue.hpp>
-
 #include "src/detail/futex.hpp"
+#include "src/detail/lockfree_queue.hpp"
 #include "src/detail/task_pool.hpp"
 
 namespace tai {

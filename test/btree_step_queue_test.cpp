@@ -2,12 +2,10 @@
 // bounded_push: no allocation per step). Here a tree runs entirely through such queues.
 #include <gtest/gtest.h>
 
-#include <boost/lockfree/queue.hpp>
-#include <boost/lockfree/spsc_queue.hpp>
-
 #include <vector>
 
 #include "btree_fuzz/btree_harness.hpp"
+#include "src/detail/lockfree_queue.hpp"
 #include "tai/btree.hpp"
 #include "tai/btree_driver.hpp"
 

@@ -33,9 +33,6 @@
 //  * FileRegistry (files, by path, by tree) and tree destruction: under the registry's mutex.
 #pragma once
 
-#include <boost/lockfree/queue.hpp>
-#include <boost/lockfree/spsc_queue.hpp>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -54,6 +51,7 @@
 
 #include "tai/controller.hpp"
 #include "src/detail/futex.hpp"
+#include "src/detail/lockfree_queue.hpp"
 #include "src/detail/task_pool.hpp"
 
 namespace tai::detail {

@@ -2,9 +2,10 @@
 # work; this file only chains the steps a new user or CI would otherwise type by hand.
 #
 #   make demo    install missing packages, build `release`, run `tai-bench demo`
-#   make test    install missing packages, then build + ctest the release, asan and tsan presets
+#   make test    install missing packages, check the API reference (make docs), then build +
+#                ctest the release, asan and tsan presets
 #
-# Other targets: deps, release, debug, asan, tsan, bench, clean, help.
+# Other targets: deps, release, debug, asan, tsan, bench, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
 
 SHELL := /bin/bash
@@ -21,17 +22,19 @@ BENCH := build/release/bench/tai-bench
 #   TAI's programs: libjemalloc-dev (allocator) libpapi-dev (benchmarks)
 #   tests/benchmarks: libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox
 #   image workload:   libpng-dev libjpeg62-turbo-dev
+#   API reference:    doxygen
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev
+  libpng-dev libjpeg62-turbo-dev doxygen
 
-.PHONY: help deps $(PRESETS) demo test bench clean
+.PHONY: help deps $(PRESETS) demo test bench docs clean
 
 help:
 	@echo "make demo      deps + release build + '$(BENCH) demo'"
 	@echo "make test      deps + build and ctest of: $(TEST_PRESETS) (stops at the first failure)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
+	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
 	@echo "make release|debug|asan|tsan   configure + build that preset into build/<preset>"
 	@echo "make clean     remove build/<preset> for: $(PRESETS)"
@@ -86,12 +89,19 @@ bench: release
 	$(BENCH) fadvise
 	@if [ -x build/release/bench/tai-micro ]; then build/release/bench/tai-micro; fi
 
+# The API reference: Doxygen over the public headers and docs/api.md (docs/Doxyfile). Any warning
+# (a broken reference, a bad command) fails it; `make test` runs it first.
+docs: deps
+	@rm -rf build/docs && mkdir -p build/docs
+	doxygen docs/Doxyfile
+	@echo "docs: build/docs/html/index.html"
+
 # For each preset: build, then ctest; stop at the first failure and name the preset. The time of
 # each step is printed because the whole run must stay under 30 minutes on 2 cores.
 # ThreadSanitizer (gcc 12) cannot map its shadow memory when the kernel randomises mmap with more
 # than 28 bits (vm.mmap_rnd_bits = 32 on some newer kernels): there the tests run under
 # `setarch -R`, which turns address randomisation off for that process tree only.
-test: deps
+test: deps docs
 	@set -u; \
 	total_start=$$(date +%s); \
 	for preset in $(TEST_PRESETS); do \

@@ -10,14 +10,21 @@
 
 namespace tai::detail {
 
-/// Moves completions from the front of `backlog` into out[got], out[got + 1], ... up to `max`
-/// in all; returns the new count. Thread-safety: the engine's (one reaper at a time).
-inline std::size_t take_backlog(std::deque<Completion>& backlog, Completion* out, std::size_t got, std::size_t max) {
+/// The start of every asynchronous engine's reap: clamps `min` to `max`, then moves the
+/// backlog's completions into out[0], out[1], ... (at most `max`) and sets `got` to their
+/// count. Returns true when the reap is complete without asking the kernel: `out` is full, or
+/// nothing is in flight (`in_flight`: the engine's count of requests at the kernel), so nothing
+/// else can arrive and no system call is needed. Thread-safety: the engine's (one reaper at a
+/// time).
+inline bool reap_backlog_first(std::deque<Completion>& backlog, std::size_t in_flight, Completion* out,
+                               std::size_t max, std::size_t& min, std::size_t& got) {
+  min = min < max ? min : max;
+  got = 0;
   while (got < max && !backlog.empty()) {
     out[got++] = backlog.front();
     backlog.pop_front();
   }
-  return got;
+  return in_flight == 0 || got == max;
 }
 
 }  // namespace tai::detail

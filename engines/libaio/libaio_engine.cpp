@@ -276,9 +276,8 @@ std::size_t LibaioEngine::do_submit(const Request* requests, std::size_t n) {
 
 std::size_t LibaioEngine::do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) {
   Impl& m = *impl_;
-  min = std::min(min, max);
-  std::size_t got = detail::take_backlog(m.made_in_submit, out, 0, max);
-  if (m.in_flight == 0 || got == max) return got;  // nothing else can arrive: no system call
+  std::size_t got = 0;
+  if (detail::reap_backlog_first(m.made_in_submit, m.in_flight, out, max, min, got)) return got;
 
   // Never wait for more than can arrive.
   const long want_min = static_cast<long>(std::min(min > got ? min - got : 0, m.in_flight));

@@ -623,9 +623,8 @@ std::size_t UringEngine::do_submit(const Request* requests, std::size_t n) {
 
 std::size_t UringEngine::do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) {
   Impl& m = *impl_;
-  min = std::min(min, max);
-  std::size_t got = detail::take_backlog(m.made_in_submit, out, 0, max);
-  if (m.in_flight == 0 || got == max) return got;  // nothing else can arrive: no system call
+  std::size_t got = 0;
+  if (detail::reap_backlog_first(m.made_in_submit, m.in_flight, out, max, min, got)) return got;
 
   if (io_uring_sq_ready(&m.ring) > 0) (void)io_uring_submit(&m.ring);  // left behind by a short submit
   std::size_t from_ring = m.harvest(out + got, max - got);

@@ -44,21 +44,8 @@
 //    io_uring_prep_read_fixed / write_fixed. The factory checks that registration works (a probe
 //    of one page), so an RLIMIT_MEMLOCK refusal is reported when the engine is made.
 //
-// Measured (throwaway driver through Engine::submit/reap, release build: 4 KiB O_DIRECT random
-// reads of a 1 GiB file on the ext4 / virtio disk of the 2-core development VM, depth 32, one
-// thread, variants interleaved plain / files / buffers / both, 150,000 reads per run, median of
-// 3; three such sets, the VM shared with other builds):
-//              set 1: op/s  CPU us/op    set 2: op/s  CPU us/op    set 3: op/s  CPU us/op
-//   plain            39,891   3.05             68,932   2.87             51,486   4.42
-//   reg-files        43,705   2.84             67,786   2.98             53,095   4.31
-//   reg-buffers      43,778   2.81             67,198   2.98             53,012   4.32
-//   reg-both         50,641   3.02             70,406   2.76             53,450   4.27
-// In the quieter sets 2 and 3 the variants differ by at most 4% in op/s and CPU per request,
-// no more than repetitions of one variant do; set 1 ran under heavy load (one variant's
-// repetitions spread up to 1.8x) and proves nothing. On this machine the device and the shared
-// CPUs, not the per-request fget/fput or page pinning, are the limit. Both stay options, off by
-// default, for devices doing hundreds of thousands of requests per core, where io_uring's
-// authors report that they pay.
+// Registered files and buffers measured no faster on the development VM (device- and CPU-bound):
+// docs/uring_options.md has the figures.
 #pragma once
 
 #include <sys/uio.h>

@@ -66,13 +66,7 @@ bool finished(const Receipt& r) {
 
 /// Controller options for these tests: no idle flush rounds (write-back happens only where the
 /// test asks for it: fsync, close, flush, shutdown), 2 workers.
-ControllerOptions quiet_options() {
-  ControllerOptions o;
-  o.workers = 2;
-  o.flush_idle_ns = -1;
-  o.engine = "posix";
-  return o;
-}
+ControllerOptions quiet_options() { return two_quiet_workers("posix"); }
 
 /// A controller with a fault engine (over `inner`: posix, synchronous, or uring, asynchronous)
 /// registered as "fault".

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/controller_support.hpp"
 #include "support/test_env.hpp"
 #include "tai/tai.hpp"
 
@@ -14,13 +15,7 @@ namespace {
 
 constexpr auto kHang = std::chrono::seconds(60);
 
-ControllerOptions options() {
-  ControllerOptions o;
-  o.workers = 1;
-  o.flush_idle_ns = -1;
-  o.engine = "posix";
-  return o;
-}
+ControllerOptions options() { return two_quiet_workers("posix"); }
 
 // Writes and reads back 16 small blocks; returns the controller's inline operations since start.
 std::uint64_t inline_ops_of(Controller& ctl, File& f) {

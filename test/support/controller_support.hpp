@@ -66,11 +66,12 @@ inline Result<File> open_engine_and_tree(Controller& ctl, const EngineAndTree& p
   return std::get<1>(p) ? ctl.open<BTreeDefault>(path, flags, std::get<0>(p)) : ctl.open<BTreeTrivial>(path, flags, std::get<0>(p));
 }
 /// Options for tests of one behaviour: 2 workers, no idle flush rounds (write-back happens only
-/// where the test asks for it).
-inline ControllerOptions two_quiet_workers() {
+/// where the test asks for it), on `engine` (empty: the default).
+inline ControllerOptions two_quiet_workers(const std::string& engine = {}) {
   ControllerOptions o;
   o.workers = 2;
   o.flush_idle_ns = -1;
+  if (!engine.empty()) o.engine = engine;
   return o;
 }
 

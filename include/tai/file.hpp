@@ -45,9 +45,8 @@ struct FileStatus {
   std::string engine;                 ///< the engine's name
   std::string tree;                   ///< the tree shape, e.g. "BTree<34,9,9,12>"
   bool open = false;                  ///< false after close()/detach() or controller shutdown
-  /// Operations submitted and not yet finished (a finished one may count until the end of the
-  /// worker's round part that finished it). A snapshot: operations other threads submit
-  /// meanwhile may or may not be counted.
+  /// Operations submitted and not yet finished. A snapshot: operations that other threads
+  /// submit, or that finish, meanwhile may or may not be counted.
   std::uint64_t in_flight = 0;
   std::uint64_t cached_bytes = 0;
   std::uint64_t dirty_bytes = 0;

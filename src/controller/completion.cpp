@@ -141,12 +141,17 @@ void Worker::count_request(const Task& t) { requests[static_cast<std::size_t>(ki
 
 void Worker::release_later(FileCore* f) {
   // Usually one file or a few: a short scan of the latest entries.
-  for (std::size_t i = releases_.size(), k = 0; i-- > 0 && k < 4; ++k)
-    if (releases_[i].first == f) {
-      ++releases_[i].second;
+  for (std::size_t i = nreleases_, k = 0; i-- > 0 && k < 4; ++k) {
+    DeferredRelease& r = releases_[i];
+    if (r.file.load(std::memory_order_relaxed) == f) {
+      r.count.store(r.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       return;
     }
-  releases_.emplace_back(f, 1u);
+  }
+  if (nreleases_ == kReleaseFiles) flush_releases(true);
+  DeferredRelease& r = releases_[nreleases_++];
+  r.count.store(1, std::memory_order_relaxed);  // before the file: a reader that sees f sees 1
+  r.file.store(f, std::memory_order_relaxed);
 }
 
 void Worker::give_back_copies() noexcept {
@@ -155,10 +160,29 @@ void Worker::give_back_copies() noexcept {
   copy_release = 0;
 }
 
-void Worker::flush_releases() {
+void Worker::flush_releases(bool all) {
   give_back_copies();
-  for (const auto& [f, count] : releases_) file_release(f, count);
-  releases_.clear();
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < nreleases_; ++i) {
+    FileCore* f = releases_[i].file.load(std::memory_order_relaxed);
+    const std::uint32_t count = releases_[i].count.load(std::memory_order_relaxed);
+    if (!all && count < kReleaseBatch) {
+      if (keep != i) {
+        releases_[keep].count.store(count, std::memory_order_relaxed);
+        releases_[keep].file.store(f, std::memory_order_relaxed);
+      }
+      ++keep;
+      continue;
+    }
+    releases_[i].file.store(nullptr, std::memory_order_relaxed);
+    releases_[i].count.store(0, std::memory_order_relaxed);
+    file_release(f, count);
+  }
+  for (std::size_t i = keep; i < nreleases_; ++i) {
+    releases_[i].file.store(nullptr, std::memory_order_relaxed);
+    releases_[i].count.store(0, std::memory_order_relaxed);
+  }
+  nreleases_ = keep;
 }
 
 }  // namespace tai::detail

@@ -157,14 +157,18 @@ FileStatus File::status() const {
   s.engine = f.engine_name;
   s.tree = f.tree_name;
   s.open = !f.closed.load(std::memory_order_acquire);
-  // refs: the handle (this), the registry until fully closed, one per task in flight (a
-  // finished task's until the end of its worker's part), and the unused ones in submitting
-  // threads' reserves (this thread's go back first; the others' are subtracted).
+  // refs: the handle (this), the registry until fully closed, one per task in flight, the
+  // unused ones in submitting threads' reserves (this thread's go back first; the others' are
+  // subtracted), and finished tasks' that workers hold for a batched release (subtracted).
   detail::t_file_refs.drop_if(&f);
   const bool registered = !f.fully_closed.load(std::memory_order_acquire);
-  const std::uint32_t reserved = detail::FileRefReserve::unused_references(&f);
+  std::uint32_t held = detail::FileRefReserve::unused_references(&f);
+  // Finished tasks whose references a worker still holds for a batched release (while the file
+  // is registered its controller, and so its workers, still exist).
+  if (registered)
+    for (const auto& w : f.ctl->workers) held += w->deferred_references(&f);
   const std::uint32_t refs = f.refs.load(std::memory_order_acquire);
-  const std::uint32_t structural = 1u + (registered ? 1u : 0u) + reserved;
+  const std::uint32_t structural = 1u + (registered ? 1u : 0u) + held;
   s.in_flight = refs > structural ? refs - structural : 0;
   if (const int st = f.sticky.load(std::memory_order_relaxed)) s.sticky_error = std::error_code(st, std::generic_category());
   if (registered) {

@@ -127,7 +127,7 @@ void Worker::part(std::uint64_t round) {
   t_deferred_wakes = nullptr;
   give_back_copies();  // before the wake-ups: a woken submitter finds the room at once
   wakes_.wake();
-  flush_releases();
+  flush_releases(false);
   steps.add(ran_);
   max_ready.raise_to(ran_);
 }

@@ -175,6 +175,7 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   const bool write = op.kind == TreeOp::write;
   const std::uint64_t len = last - first + 1;
   std::int64_t res = 0;
+  const std::uint32_t issued = write_issued_now();
   if (!sink.io_now(make_request(write ? Op::write : Op::read, op.buffer, first, len), op, res)) return false;
   // The effects of the root step (enter), go_direct and its io_done.
   bump(counters_.uncached);
@@ -182,7 +183,7 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   count_direct(op.kind, len, true);
   if (write) {
     grow_size(last);
-    if (res > 0) note_uncached_write();
+    if (res > 0) note_uncached_write(issued);
   }
   complete_inline(op, len, direct_outcome(op.kind, res, op.buffer, len, true));
   return true;
@@ -613,6 +614,7 @@ bool TreeCore::allocate_block(Node& n) noexcept {
   n.dirty.clear();
   n.unsynced.clear();
   n.unsynced_epoch = 0;
+  n.unsynced_since = 0;
   n.block_seq = quota_.next_seq();
   quota_.record(BlockRecord{id_, n.base, n.block_seq, n.depth});
   propagate_cached(n, static_cast<std::int64_t>(size));
@@ -634,6 +636,7 @@ void TreeCore::free_block(Node& n) noexcept {
   quota_.release(n.block, size);
   n.unsynced.clear();
   n.unsynced_epoch = 0;
+  n.unsynced_since = 0;
   n.block = nullptr;
   n.valid = false;
   n.fill_end = 0;
@@ -693,22 +696,29 @@ void TreeCore::note_block_written(Node& n, std::uint64_t lo, std::uint64_t hi) n
   // Loaded after the engine request returned: a sync issued before that (its fetch_add done)
   // is seen, so the stamp is never older than the syncs that may have missed these bytes.
   const std::uint64_t e = epochs_.epoch.load(std::memory_order_seq_cst);
-  if (!unsynced_live(n)) n.unsynced.clear();  // every older range is durable
+  // The epoch when the write was issued: a sync failure at or after it may have dropped it.
+  const std::uint64_t since = issued_epoch(e, n.write_issued);
+  if (!unsynced_live(n)) {  // every older range is durable
+    n.unsynced.clear();
+    n.unsynced_since = 0;
+  }
   if (!n.valid && n.unsynced.count_after(lo, hi) > DirtyRanges::kMax) {
     // An invalid block cannot bridge (the gap's bytes are unknown): these bytes are not held.
-    note_lost(e);
+    note_lost(e, since);
     return;
   }
   n.unsynced.add(lo, hi);
   n.unsynced_epoch = std::max(n.unsynced_epoch, e);
+  n.unsynced_since = n.unsynced_since == 0 ? since : std::min(n.unsynced_since, since);
 }
 
 void TreeCore::note_block_leaving(const Node& n) noexcept {
-  if (unsynced_live(n)) note_lost(n.unsynced_epoch);
+  if (unsynced_live(n)) note_lost(n.unsynced_epoch, n.unsynced_since);
 }
 
-void TreeCore::note_lost(std::uint64_t epoch) noexcept {
+void TreeCore::note_lost(std::uint64_t epoch, std::uint64_t affected_from) noexcept {
   const std::uint64_t stamp = epoch;
+  if (affected_from == 0) affected_from = epoch;
   // Bytes stamped `epoch` are covered by the sync whose fetch_add takes `epoch` (and by every
   // later one). When the re-load below still reads `epoch`, it precedes that fetch_add in the
   // single order of seq_cst operations, so the maximum stored before it does too, and the
@@ -727,7 +737,7 @@ void TreeCore::note_lost(std::uint64_t epoch) noexcept {
   // stores `failed`, then loads `lost`; this stored `lost`, then loads `failed`: one of the two
   // sees the other). A later fsync then cannot clear the error.
   const std::uint64_t failed = epochs_.failed.load(std::memory_order_seq_cst);
-  if (failed != 0 && stamp <= failed && stamp > epochs_.synced.load(std::memory_order_seq_cst))
+  if (failed != 0 && affected_from <= failed && stamp > epochs_.synced.load(std::memory_order_seq_cst))
     epochs_.lost_affected.store(true, std::memory_order_seq_cst);
 }
 
@@ -747,6 +757,7 @@ void TreeCore::redirty_block(Node& n) noexcept {
   }
   n.unsynced.clear();
   n.unsynced_epoch = 0;
+  n.unsynced_since = 0;
   dirty_changed(n, before, was_dirty);
 }
 

@@ -183,6 +183,7 @@ bool BTree<Bits...>::write_into_block(const Step& s, StepSink& sink) {
       c.kind = StepKind::io_done;
       c.purpose = IoPurpose::write_through;
       count(counters_.engine_writes);
+      n.write_issued = write_issued_now();  // before the request: see note_block_written
       sink.io(make_request(Op::write, op_data(s), s.first, len), c);
       return false;
     }
@@ -202,6 +203,7 @@ bool BTree<Bits...>::go_direct(const Step& s, StepSink& sink) {
   const std::uint64_t len = step_length(s);
   const bool read = s.op->kind == TreeOp::read;
   count_direct(s.op->kind, len, false);
+  if (!read) c.aux = write_issued_now();  // before the request: see note_uncached_write
   sink.io(make_request(read ? Op::read : Op::write, op_data(s), s.first, len), c);
   return false;
 }
@@ -377,6 +379,7 @@ bool BTree<Bits...>::write_back_next(const Step& s, StepSink& sink) {
   c.first = n.base + b;
   c.last = n.base + e - 1;
   count(counters_.engine_writes);
+  n.write_issued = write_issued_now();  // before the request: see note_block_written
   sink.io(make_request(Op::write, n.block + b, n.base + b, e - b), c);
   return false;
 }
@@ -397,7 +400,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
       break;
     case IoPurpose::direct: {
       remove_direct(n, s);
-      if (op.kind == TreeOp::write && s.io_result > 0) note_uncached_write();
+      if (op.kind == TreeOp::write && s.io_result > 0) note_uncached_write(s.aux);
       if (const std::int64_t err = direct_outcome(op.kind, s.io_result, op_data(s), step_length(s), false))
         op_fail(op, err);
       finished(s, sink);

@@ -389,12 +389,29 @@ class TreeCore {
   // Sync epochs (see "Failed engine syncs" above).
   /// [lo, hi) of n's block reached the engine (a write-back or write-through succeeded).
   void note_block_written(Node& n, std::uint64_t lo, std::uint64_t hi) noexcept;
-  /// A write reached the engine that no block holds (an uncached request).
-  void note_uncached_write() noexcept { note_lost(epochs_.epoch.load(std::memory_order_seq_cst)); }
+  /// The stamp an engine write takes when it is issued: the low 32 bits of the sync epoch,
+  /// loaded before the request (seq_cst: a sync that takes a later epoch was issued after this
+  /// load). A write's completion step may run after a later sync was issued and failed; that
+  /// failure may have dropped the write's bytes (they reached the engine first), so failures
+  /// are matched against the epoch at issue, durability against the epoch at completion.
+  std::uint32_t write_issued_now() const noexcept {
+    return static_cast<std::uint32_t>(epochs_.epoch.load(std::memory_order_seq_cst));
+  }
+  /// The full epoch of a write issued at `issued` (write_issued_now()), given the epoch `now`:
+  /// fewer than 2^32 syncs run during one request.
+  static std::uint64_t issued_epoch(std::uint64_t now, std::uint32_t issued) noexcept {
+    return now - static_cast<std::uint32_t>(static_cast<std::uint32_t>(now) - issued);
+  }
+  /// A write reached the engine that no block holds (an uncached request) issued at `issued`.
+  void note_uncached_write(std::uint32_t issued) noexcept {
+    const std::uint64_t now = epochs_.epoch.load(std::memory_order_seq_cst);
+    note_lost(now, issued_epoch(now, issued));
+  }
   /// n's block is about to be freed by a drop or an eviction: its unsynced bytes leave the cache.
   void note_block_leaving(const Node& n) noexcept;
-  /// Bytes stamped `epoch` that no block holds any more.
-  void note_lost(std::uint64_t epoch) noexcept;
+  /// Bytes stamped `epoch` that no block holds any more; a failed sync with an epoch at or
+  /// above `affected_from` (default: `epoch`) may have dropped them.
+  void note_lost(std::uint64_t epoch, std::uint64_t affected_from = 0) noexcept;
   /// The redirty of a failed sync at n's block: its live unsynced ranges join its dirty ones.
   void redirty_block(Node& n) noexcept;
   /// Is `op` (an fsync/fdatasync) in its redirty phase?

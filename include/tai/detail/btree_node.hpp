@@ -70,6 +70,10 @@ struct Node {
   // and assumed a hole (zeros). A read past it, once the file is known to be larger (another
   // writer grew it), reads that part again. Blocks are at most 1 GiB (fits; no size cost: padding).
   std::uint32_t fill_end = 0;
+  // The low 32 bits of the sync epoch when the node's current write-back or write-through was
+  // issued (busy: one at a time). Its completion step may run after a later engine sync was
+  // issued, and that sync's failure may have dropped these bytes: see TreeCore::note_lost.
+  std::uint32_t write_issued = 0;
 
   std::byte* block = nullptr;  // cache block of the node's size, from the quota
   std::uint64_t block_seq = 0; // Quota::next_seq() of its allocation
@@ -81,6 +85,7 @@ struct Node {
   // valid block).
   DirtyRanges unsynced;
   std::uint64_t unsynced_epoch = 0;  // the sync epoch of the newest range in `unsynced` (0: none)
+  std::uint64_t unsynced_since = 0;  // the epoch at issue of the oldest range in `unsynced`
 
   Node** array = nullptr;                      // narrow level: fanout slots
   std::map<std::uint64_t, Node*>* map = nullptr;  // wide level: index -> child

@@ -85,5 +85,4 @@ std::vector<MethodInfo> aio_methods() {
   return {{"aio", "glibc POSIX AIO (aio_write, waited at batch ends; aio_fsync at the end)",
            [](const std::string&, const MethodConfig&) { return std::unique_ptr<Method>(new AioMethod); }, "", false}};
 }
-std::vector<MethodInfo> uring_methods() { return {}; }  // not built yet: see README.md
 }  // namespace augment

@@ -97,16 +97,15 @@ void jpeg_error_exit(j_common_ptr cinfo) {
   std::longjmp(e->jump, 1);
 }
 void jpeg_quiet(j_common_ptr, int) {}
-}  // namespace
 
-bool decode_jpeg(const Bytes& in, Image& out, std::string* err) {
+// The setjmp parts build no C++ object (a longjmp would skip its destructor, and GCC warns that
+// such locals may be clobbered): the wrappers below turn the message into a std::string.
+bool decode_jpeg_raw(const Bytes& in, Image& out, JpegError& jerr) {
   jpeg_decompress_struct cinfo;
-  JpegError jerr;
   cinfo.err = jpeg_std_error(&jerr.mgr);
   jerr.mgr.error_exit = jpeg_error_exit;
   jerr.mgr.emit_message = jpeg_quiet;  // warnings (e.g. a truncated file) are not printed
   if (setjmp(jerr.jump)) {
-    if (err) *err = std::string("jpeg: ") + jerr.message;
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -129,15 +128,13 @@ bool decode_jpeg(const Bytes& in, Image& out, std::string* err) {
   return true;
 }
 
-bool encode_jpeg(const Image& in, int quality, Bytes& out, std::string* err) {
+bool encode_jpeg_raw(const Image& in, int quality, Bytes& out, JpegError& jerr) {
   jpeg_compress_struct cinfo;
-  JpegError jerr;
   unsigned char* mem = nullptr;
   unsigned long mem_size = 0;
   cinfo.err = jpeg_std_error(&jerr.mgr);
   jerr.mgr.error_exit = jpeg_error_exit;
   if (setjmp(jerr.jump)) {
-    if (err) *err = std::string("jpeg: ") + jerr.message;
     jpeg_destroy_compress(&cinfo);
     std::free(mem);
     return false;
@@ -157,10 +154,27 @@ bool encode_jpeg(const Image& in, int quality, Bytes& out, std::string* err) {
     jpeg_write_scanlines(&cinfo, &row, 1);
   }
   jpeg_finish_compress(&cinfo);
-  out.assign(mem, mem + mem_size);
   jpeg_destroy_compress(&cinfo);
+  out.assign(mem, mem + mem_size);
   std::free(mem);
   return true;
+}
+}  // namespace
+
+bool decode_jpeg(const Bytes& in, Image& out, std::string* err) {
+  JpegError jerr;
+  jerr.message[0] = 0;
+  if (decode_jpeg_raw(in, out, jerr)) return true;
+  if (err) *err = std::string("jpeg: ") + jerr.message;
+  return false;
+}
+
+bool encode_jpeg(const Image& in, int quality, Bytes& out, std::string* err) {
+  JpegError jerr;
+  jerr.message[0] = 0;
+  if (encode_jpeg_raw(in, quality, out, jerr)) return true;
+  if (err) *err = std::string("jpeg: ") + jerr.message;
+  return false;
 }
 
 bool decode(const EncodedImage& in, Image& out, std::string* err) {

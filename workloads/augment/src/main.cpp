@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
                "every record through each I/O method)"};
   app.set_help_all_flag("--help-all");
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::string method_list = "posix,cstdio,fstream,aio,uring,tai-triv,tai-def";
+  std::string method_list = "posix,cstdio,fstream,aio,uring,libaio,tai-triv,tai-def";
   std::size_t images = 400;
   std::string sizes_text = "256x256,320x240,512x384,640x480";
   std::string output = "augment-out";
@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
       }
       const std::string path = output + "/" + file_name_for(spec, r);
       RunResult res = run_method(input, spec, path, config);
+      if (!res.refused.empty()) {
+        if (r == 0) fmt::print("{}: skipped: {}\n", spec, res.refused);
+        continue;
+      }
       if (!res.ok()) {
         fmt::print("{}: FAILED: {}\n", spec, res.error);
         failed = true;

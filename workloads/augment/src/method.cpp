@@ -9,7 +9,7 @@ std::string errno_text(const std::string& what, int err) { return what + ": " + 
 const std::vector<MethodInfo>& methods() {
   static const std::vector<MethodInfo> all = [] {
     std::vector<MethodInfo> v;
-    for (auto part : {posix_methods, cstdio_methods, fstream_methods, aio_methods, uring_methods, tai_methods}) {
+    for (auto part : {posix_methods, cstdio_methods, fstream_methods, aio_methods, uring_methods, libaio_methods, tai_methods}) {
       auto m = part();
       v.insert(v.end(), m.begin(), m.end());
     }

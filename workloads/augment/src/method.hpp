@@ -36,6 +36,16 @@ class Method {
   virtual void finish() = 0;
   // What really ran (e.g. the engine TAI chose); empty when the name says it all.
   virtual std::string note() const { return {}; }
+  // Records are zero-padded to a multiple of this (a power of two): direct I/O needs aligned
+  // offsets and lengths. Every record then starts at an aligned offset.
+  virtual std::size_t record_alignment() const { return 1; }
+
+  // Set by open() when this machine refuses the method (no O_DIRECT on the filesystem, no kernel
+  // AIO, ...): the run is skipped with the reason, not failed.
+  std::string refused() const {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    return refused_;
+  }
 
   bool failed() const {
     std::lock_guard<std::mutex> lock(error_mutex_);
@@ -51,10 +61,15 @@ class Method {
     std::lock_guard<std::mutex> lock(error_mutex_);
     if (error_.empty()) error_ = why;
   }
+  void refuse(const std::string& why) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    refused_ = why;
+  }
 
  private:
   mutable std::mutex error_mutex_;
   std::string error_;
+  std::string refused_;
 };
 
 // A method's name as given to --method ("posix", "tai-def:uring", ...), its factory, and why it
@@ -77,6 +92,7 @@ std::vector<MethodInfo> cstdio_methods();
 std::vector<MethodInfo> fstream_methods();
 std::vector<MethodInfo> aio_methods();
 std::vector<MethodInfo> uring_methods();
+std::vector<MethodInfo> libaio_methods();
 std::vector<MethodInfo> tai_methods();
 
 std::string errno_text(const std::string& what, int err);

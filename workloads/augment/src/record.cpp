@@ -20,9 +20,15 @@ std::uint32_t crc32_of(const void* data, std::size_t n) {
   return std::uint32_t(crc);
 }
 
-void make_record(std::uint64_t id, const std::vector<unsigned char>& payload, std::vector<unsigned char>& out) {
-  RecordHeader h{kRecordMagic, kRecordVersion, id, std::uint32_t(payload.size()), crc32_of(payload.data(), payload.size())};
-  out.resize(sizeof h + payload.size());
+void make_record(std::uint64_t id, const std::vector<unsigned char>& payload, std::vector<unsigned char>& out,
+                 std::size_t alignment) {
+  std::uint16_t log2 = 0;
+  while ((std::size_t{1} << log2) < alignment) ++log2;
+  RecordHeader h{kRecordMagic, std::uint16_t(kRecordVersion), log2, id, std::uint32_t(payload.size()),
+                 crc32_of(payload.data(), payload.size())};
+  const std::size_t size = sizeof h + payload.size();
+  const std::size_t a = std::size_t{1} << log2;
+  out.assign((size + a - 1) / a * a, 0);
   std::memcpy(out.data(), &h, sizeof h);
   std::memcpy(out.data() + sizeof h, payload.data(), payload.size());
 }
@@ -52,7 +58,15 @@ VerifyResult verify_file(const std::string& path, std::uint64_t expected_images)
     if (crc32_of(payload.data(), payload.size()) != h.crc32) return fail("CRC mismatch, image " + std::to_string(h.id));
     if (!res.records.emplace(h.id, RecordInfo{h.length, h.crc32}).second)
       return fail("image " + std::to_string(h.id) + " appears twice");
-    offset += sizeof h + h.length;
+    if (h.align_log2 > 20) return fail("bad padding");
+    const std::uint64_t a = std::uint64_t{1} << h.align_log2;
+    const std::uint64_t end = offset + sizeof h + h.length, padded = (end + a - 1) / a * a;
+    payload.resize(padded - end);
+    if (!payload.empty() && std::fread(payload.data(), 1, payload.size(), f) != payload.size())
+      return fail("truncated padding");
+    for (unsigned char c : payload)
+      if (c != 0) return fail("non-zero padding after image " + std::to_string(h.id));
+    offset = padded;
   }
   std::fclose(f);
   res.bytes = offset;

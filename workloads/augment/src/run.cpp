@@ -17,13 +17,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& record, std::string* err) {
+bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& record, std::string* err,
+                        std::size_t alignment) {
   Image img;
   if (!decode(in, img, err)) return false;
   const Image out = transform(img, config.seed, in.id, config.transform);
   Bytes png;
   if (!encode_png(out, config.png_level, png, err)) return false;
-  make_record(in.id, png, record);
+  make_record(in.id, png, record, alignment);
   return true;
 }
 
@@ -44,9 +45,11 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   }
   std::unique_ptr<Method> method = info->make(suffix, config.method);
   if (!method->open(path)) {
-    res.error = method->error();
+    res.refused = method->refused();
+    res.error = res.refused.empty() ? method->error() : "refused: " + res.refused;
     return res;
   }
+  const std::size_t alignment = method->record_alignment();
   res.note = method->note();
   const std::size_t batch = std::max<std::size_t>(1, config.batch);
   const int n_threads = int(std::max(1u, config.threads));
@@ -62,7 +65,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
     for (std::size_t k = 0; k < n; ++k) {
       thread_local Bytes record;
       const auto c0 = std::chrono::steady_clock::now();
-      const bool made = make_output_record(input[start + k], config, record, nullptr);
+      const bool made = make_output_record(input[start + k], config, record, nullptr, alignment);
       compute_s += seconds_since(c0);
       if (!made) {
         skipped.fetch_add(1, std::memory_order_relaxed);

@@ -24,6 +24,7 @@ struct RunResult {
   std::string note;          // what the method says really ran
   std::string path;          // the output file
   std::string error;         // empty when the run succeeded
+  std::string refused;       // set when this machine refuses the method (the run was skipped)
   std::size_t images = 0;    // records written
   std::size_t skipped = 0;   // inputs that failed to decode (counted, not written)
   std::uint64_t bytes = 0;   // bytes written (headers included)
@@ -35,7 +36,8 @@ struct RunResult {
 
 // The record of one image as every method writes it (decode, transform, encode, header):
 // deterministic in (seed, id). False (and *err) when the input does not decode.
-bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& record, std::string* err);
+bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& record, std::string* err,
+                        std::size_t alignment = 1);
 
 RunResult run_method(const std::vector<EncodedImage>& input, const std::string& spec, const std::string& path,
                      const RunConfig& config);

@@ -125,6 +125,25 @@ TEST(AugmentRecord, VerifyCatchesCorruptionAndMissingIds) {
   std::remove(path.c_str());
 }
 
+TEST(AugmentRecord, PaddedRecordsVerifyAndPaddingMustBeZero) {
+  const std::string path = scratch("padded");
+  Bytes rec, all;
+  for (std::uint64_t id : {0, 1}) {
+    make_record(id, Bytes(5000 + id, 7), rec, 4096);
+    EXPECT_EQ(rec.size(), 8192u);
+    all.insert(all.end(), rec.begin(), rec.end());
+  }
+  auto write_file = [&](const Bytes& b) { std::ofstream(path, std::ios::binary).write((const char*)b.data(), b.size()); };
+  write_file(all);
+  const VerifyResult v = verify_file(path, 2);
+  EXPECT_TRUE(v.ok) << v.error;
+  EXPECT_EQ(v.bytes, 16384u);
+  all[8000] = 1;  // in the first record's padding
+  write_file(all);
+  EXPECT_FALSE(verify_file(path, 2).ok);
+  std::remove(path.c_str());
+}
+
 TEST(AugmentMethods, UnknownNamesAreRejected) {
   EXPECT_EQ(find_method("nosuch", nullptr), nullptr);
   EXPECT_EQ(find_method("posix:uring", nullptr), nullptr);  // only TAI takes an engine suffix
@@ -149,6 +168,11 @@ TEST(AugmentMethods, EveryMethodWritesRecordsThatVerify) {
   for (const std::string& spec : specs) {
     const std::string path = scratch(spec);
     const RunResult r = run_method(set, spec, path, config);
+    if (!r.refused.empty()) {  // e.g. libaio where the filesystem refuses O_DIRECT
+      std::printf("%s: skipped here: %s\n", spec.c_str(), r.refused.c_str());
+      std::remove(path.c_str());
+      continue;
+    }
     ASSERT_TRUE(r.ok()) << spec << ": " << r.error;
     EXPECT_EQ(r.images, 40u) << spec;
     const VerifyResult v = verify_file(path, 40);

@@ -1,5 +1,7 @@
 #include "record.hpp"
 
+#include "image.hpp"
+
 #include <zlib.h>
 
 #include <cerrno>
@@ -33,7 +35,7 @@ void make_record(std::uint64_t id, const std::vector<unsigned char>& payload, st
   std::memcpy(out.data() + sizeof h, payload.data(), payload.size());
 }
 
-VerifyResult verify_file(const std::string& path, std::uint64_t expected_images) {
+VerifyResult verify_file(const std::string& path, std::uint64_t expected_images, bool decode_payloads) {
   VerifyResult res;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
@@ -56,6 +58,11 @@ VerifyResult verify_file(const std::string& path, std::uint64_t expected_images)
     payload.resize(h.length);
     if (h.length > 0 && std::fread(payload.data(), 1, h.length, f) != h.length) return fail("truncated payload");
     if (crc32_of(payload.data(), payload.size()) != h.crc32) return fail("CRC mismatch, image " + std::to_string(h.id));
+    if (decode_payloads) {
+      Image img;
+      std::string why;
+      if (!decode_png(payload, img, &why)) return fail("image " + std::to_string(h.id) + " is not a PNG: " + why);
+    }
     if (!res.records.emplace(h.id, RecordInfo{h.length, h.crc32}).second)
       return fail("image " + std::to_string(h.id) + " appears twice");
     if (h.align_log2 > 20) return fail("bad padding");

@@ -44,6 +44,7 @@ struct VerifyResult {
 
 // Reads `path` back: every record's magic, length and CRC, zero padding, no id twice, no bytes
 // after the last record; when expected_images > 0, ids 0..expected_images-1 must all be present.
-VerifyResult verify_file(const std::string& path, std::uint64_t expected_images);
+// With decode_payloads, every payload must also decode as a PNG.
+VerifyResult verify_file(const std::string& path, std::uint64_t expected_images, bool decode_payloads = false);
 
 }  // namespace augment

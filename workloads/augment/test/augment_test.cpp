@@ -175,7 +175,7 @@ TEST(AugmentMethods, EveryMethodWritesRecordsThatVerify) {
     }
     ASSERT_TRUE(r.ok()) << spec << ": " << r.error;
     EXPECT_EQ(r.images, 40u) << spec;
-    const VerifyResult v = verify_file(path, 40);
+    const VerifyResult v = verify_file(path, 40, true);
     EXPECT_TRUE(v.ok) << spec << ": " << v.error;
     EXPECT_EQ(v.bytes, r.bytes) << spec;
     if (reference.empty())

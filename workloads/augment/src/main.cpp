@@ -197,8 +197,8 @@ int main(int argc, char** argv) {
     for (const RunResult& x : runs) walls.push_back(x.wall_s);
     median_wall[spec] = median(walls);
   }
-  fmt::print("\n{:<16} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "method", "images/s", "MB/s", "seconds", "compute",
-             "in I/O", "vs posix", "note");
+  fmt::print("\n{:<16} {:>9} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8}  {}\n", "method", "images/s", "MB/s",
+             "seconds", "compute", "in I/O", "user s", "sys s", "vol. cs", "vs posix", "note");
   for (const std::string& spec : specs) {
     auto it = results.find(spec);
     if (it == results.end()) continue;
@@ -210,13 +210,14 @@ int main(int argc, char** argv) {
     std::string ratio = "-";
     if (results.count("posix")) ratio = fmt::format("{:.2f}x", median_wall["posix"] / wall);
     if (spec == "posix") posix = &m;
-    fmt::print("{:<16} {:>10.1f} {:>9.1f} {:>9.3f} {:>7.0f}% {:>7.0f}% {:>8}  {}\n", spec, m.images / wall,
-               m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s), 100 * m.io_s / (threads * m.wall_s),
-               ratio, m.note);
+    fmt::print("{:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n", spec,
+               m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
+               100 * m.io_s / (threads * m.wall_s), m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
   }
   (void)posix;
   fmt::print("(medians of {} run(s); MB/s counts every byte written, headers included; compute = decode+transform+encode "
-             "time / (threads x wall); in I/O = time the compute threads spent in the method's calls / (threads x wall))\n",
+             "time / (threads x wall); in I/O = time the compute threads spent in the method's calls / (threads x wall); user s, sys s, vol. cs = the "
+             "whole process's CPU time and voluntary context switches over the run, getrusage)\n",
              repeat);
 
   if (verify && !paths.empty()) {

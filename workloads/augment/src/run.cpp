@@ -1,6 +1,7 @@
 #include "run.hpp"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -57,6 +58,8 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   std::atomic<std::size_t> skipped{0};
   double compute_s = 0, io_s = 0;
 
+  rusage u0{}, u1{};
+  ::getrusage(RUSAGE_SELF, &u0);
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t start = 0; start < input.size(); start += batch) {
     const std::size_t n = std::min(batch, input.size() - start);
@@ -84,6 +87,13 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   method->finish();
   io_s += seconds_since(f0);
   res.wall_s = seconds_since(t0);
+  ::getrusage(RUSAGE_SELF, &u1);
+  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  res.user_s = tv(u1.ru_utime) - tv(u0.ru_utime);
+  res.sys_s = tv(u1.ru_stime) - tv(u0.ru_stime);
+  res.voluntary_switches = u1.ru_nvcsw - u0.ru_nvcsw;
+  res.involuntary_switches = u1.ru_nivcsw - u0.ru_nivcsw;
+  res.minor_faults = u1.ru_minflt - u0.ru_minflt;
 
   res.compute_s = compute_s;
   res.io_s = io_s;

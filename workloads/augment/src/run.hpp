@@ -31,6 +31,10 @@ struct RunResult {
   double wall_s = 0;         // open excluded; every write, end of batch, fsync and close included
   double compute_s = 0;      // decode + transform + encode, summed over the compute threads
   double io_s = 0;           // time the compute threads spent in write/end_batch/finish, summed
+  // getrusage(RUSAGE_SELF) over the clocked part: the whole process (TAI's workers, glibc's AIO
+  // threads and the kernel work they cause included).
+  double user_s = 0, sys_s = 0;
+  long voluntary_switches = 0, involuntary_switches = 0, minor_faults = 0;
   bool ok() const { return error.empty(); }
 };
 

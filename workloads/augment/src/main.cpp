@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& s : specs)
+    if (std::count(specs.begin(), specs.end(), s) > 1) {
+      fmt::print(stderr, "tai-augment: --method names '{}' twice\n", s);
+      return 2;
+    }
+  for (const std::string& s : specs)
     if (!find_method(s, nullptr)) {
       fmt::print(stderr, "tai-augment: unknown method '{}' (--list-methods)\n", s);
       return 2;
@@ -190,7 +195,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  const RunResult* posix = nullptr;
   std::map<std::string, double> median_wall;
   for (auto& [spec, runs] : results) {
     std::vector<double> walls;
@@ -209,12 +213,10 @@ int main(int argc, char** argv) {
     const double wall = median_wall[spec];
     std::string ratio = "-";
     if (results.count("posix")) ratio = fmt::format("{:.2f}x", median_wall["posix"] / wall);
-    if (spec == "posix") posix = &m;
     fmt::print("{:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n", spec,
                m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
                100 * m.io_s / (threads * m.wall_s), m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
   }
-  (void)posix;
   fmt::print("(medians of {} run(s); MB/s counts every byte written, headers included; compute = decode+transform+encode "
              "time / (threads x wall); in I/O = time the compute threads spent in the method's calls / (threads x wall); user s, sys s, vol. cs = the "
              "whole process's CPU time and voluntary context switches over the run, getrusage)\n",

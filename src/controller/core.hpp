@@ -278,7 +278,6 @@ class FileRegistry {
   std::vector<std::pair<std::uint64_t, FileCore*>> retain_dirty(std::uint64_t& total);
   bool empty() const;
   bool any_dirty() const;
-  std::size_t size() const;
   /// Tree counters of the open trees (`open`) and of every tree since the start (`all`), from
   /// one moment; returns the number of files listed then.
   std::size_t sum_stats(BTreeStats& open, BTreeStats& all) const;

@@ -178,11 +178,6 @@ bool FileRegistry::any_dirty() const {
   return false;
 }
 
-std::size_t FileRegistry::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return files_.size();
-}
-
 std::size_t FileRegistry::sum_stats(BTreeStats& open, BTreeStats& all) const {
   std::lock_guard<std::mutex> lock(mu_);
   open = BTreeStats{};

@@ -188,6 +188,32 @@ TEST_P(EngineConformance, UnalignedWritesPreserveNeighbouringBytesAndReadBack) {
   EXPECT_EQ(model.size(), 66000u);
 }
 
+// A file opened for writing only: on a direct file the read-modify-write of an unaligned
+// write still has to read its edge blocks, so the engine must be able to (the user's reads stay
+// refused).
+TEST_P(EngineConformance, UnalignedWritesToAWriteOnlyFileLand) {
+  const std::string path = scratch_.file("unaligned_write_only");
+  std::vector<std::uint8_t> model = pattern(0, 3 * 4096, 300);
+  write_file(path, model);
+  auto f = open_file(path, Open::write);
+  ASSERT_TRUE(f);
+  std::uint64_t seed = 301;
+  for (const auto& [offset, length] : {std::pair<std::uint64_t, std::size_t>{100, 10}, {4000, 200}, {12000, 500}}) {
+    SCOPED_TRACE(::testing::Message() << "write offset=" << offset << " length=" << length);
+    TestBuffer b(length);
+    fill_pattern(b.at(), offset, length, ++seed);
+    Request w = make_request(Op::write, f.get(), b.at(), offset, length, seed);
+    expect_result(w, run(w), static_cast<std::int64_t>(length));
+    model_write(model, offset, b.at(), length);
+  }
+  TestBuffer in(16);
+  Request r = make_request(Op::read, f.get(), in.at(), 0, 16, 9);
+  expect_result(r, run(r), -EBADF);
+  EXPECT_EQ(engine().close(*f), std::error_code());
+  if (!stores_data()) GTEST_SKIP() << kNoData << " (results were checked)";
+  expect_file_equals(path, model);
+}
+
 // Non-overlapping unaligned writes submitted together share edge blocks on a direct file; in
 // flight at once they must not undo each other (a read-modify-write must not write back a
 // stale copy of its neighbour's bytes). Appends in one batch must leave the largest end as size.

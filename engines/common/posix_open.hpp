@@ -70,9 +70,22 @@ inline std::optional<Error> refuse_direct(const std::string& path, Open flags, c
 /// says "the file system refuses O_DIRECT" (tmpfs before Linux 6.6, procfs, some FUSE file
 /// systems), never a bare EINVAL. Like open(2) itself, a refused O_CREAT|O_DIRECT may leave an
 /// empty file behind (the kernel creates it before it checks O_DIRECT). Thread-safe.
+///
+/// A direct file opened for writing only is opened O_RDWR when the permissions allow it: an
+/// unaligned write on it does read-modify-write of its edge blocks, which needs to read (with
+/// O_WRONLY that read fails with EBADF). The engine base still refuses the user's reads of such
+/// a file (its mode says write-only). When O_RDWR is refused (EACCES, EPERM: a file the caller may
+/// write but not read) it falls back to O_WRONLY, where only block-aligned writes can succeed.
 inline Result<int> open_descriptor(const std::string& path, const OpenMode& mode, const char* engine_name) {
   const int flags = open_flags(mode.flags);
+  const bool rmw_needs_read = (flags & O_DIRECT) && (flags & O_ACCMODE) == O_WRONLY;
   int fd;
+  if (rmw_needs_read) {
+    do {
+      fd = ::open(path.c_str(), (flags & ~O_ACCMODE) | O_RDWR, static_cast<mode_t>(mode.permissions));
+    } while (fd < 0 && errno == EINTR);
+    if (fd >= 0) return fd;  // else the open below gives the error (or works: EACCES on read)
+  }
   do {
     fd = ::open(path.c_str(), flags, static_cast<mode_t>(mode.permissions));
   } while (fd < 0 && errno == EINTR);

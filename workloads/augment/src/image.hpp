@@ -22,7 +22,8 @@ enum class Format { png, jpeg };
 struct EncodedImage {
   std::uint64_t id = 0;
   Format format = Format::png;
-  Bytes data;
+  Bytes data;         // the encoded file (empty when it is read inside the loop, --read-input)
+  std::string path;   // where it lives on disk; empty for an in-memory synthetic image
 };
 
 // Decoders return false and say why in *err on a corrupt or unsupported input (never abort).

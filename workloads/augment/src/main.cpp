@@ -1,14 +1,17 @@
 // tai-augment: the image-augmentation workload of the TAI paper (chapter 3). See README.md.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <omp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
+#include <dirent.h>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -30,49 +33,10 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::string file_name_for(const std::string& method, unsigned repeat) {
+std::string stem_for(const std::string& method, unsigned threads, unsigned repeat) {
   std::string m = method;
   std::replace(m.begin(), m.end(), ':', '_');
-  return fmt::format("{}.r{}.taia", m, repeat);
-}
-
-// Reads every file back; all must verify, hold `expected` records, and hold the same records.
-bool verify_outputs(const std::vector<std::string>& paths, std::uint64_t expected) {
-  bool ok = true;
-  std::map<std::uint64_t, RecordInfo> reference;
-  std::string reference_path;
-  std::uint64_t records = 0;
-  for (const std::string& p : paths) {
-    VerifyResult v = verify_file(p, expected, true);
-    if (!v.ok) {
-      fmt::print("verify: FAILED: {}\n", v.error);
-      ok = false;
-      continue;
-    }
-    records += v.records.size();
-    if (reference_path.empty()) {
-      reference = std::move(v.records);
-      reference_path = p;
-      continue;
-    }
-    if (v.records.size() != reference.size()) {
-      fmt::print("verify: FAILED: {} has {} records, {} has {}\n", p, v.records.size(), reference_path, reference.size());
-      ok = false;
-      continue;
-    }
-    for (const auto& [id, info] : v.records) {
-      auto it = reference.find(id);
-      if (it == reference.end() || it->second.crc32 != info.crc32 || it->second.length != info.length) {
-        fmt::print("verify: FAILED: image {} of {} differs from {}\n", id, p, reference_path);
-        ok = false;
-        break;
-      }
-    }
-  }
-  if (ok)
-    fmt::print("verify: ok: {} files, {} records, every CRC matches, every record decodes as PNG, every image once per file, the same records in every file\n",
-               paths.size(), records);
-  return ok;
+  return fmt::format("{}.t{}.r{}", m, threads, repeat);
 }
 
 double median(std::vector<double> v) {
@@ -80,13 +44,73 @@ double median(std::vector<double> v) {
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// `verify PATH...`: each PATH a run manifest (.run) or a directory whose .run files are taken.
+int verify_command(const std::vector<std::string>& paths, bool decode) {
+  std::vector<std::string> manifests;
+  for (const std::string& p : paths) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+      fmt::print(stderr, "tai-augment verify: {}: {}\n", p, std::strerror(errno));
+      return 2;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      manifests.push_back(p);
+      continue;
+    }
+    std::vector<std::string> found;
+    if (DIR* d = ::opendir(p.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (ends_with(e->d_name, ".run")) found.push_back(p + "/" + e->d_name);
+      ::closedir(d);
+    }
+    std::sort(found.begin(), found.end());
+    if (found.empty()) {
+      fmt::print(stderr, "tai-augment verify: {} holds no run manifest (*.run)\n", p);
+      return 2;
+    }
+    manifests.insert(manifests.end(), found.begin(), found.end());
+  }
+  return verify_runs(manifests, decode) ? 0 : 1;
+}
+
+// --read-input: the input set goes to files under DIR before the clock, written back and dropped
+// from the page cache, so the loop's reads reach the device.
+bool spill_input(std::vector<EncodedImage>& input, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  for (EncodedImage& e : input) {
+    if (!e.path.empty()) continue;
+    e.path = fmt::format("{}/{:06}.{}", dir, e.id, e.format == Format::png ? "png" : "jpg");
+    std::FILE* f = std::fopen(e.path.c_str(), "wb");
+    if (!f) return false;
+    const bool ok = std::fwrite(e.data.data(), 1, e.data.size(), f) == e.data.size() && std::fflush(f) == 0 &&
+                    ::fsync(fileno(f)) == 0;
+    if (std::fclose(f) != 0 || !ok) return false;
+  }
+  return true;
+}
+
+void drop_from_page_cache(const std::vector<EncodedImage>& input) {
+  for (const EncodedImage& e : input) {
+    if (e.path.empty()) continue;
+    const int fd = ::open(e.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tai-augment: the TAI paper's image-augmentation workload (decode, transform, encode PNG, write "
                "every record through each I/O method)"};
   app.set_help_all_flag("--help-all");
-  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  std::string threads_text = std::to_string(hw);
   std::string method_list = "posix,cstdio,fstream,aio,uring,libaio,tai-triv,tai-def";
   std::size_t images = 400;
   std::string sizes_text = "256x256,320x240,512x384,640x480";
@@ -98,26 +122,62 @@ int main(int argc, char** argv) {
   unsigned repeat = 1;
   bool verify = false;
   bool list = false;
-  unsigned tai_workers = 2;
-  app.add_option("--threads", threads, "OpenMP compute threads")->check(CLI::Range(1u, 1024u))->capture_default_str();
+  unsigned tai_workers = 0;
+  std::string load = "fixed";
+  unsigned files = 1, amplify = 1, fsync_every = 0;
+  bool overwrite = false, fdatasync = false, direct = false, direct_unpadded = false, read_input = false;
+  app.add_option("--threads", threads_text, "OpenMP compute threads; a list (1,2,4) runs each count")->capture_default_str();
   app.add_option("--method", method_list, "comma-separated I/O methods (--list-methods)")->capture_default_str();
-  app.add_option("--images", images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
+  app.add_option("--synthetic,--images", images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
   app.add_option("--sizes", sizes_text, "the synthetic images' sizes, WxH,... (image i has size i mod count)")->capture_default_str();
-  app.add_option("--output", output, "directory for the output files (one per method and repeat)")->capture_default_str();
+  app.add_option("--output", output, "directory for the output files (records, indexes, run manifests)")->capture_default_str();
+  app.add_option("--files", files, "spread the records over this many files per run (image id mod K)")->check(CLI::Range(1u, 4096u))->capture_default_str();
+  app.add_option("--amplify", amplify, "write every record this many times, at as many offsets (I/O amplification)")->check(CLI::Range(1u, 1000u))->capture_default_str();
+  app.add_flag("--overwrite", overwrite, "follow every write at once by a second write of the same bytes; throughput counts them once");
+  app.add_option("--fsync-every", fsync_every, "after each record, fsync with probability 1/F (seeded); 0: only the final fsync")->capture_default_str();
+  app.add_flag("--fdatasync", fdatasync, "fdatasync instead of fsync (the per-record syncs and the final one)");
+  app.add_flag("--direct", direct, "O_DIRECT outputs; records padded to 4096 bytes and written from aligned memory");
+  app.add_flag("--direct-unpadded", direct_unpadded, "with --direct: TAI gets the records unpadded (its cache does the read-modify-write)");
   app.add_option("--batch", batch, "images per batch; asynchronous methods wait only at batch ends")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
-  app.add_option("--seed", seed, "seed of the input set and of the per-image transforms")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the input set, the per-image transforms and the fsync draws")->capture_default_str();
   app.add_option("--png-level", png_level, "zlib level of the output PNGs (0-9)")->check(CLI::Range(0, 9))->capture_default_str();
   app.add_flag("--grey", grey, "convert every output image to grey-scale");
+  app.add_flag("--read-input", read_input, "read each input image from disk inside the loop (default: all in memory before the clock)");
   app.add_option("--repeat", repeat, "repeats; methods interleaved in a rotating order, medians reported")->check(CLI::Range(1u, 1000u))->capture_default_str();
-  app.add_option("--tai-workers", tai_workers, "TAI controller workers (the paper's fixed load: 2)")->check(CLI::Range(1u, 256u))->capture_default_str();
-  app.add_flag("--verify", verify, "read every output back: CRCs, PNG decode, every image once, the same records in every file");
+  app.add_option("--load", load, "TAI workers: fixed = 2 beside the compute threads (the paper's fixed load), full = every hardware thread the compute threads leave idle (at least 1)")->check(CLI::IsMember({"fixed", "full"}))->capture_default_str();
+  app.add_option("--tai-workers", tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
+  app.add_flag("--verify", verify, "read every output of this invocation back (as the verify subcommand)");
   app.add_flag("--list-methods", list, "list the I/O methods and exit");
+  CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
+  std::vector<std::string> verify_paths;
+  bool verify_no_decode = false;
+  verify_cmd->add_option("paths", verify_paths, "run manifests (*.run) or directories holding them")->required();
+  verify_cmd->add_flag("--no-decode", verify_no_decode, "skip decoding the payloads as PNG");
   CLI11_PARSE(app, argc, argv);
 
+  if (verify_cmd->parsed()) return verify_command(verify_paths, !verify_no_decode);
   if (list) {
     for (const MethodInfo& m : methods())
       fmt::print("  {:<10} {}{}\n", m.name, m.description, m.unavailable.empty() ? "" : " (unavailable: " + m.unavailable + ")");
     return 0;
+  }
+  std::vector<unsigned> thread_counts;
+  for (const std::string& t : split(threads_text, ',')) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(t.c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 1024) {
+      fmt::print(stderr, "tai-augment: --threads '{}' is not a list of counts 1..1024\n", threads_text);
+      return 2;
+    }
+    thread_counts.push_back(unsigned(v));
+  }
+  if (thread_counts.empty()) {
+    fmt::print(stderr, "tai-augment: --threads names no count\n");
+    return 2;
+  }
+  if (direct_unpadded && !direct) {
+    fmt::print(stderr, "tai-augment: --direct-unpadded needs --direct\n");
+    return 2;
   }
   std::vector<Size> sizes;
   if (!parse_sizes(sizes_text, sizes)) {
@@ -144,87 +204,122 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  omp_set_num_threads(int(threads));
+  omp_set_num_threads(int(*std::max_element(thread_counts.begin(), thread_counts.end())));
   const auto g0 = std::chrono::steady_clock::now();
-  const std::vector<EncodedImage> input = synthetic_set(seed, images, sizes);
+  std::vector<EncodedImage> input = synthetic_set(seed, images, sizes);
   if (input.empty()) {
     fmt::print(stderr, "tai-augment: encoding the synthetic input set failed\n");
     return 1;
   }
   std::uint64_t input_bytes = 0;
   for (const EncodedImage& e : input) input_bytes += e.data.size();
-  fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, in memory\n",
+  const std::string content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images,
+                                          sizes_text, png_level, grey ? 1 : 0);
+  fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
              input.size(), sizes_text, input_bytes / 1e6,
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count());
-  fmt::print("run: {} compute threads, batch {}, PNG level {}, seed {}, {} repeat(s), output in {}/\n", threads, batch,
-             png_level, seed, repeat, output);
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
+             read_input ? "read from disk inside the loop" : "in memory");
+  if (read_input) {
+    if (!spill_input(input, output + "/input")) {
+      fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", output, std::strerror(errno));
+      return 1;
+    }
+    for (EncodedImage& e : input) Bytes().swap(e.data);
+  }
+  fmt::print("run: threads {}, batch {}, PNG level {}, seed {}, files {}, amplify {}, overwrite {}, {} every {}, "
+             "{}, {} repeat(s), output in {}/\n",
+             threads_text, batch, png_level, seed, files, amplify, overwrite ? "on" : "off",
+             fdatasync ? "fdatasync" : "fsync", fsync_every ? std::to_string(fsync_every) : std::string("never (final only)"),
+             direct ? (direct_unpadded ? "O_DIRECT (TAI unpadded)" : "O_DIRECT") : "buffered", repeat, output);
 
   RunConfig config;
-  config.threads = threads;
   config.batch = batch;
   config.seed = seed;
   config.png_level = png_level;
   config.transform.grey = grey;
-  config.method.compute_threads = threads;
-  config.method.tai_workers = tai_workers;
+  config.amplify = amplify;
+  config.overwrite = overwrite;
+  config.fsync_every = fsync_every;
+  config.files = files;
+  config.read_input = read_input;
+  config.content = content;
+  config.method.direct = direct;
+  config.method.direct_unpadded = direct_unpadded;
+  config.method.fdatasync = fdatasync;
 
-  std::map<std::string, std::vector<RunResult>> results;
-  std::vector<std::string> paths;
+  using Key = std::pair<unsigned, std::string>;  // (threads, method)
+  std::map<Key, std::vector<RunResult>> results;
+  std::map<std::string, std::string> skipped_methods;
+  std::vector<std::string> manifests;
   bool failed = false;
   for (unsigned r = 0; r < repeat; ++r) {
-    for (std::size_t k = 0; k < specs.size(); ++k) {
-      const std::string& spec = specs[(k + r) % specs.size()];  // rotate the order every repeat
-      if (const MethodInfo* info = find_method(spec, nullptr); !info->unavailable.empty()) {
-        if (r == 0) fmt::print("{}: skipped: {}\n", spec, info->unavailable);
-        continue;
+    for (unsigned threads : thread_counts) {
+      config.threads = threads;
+      config.method.compute_threads = threads;
+      config.method.tai_workers =
+          tai_workers ? tai_workers : load == "fixed" ? 2u : std::max(1u, hw > threads ? hw - threads : 1u);
+      for (std::size_t k = 0; k < specs.size(); ++k) {
+        const std::string& spec = specs[(k + r) % specs.size()];  // rotate the order every repeat
+        if (skipped_methods.count(spec)) continue;
+        if (const MethodInfo* info = find_method(spec, nullptr); !info->unavailable.empty()) {
+          skipped_methods[spec] = info->unavailable;
+          fmt::print("{}: skipped: {}\n", spec, info->unavailable);
+          continue;
+        }
+        drop_from_page_cache(input);
+        RunResult res = run_method(input, spec, output + "/" + stem_for(spec, threads, r), config);
+        if (!res.refused.empty()) {
+          skipped_methods[spec] = res.refused;
+          fmt::print("{}: skipped: {}\n", spec, res.refused);
+          continue;
+        }
+        if (!res.ok()) {
+          fmt::print("{} ({} threads): FAILED: {}\n", spec, threads, res.error);
+          failed = true;
+          continue;
+        }
+        if (res.skipped) fmt::print("{}: {} input images did not decode and were skipped\n", spec, res.skipped);
+        manifests.push_back(res.manifest);
+        results[{threads, spec}].push_back(std::move(res));
       }
-      const std::string path = output + "/" + file_name_for(spec, r);
-      RunResult res = run_method(input, spec, path, config);
-      if (!res.refused.empty()) {
-        if (r == 0) fmt::print("{}: skipped: {}\n", spec, res.refused);
-        continue;
-      }
-      if (!res.ok()) {
-        fmt::print("{}: FAILED: {}\n", spec, res.error);
-        failed = true;
-        continue;
-      }
-      if (res.skipped) fmt::print("{}: {} input images did not decode and were skipped\n", spec, res.skipped);
-      paths.push_back(path);
-      results[spec].push_back(std::move(res));
     }
   }
 
-  std::map<std::string, double> median_wall;
-  for (auto& [spec, runs] : results) {
-    std::vector<double> walls;
-    for (const RunResult& x : runs) walls.push_back(x.wall_s);
-    median_wall[spec] = median(walls);
+  fmt::print("\n{:>3} {:<16} {:>9} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}  {}\n", "thr", "method",
+             "images/s", "MB/s", "seconds", "compute", "in I/O", "syncs", "user s", "sys s", "vol. cs", "vs posix", "note");
+  for (unsigned threads : thread_counts) {
+    auto posix = results.find({threads, "posix"});
+    double posix_wall = 0;
+    if (posix != results.end()) {
+      std::vector<double> w;
+      for (const RunResult& x : posix->second) w.push_back(x.wall_s);
+      posix_wall = median(w);
+    }
+    for (const std::string& spec : specs) {
+      auto it = results.find({threads, spec});
+      if (it == results.end()) continue;
+      // The run with the median wall time gives the row (medians of every figure would mix runs).
+      std::vector<RunResult> runs = it->second;
+      std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
+      std::vector<double> walls;
+      for (const RunResult& x : runs) walls.push_back(x.wall_s);
+      const double wall = median(walls);
+      const RunResult& m = runs[(runs.size() - 1) / 2];
+      const std::string ratio = posix_wall > 0 ? fmt::format("{:.2f}x", posix_wall / wall) : "-";
+      fmt::print("{:>3} {:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7} {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n",
+                 threads, spec, m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
+                 100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
+    }
   }
-  fmt::print("\n{:<16} {:>9} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8}  {}\n", "method", "images/s", "MB/s",
-             "seconds", "compute", "in I/O", "user s", "sys s", "vol. cs", "vs posix", "note");
-  for (const std::string& spec : specs) {
-    auto it = results.find(spec);
-    if (it == results.end()) continue;
-    // The run with the median wall time gives the row (medians of every figure would mix runs).
-    std::vector<RunResult> runs = it->second;
-    std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
-    const RunResult& m = runs[(runs.size() - 1) / 2];
-    const double wall = median_wall[spec];
-    std::string ratio = "-";
-    if (results.count("posix")) ratio = fmt::format("{:.2f}x", median_wall["posix"] / wall);
-    fmt::print("{:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n", spec,
-               m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
-               100 * m.io_s / (threads * m.wall_s), m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
-  }
-  fmt::print("(medians of {} run(s); MB/s counts every byte written, headers included; compute = decode+transform+encode "
-             "time / (threads x wall); in I/O = time the compute threads spent in the method's calls / (threads x wall); user s, sys s, vol. cs = the "
-             "whole process's CPU time and voluntary context switches over the run, getrusage)\n",
+  fmt::print("(medians of {} run(s); MB/s counts every record once (headers and padding included, overwrites not); "
+             "compute = decode+transform+encode time / (threads x wall); in I/O = time the compute threads spent in the "
+             "method's calls / (threads x wall); syncs = fsyncs asked by the seeded draw, the final one per file not "
+             "counted; user s, sys s, vol. cs = the whole process's CPU time and voluntary context switches, getrusage)\n",
              repeat);
 
-  if (verify && !paths.empty()) {
+  if (verify && !manifests.empty()) {
     fmt::print("\n");
-    if (!verify_outputs(paths, input.size() - results.begin()->second.front().skipped)) failed = true;
+    if (!verify_runs(manifests, true)) failed = true;
   }
   return failed ? 1 : 0;
 }

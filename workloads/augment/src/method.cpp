@@ -1,5 +1,10 @@
 #include "method.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace augment {
@@ -28,6 +33,58 @@ const MethodInfo* find_method(const std::string& spec, std::string* suffix) {
     return &m;
   }
   return nullptr;
+}
+
+bool open_outputs(const std::vector<std::string>& paths, bool direct, std::vector<int>* fds, std::string* error,
+                  std::string* refused) {
+  fds->assign(paths.size(), -1);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    (*fds)[i] = ::open(paths[i].c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0), 0644);
+    if ((*fds)[i] >= 0) continue;
+    const int e = errno;
+    close_all(*fds);
+    if (direct && e == EINVAL)
+      *refused = "the filesystem of " + paths[i] + " refuses O_DIRECT";
+    else
+      *error = errno_text("open " + paths[i], e);
+    return false;
+  }
+  return true;
+}
+
+int sync_fd(int fd, bool data_only) {
+  int r;
+  while ((r = data_only ? ::fdatasync(fd) : ::fsync(fd)) != 0 && errno == EINTR) {
+  }
+  return r == 0 ? 0 : errno;
+}
+
+int close_all(std::vector<int>& fds) {
+  int first = 0;
+  for (int& fd : fds) {
+    if (fd >= 0 && ::close(fd) != 0 && first == 0) first = errno;
+    fd = -1;
+  }
+  return first;
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+
+bool AlignedBuffer::assign(const void* data, std::size_t n) {
+  if (n > capacity_) {
+    std::free(p_);
+    p_ = nullptr;
+    capacity_ = size_ = 0;
+    const std::size_t cap = (n + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+    if (posix_memalign(&p_, kDirectAlignment, cap) != 0) {
+      p_ = nullptr;
+      return false;
+    }
+    capacity_ = cap;
+  }
+  std::memcpy(p_, data, n);
+  size_ = n;
+  return true;
 }
 
 }  // namespace augment

@@ -1,7 +1,11 @@
-// The output records: a 24-byte header (magic, header version, padding, image id, payload length,
-// CRC32 of the payload; little-endian as this x86-64 host writes it), the PNG payload, and zeros
-// up to the method's record alignment (1 but for direct I/O, whose requests must be aligned). Records sit back
-// to back in one file per method and run, in the order their offsets were taken (thread timing).
+// The output artifact of a run, as a next stage reads it:
+// - record files: back-to-back records, each a 24-byte header (magic, header version, padding,
+//   image id, payload length, CRC-32 of the payload; little-endian as this x86-64 host writes it),
+//   the PNG payload, and zeros up to the method's record alignment (1 but for direct I/O, whose
+//   requests must be aligned), in the order their offsets were taken (thread timing);
+// - one index per record file, `<file>.idx`: a line per record (image id, copy number, offset,
+//   length of the record as written, CRC32C of those bytes), sorted by offset;
+// - one manifest per run, `<run>.run`: what produced the files and how to compare them.
 #pragma once
 
 #include <cstdint>
@@ -24,27 +28,84 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == 24, "the header is 24 bytes on disk");
 
+// zlib's CRC-32 (the header's) and CRC32C (Castagnoli, the index's; Boost.CRC).
 std::uint32_t crc32_of(const void* data, std::size_t n);
+std::uint32_t crc32c_of(const void* data, std::size_t n);
 
 // Builds header + payload (+ zeros up to a multiple of `alignment`, a power of two) into `out`.
 void make_record(std::uint64_t id, const std::vector<unsigned char>& payload, std::vector<unsigned char>& out,
                  std::size_t alignment = 1);
+
+// One record found in a file.
+struct ScannedRecord {
+  std::uint64_t id = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;   // payload bytes
+  std::uint32_t crc32 = 0;    // the header's (checked against the payload)
+  std::uint64_t size = 0;     // header + payload + padding: the bytes of the record as written
+  std::uint32_t crc32c = 0;   // of those `size` bytes
+};
+
+struct FileScan {
+  bool ok = false;
+  std::string error;  // the first problem found
+  std::vector<ScannedRecord> records;  // in file order
+  std::uint64_t bytes = 0;
+};
+
+// Reads a record file back: every record's magic, length and CRC, zero padding, no bytes after
+// the last record. With decode_payloads, every payload must also decode as a PNG.
+FileScan scan_file(const std::string& path, bool decode_payloads);
+
+// The index of one record file.
+struct IndexEntry {
+  std::uint64_t id = 0;
+  std::uint32_t copy = 0;  // 0..amplify-1: the same record written again (the paper's amplification)
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;  // the record's bytes as written (header, payload, padding)
+  std::uint32_t crc32c = 0;
+};
+std::string index_path(const std::string& record_file);
+// Writes / reads `<record_file>.idx` (text: a header line, then "id copy offset size crc32c"
+// per record, sorted by offset). False and *err on failure.
+bool write_index(const std::string& record_file, std::vector<IndexEntry> entries, std::string* err);
+bool read_index(const std::string& record_file, std::vector<IndexEntry>& entries, std::string* err);
+
+// What produced a run's files. `content` names everything the records' bytes depend on (seed,
+// input set, PNG level, grey); runs with equal content must hold the same records.
+struct RunManifest {
+  std::string method;      // as asked, e.g. "tai-def:uring"
+  std::string note;        // what really ran
+  std::string content;
+  std::uint64_t inputs = 0;   // images in the input set: every id is below this
+  std::uint64_t images = 0;   // distinct images written (inputs that did not decode excluded)
+  unsigned amplify = 1;
+  std::vector<std::string> files;  // record files, relative to the manifest's directory
+};
+bool write_manifest(const std::string& path, const RunManifest& m, std::string* err);
+bool read_manifest(const std::string& path, RunManifest& m, std::string* err);
 
 struct RecordInfo {
   std::uint32_t length;
   std::uint32_t crc32;
 };
 
-struct VerifyResult {
+struct RunCheck {
   bool ok = false;
-  std::string error;                         // the first problem found
+  std::string error;
   std::map<std::uint64_t, RecordInfo> records;  // by image id
+  std::uint64_t records_read = 0;               // copies included
   std::uint64_t bytes = 0;
 };
 
-// Reads `path` back: every record's magic, length and CRC, zero padding, no id twice, no bytes
-// after the last record; when expected_images > 0, ids 0..expected_images-1 must all be present.
-// With decode_payloads, every payload must also decode as a PNG.
-VerifyResult verify_file(const std::string& path, std::uint64_t expected_images, bool decode_payloads = false);
+// Verifies one run from its manifest: every file scans (CRCs, padding, PNG decode when asked),
+// its index lists exactly its records (offset, size, CRC32C of the bytes), every image id is
+// there `amplify` times over the run's files, all copies alike, `images` distinct ids, each below
+// `inputs`.
+RunCheck verify_run(const std::string& manifest_path, bool decode_payloads);
+
+// Verifies every run and checks that runs with the same content hold the same records, by image
+// id. Prints one line per problem and a summary; true when everything holds.
+bool verify_runs(const std::vector<std::string>& manifest_paths, bool decode_payloads);
 
 }  // namespace augment

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "record.hpp"
 
@@ -15,6 +16,22 @@ namespace augment {
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool read_whole_file(const std::string& path, Bytes& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  const std::streamoff n = in.tellg();
+  if (n < 0) return false;
+  out.resize(std::size_t(n));
+  in.seekg(0);
+  return bool(in.read(reinterpret_cast<char*>(out.data()), n));
 }
 }  // namespace
 
@@ -29,11 +46,17 @@ bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& 
   return true;
 }
 
-RunResult run_method(const std::vector<EncodedImage>& input, const std::string& spec, const std::string& path,
+bool sync_after(std::uint64_t seed, std::uint64_t id, unsigned copy, unsigned every) {
+  if (every == 0) return false;
+  Rng r(image_seed(seed, id, 1000 + copy));
+  return r.next() % every == 0;
+}
+
+RunResult run_method(const std::vector<EncodedImage>& input, const std::string& spec, const std::string& stem,
                      const RunConfig& config) {
   RunResult res;
   res.method = spec;
-  res.path = path;
+  res.threads = config.threads;
   std::string suffix;
   const MethodInfo* info = find_method(spec, &suffix);
   if (!info) {
@@ -44,39 +67,83 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
     res.error = info->unavailable;
     return res;
   }
+  const unsigned n_files = std::max(1u, config.files);
+  for (unsigned j = 0; j < n_files; ++j)
+    res.files.push_back(n_files == 1 ? stem + ".taia" : stem + ".f" + std::to_string(j) + ".taia");
+  res.manifest = stem + ".run";
   std::unique_ptr<Method> method = info->make(suffix, config.method);
-  if (!method->open(path)) {
+  if (!method->open(res.files)) {
     res.refused = method->refused();
     res.error = res.refused.empty() ? method->error() : "refused: " + res.refused;
     return res;
   }
   const std::size_t alignment = method->record_alignment();
-  res.note = method->note();
+  const unsigned amplify = std::max(1u, config.amplify);
+  const std::size_t writes_per_copy = config.overwrite ? 2 : 1;
+  const std::size_t sync_slots = config.fsync_every ? 1 : 0;
+  const std::size_t ops_per_image = amplify * (writes_per_copy + sync_slots);
   const std::size_t batch = std::max<std::size_t>(1, config.batch);
   const int n_threads = int(std::max(1u, config.threads));
-  std::atomic<std::uint64_t> next_offset{0};
+  std::vector<std::atomic<std::uint64_t>> next_offset(n_files);
+  for (auto& o : next_offset) o.store(0);
+  // Entry (image position * amplify + copy): each filled by the one thread that wrote that copy.
+  std::vector<IndexEntry> index(input.size() * amplify);
+  std::vector<char> written(input.size(), 0);
   std::atomic<std::size_t> skipped{0};
-  double compute_s = 0, io_s = 0;
+  std::atomic<std::uint64_t> syncs{0};
+  double compute_s = 0, io_s = 0, input_s = 0;
 
   rusage u0{}, u1{};
   ::getrusage(RUSAGE_SELF, &u0);
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t start = 0; start < input.size(); start += batch) {
     const std::size_t n = std::min(batch, input.size() - start);
-    method->begin_batch(n);
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(+ : compute_s, io_s)
+    method->begin_batch(n * ops_per_image);
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(+ : compute_s, io_s, input_s)
     for (std::size_t k = 0; k < n; ++k) {
-      thread_local Bytes record;
+      thread_local Bytes record, file_bytes;
+      thread_local AlignedBuffer aligned;
+      const EncodedImage* in = &input[start + k];
+      thread_local EncodedImage from_disk;
+      if (config.read_input && !in->path.empty()) {
+        const auto r0 = std::chrono::steady_clock::now();
+        from_disk.id = in->id;
+        from_disk.format = in->format;
+        const bool read = read_whole_file(in->path, from_disk.data);
+        input_s += seconds_since(r0);
+        if (!read) {
+          skipped.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        in = &from_disk;
+      }
       const auto c0 = std::chrono::steady_clock::now();
-      const bool made = make_output_record(input[start + k], config, record, nullptr, alignment);
+      const bool made = make_output_record(*in, config, record, nullptr, alignment);
+      const std::uint32_t crc = made ? crc32c_of(record.data(), record.size()) : 0;
+      const void* data = record.data();
+      if (made && alignment > 1) {
+        aligned.assign(record.data(), record.size());
+        data = aligned.data();
+      }
       compute_s += seconds_since(c0);
       if (!made) {
         skipped.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      const std::uint64_t offset = next_offset.fetch_add(record.size(), std::memory_order_relaxed);
+      written[start + k] = 1;
+      const unsigned file = unsigned(in->id % n_files);
+      std::size_t slot = k * ops_per_image;
       const auto w0 = std::chrono::steady_clock::now();
-      method->write(k, offset, record.data(), record.size());
+      for (unsigned copy = 0; copy < amplify; ++copy) {
+        const std::uint64_t offset = next_offset[file].fetch_add(record.size(), std::memory_order_relaxed);
+        index[(start + k) * amplify + copy] = {in->id, copy, offset, record.size(), crc};
+        for (std::size_t w = 0; w < writes_per_copy; ++w) method->write(slot++, file, offset, data, record.size());
+        if (sync_after(config.seed, in->id, copy, config.fsync_every)) {
+          method->sync(slot, file);
+          syncs.fetch_add(1, std::memory_order_relaxed);
+        }
+        slot += sync_slots;
+      }
       io_s += seconds_since(w0);
     }
     const auto e0 = std::chrono::steady_clock::now();
@@ -97,10 +164,40 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
 
   res.compute_s = compute_s;
   res.io_s = io_s;
+  res.input_s = input_s;
   res.skipped = skipped.load();
   res.images = input.size() - res.skipped;
-  res.bytes = next_offset.load();
+  for (const auto& o : next_offset) res.bytes += o.load();
+  res.bytes_issued = res.bytes * writes_per_copy;
+  res.writes = std::uint64_t(res.images) * amplify * writes_per_copy;
+  res.syncs = syncs.load();
+  res.note = method->note();
   res.error = method->error();
+  method.reset();
+  if (!res.ok()) return res;
+
+  // The artifact for a next stage, after the clock: one index per file, the run's manifest.
+  std::vector<std::vector<IndexEntry>> per_file(n_files);
+  for (std::size_t i = 0; i < input.size(); ++i)
+    if (written[i])
+      for (unsigned copy = 0; copy < amplify; ++copy) {
+        const IndexEntry& e = index[i * amplify + copy];
+        per_file[input[i].id % n_files].push_back(e);
+      }
+  RunManifest m;
+  m.method = spec;
+  m.note = res.note;
+  m.content = config.content;
+  m.inputs = input.empty() ? 0 : std::max_element(input.begin(), input.end(), [](const auto& a, const auto& b) {
+                                   return a.id < b.id;
+                                 })->id + 1;
+  m.images = res.images;
+  m.amplify = amplify;
+  for (unsigned j = 0; j < n_files; ++j) {
+    m.files.push_back(base_name(res.files[j]));
+    if (!write_index(res.files[j], std::move(per_file[j]), &res.error)) return res;
+  }
+  write_manifest(res.manifest, m, &res.error);
   return res;
 }
 

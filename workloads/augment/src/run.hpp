@@ -17,20 +17,31 @@ struct RunConfig {
   int png_level = 6;
   TransformOptions transform;
   MethodConfig method;
+  unsigned amplify = 1;       // each record written this many times, at that many offsets
+  bool overwrite = false;     // each write followed at once by a second write of the same bytes
+  unsigned fsync_every = 0;   // after each record (all its writes), a sync with probability 1/F; 0: none
+  unsigned files = 1;         // records spread over this many files (image id mod files)
+  bool read_input = false;    // read each input image from its path inside the loop
+  std::string content;        // what the records depend on (seed, input, level, grey): the manifest's
 };
 
 struct RunResult {
   std::string method;        // as asked, e.g. "tai-def:uring"
   std::string note;          // what the method says really ran
-  std::string path;          // the output file
+  std::string manifest;      // the run's manifest (lists its record files)
+  std::vector<std::string> files;
   std::string error;         // empty when the run succeeded
   std::string refused;       // set when this machine refuses the method (the run was skipped)
-  std::size_t images = 0;    // records written
+  unsigned threads = 0;
+  std::size_t images = 0;    // images written (each `amplify` times)
   std::size_t skipped = 0;   // inputs that failed to decode (counted, not written)
-  std::uint64_t bytes = 0;   // bytes written (headers included)
+  std::uint64_t bytes = 0;   // bytes of output, overwrites not counted (headers and padding included)
+  std::uint64_t bytes_issued = 0;  // bytes handed to the method, overwrites included
+  std::uint64_t writes = 0, syncs = 0;  // write and sync calls (the final fsync per file not counted)
   double wall_s = 0;         // open excluded; every write, end of batch, fsync and close included
-  double compute_s = 0;      // decode + transform + encode, summed over the compute threads
-  double io_s = 0;           // time the compute threads spent in write/end_batch/finish, summed
+  double compute_s = 0;      // decode + transform + encode (+ CRC32C), summed over the compute threads
+  double io_s = 0;           // time the compute threads spent in write/sync/end_batch/finish, summed
+  double input_s = 0;        // time spent reading input files inside the loop (--read-input)
   // getrusage(RUSAGE_SELF) over the clocked part: the whole process (TAI's workers, glibc's AIO
   // threads and the kernel work they cause included).
   double user_s = 0, sys_s = 0;
@@ -43,7 +54,14 @@ struct RunResult {
 bool make_output_record(const EncodedImage& in, const RunConfig& config, Bytes& record, std::string* err,
                         std::size_t alignment = 1);
 
-RunResult run_method(const std::vector<EncodedImage>& input, const std::string& spec, const std::string& path,
+// Whether the record of (seed, id, copy) is followed by a sync: a seeded draw, true with
+// probability 1/every (never when every is 0), the same for every method.
+bool sync_after(std::uint64_t seed, std::uint64_t id, unsigned copy, unsigned every);
+
+// Runs `spec` over `input`: the record files are `<stem>.taia` (or `<stem>.f<j>.taia` for
+// several files), their indexes `<file>.idx` and the manifest `<stem>.run`, written after the
+// clock stops.
+RunResult run_method(const std::vector<EncodedImage>& input, const std::string& spec, const std::string& stem,
                      const RunConfig& config);
 
 }  // namespace augment

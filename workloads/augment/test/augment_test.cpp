@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -101,7 +102,7 @@ TEST(AugmentTransform, RecordsAreDeterministicAcrossThreads) {
   EXPECT_EQ(first, second);
 }
 
-TEST(AugmentRecord, VerifyCatchesCorruptionAndMissingIds) {
+TEST(AugmentRecord, ScanCatchesCorruptionAndTruncation) {
   const std::string path = scratch("verify");
   Bytes rec, all;
   for (std::uint64_t id : {1, 0, 2}) {
@@ -110,22 +111,32 @@ TEST(AugmentRecord, VerifyCatchesCorruptionAndMissingIds) {
   }
   auto write_file = [&](const Bytes& b) { std::ofstream(path, std::ios::binary).write((const char*)b.data(), b.size()); };
   write_file(all);
-  EXPECT_TRUE(verify_file(path, 3).ok);
-  EXPECT_FALSE(verify_file(path, 4).ok);
+  FileScan ok = scan_file(path, false);
+  ASSERT_TRUE(ok.ok) << ok.error;
+  ASSERT_EQ(ok.records.size(), 3u);
+  EXPECT_EQ(ok.records[1].id, 0u);
+  EXPECT_EQ(ok.records[1].offset, 24u + 51);
+  EXPECT_EQ(ok.records[1].crc32c, crc32c_of(all.data() + 75, 74));
   Bytes bad = all;
   bad[30] ^= 1;  // a payload byte of the first record
   write_file(bad);
-  const VerifyResult v = verify_file(path, 3);
+  const FileScan v = scan_file(path, false);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.error.find("CRC"), std::string::npos) << v.error;
   bad = all;
   bad.resize(bad.size() - 1);
   write_file(bad);
-  EXPECT_FALSE(verify_file(path, 3).ok);
+  EXPECT_FALSE(scan_file(path, false).ok);
   std::remove(path.c_str());
 }
 
-TEST(AugmentRecord, PaddedRecordsVerifyAndPaddingMustBeZero) {
+TEST(AugmentRecord, Crc32cIsCastagnoli) {
+  // The check value of CRC-32C (RFC 3720 B.4 and every CRC catalogue): "123456789" -> e3069283.
+  EXPECT_EQ(crc32c_of("123456789", 9), 0xe3069283u);
+  EXPECT_EQ(crc32_of("123456789", 9), 0xcbf43926u);  // zlib's CRC-32 check value
+}
+
+TEST(AugmentRecord, PaddedRecordsScanAndPaddingMustBeZero) {
   const std::string path = scratch("padded");
   Bytes rec, all;
   for (std::uint64_t id : {0, 1}) {
@@ -135,12 +146,12 @@ TEST(AugmentRecord, PaddedRecordsVerifyAndPaddingMustBeZero) {
   }
   auto write_file = [&](const Bytes& b) { std::ofstream(path, std::ios::binary).write((const char*)b.data(), b.size()); };
   write_file(all);
-  const VerifyResult v = verify_file(path, 2);
+  const FileScan v = scan_file(path, false);
   EXPECT_TRUE(v.ok) << v.error;
   EXPECT_EQ(v.bytes, 16384u);
   all[8000] = 1;  // in the first record's padding
   write_file(all);
-  EXPECT_FALSE(verify_file(path, 2).ok);
+  EXPECT_FALSE(scan_file(path, false).ok);
   std::remove(path.c_str());
 }
 
@@ -152,39 +163,150 @@ TEST(AugmentMethods, UnknownNamesAreRejected) {
   EXPECT_EQ(suffix, "posix");
 }
 
-// Every built method writes 40 tiny images (2 threads, batches of 9) and its file verifies; all
-// methods' files hold the same records.
-TEST(AugmentMethods, EveryMethodWritesRecordsThatVerify) {
-  const auto set = synthetic_set(11, 40, kTiny);
-  RunConfig config;
+TEST(AugmentRun, SyncDrawIsSeededAndNearOneInF) {
+  int hits = 0;
+  for (std::uint64_t id = 0; id < 30000; ++id) {
+    EXPECT_EQ(sync_after(5, id, 0, 30), sync_after(5, id, 0, 30));
+    hits += sync_after(5, id, 0, 30);
+    EXPECT_FALSE(sync_after(5, id, 0, 0));
+    EXPECT_TRUE(sync_after(5, id, 0, 1));
+  }
+  EXPECT_NEAR(hits, 1000, 150);  // 30000 / 30, within ~5 standard deviations
+}
+
+namespace {
+// Every built method (and TAI on the posix engine) runs `config` over a tiny synthetic set; each
+// run must succeed or be refused with a reason, and every run must verify against the others.
+void run_every_method(const std::string& name, RunConfig config, std::size_t images = 40) {
+  const auto set = synthetic_set(11, images, kTiny);
   config.threads = kOmpThreads;
-  config.batch = 9;
   config.seed = 11;
+  config.content = "test seed=11";
   std::vector<std::string> specs;
   for (const MethodInfo& m : methods())
     if (m.unavailable.empty()) specs.push_back(m.name);
   specs.push_back("tai-def:posix");
-  std::map<std::uint64_t, RecordInfo> reference;
+  std::vector<std::string> manifests;
+  std::vector<std::string> cleanup;
   for (const std::string& spec : specs) {
-    const std::string path = scratch(spec);
-    const RunResult r = run_method(set, spec, path, config);
-    if (!r.refused.empty()) {  // e.g. libaio where the filesystem refuses O_DIRECT
+    std::string stem = scratch(name + "." + spec);
+    std::replace(stem.begin(), stem.end(), ':', '_');
+    const RunResult r = run_method(set, spec, stem, config);
+    for (const std::string& f : r.files) cleanup.insert(cleanup.end(), {f, index_path(f)});
+    cleanup.push_back(r.manifest);
+    if (!r.refused.empty()) {  // e.g. libaio where the filesystem refuses O_DIRECT, cstdio with --direct
       std::printf("%s: skipped here: %s\n", spec.c_str(), r.refused.c_str());
-      std::remove(path.c_str());
       continue;
     }
     ASSERT_TRUE(r.ok()) << spec << ": " << r.error;
-    EXPECT_EQ(r.images, 40u) << spec;
-    const VerifyResult v = verify_file(path, 40, true);
-    EXPECT_TRUE(v.ok) << spec << ": " << v.error;
-    EXPECT_EQ(v.bytes, r.bytes) << spec;
-    if (reference.empty())
-      reference = v.records;
-    else
-      for (const auto& [id, info] : v.records) {
-        EXPECT_EQ(info.crc32, reference[id].crc32) << spec << " image " << id;
-        EXPECT_EQ(info.length, reference[id].length) << spec << " image " << id;
-      }
-    std::remove(path.c_str());
+    EXPECT_EQ(r.images, images) << spec;
+    EXPECT_EQ(r.writes, images * config.amplify * (config.overwrite ? 2 : 1)) << spec;
+    const RunCheck c = verify_run(r.manifest, true);
+    EXPECT_TRUE(c.ok) << spec << ": " << c.error;
+    EXPECT_EQ(c.bytes, r.bytes) << spec;
+    EXPECT_EQ(c.records_read, images * config.amplify) << spec;
+    manifests.push_back(r.manifest);
   }
+  EXPECT_GE(manifests.size(), 4u);
+  EXPECT_TRUE(verify_runs(manifests, false));
+  for (const std::string& f : cleanup) std::remove(f.c_str());
+}
+}  // namespace
+
+TEST(AugmentMethods, EveryMethodWritesRecordsThatVerify) {
+  RunConfig config;
+  config.batch = 9;
+  run_every_method("plain", config);
+}
+
+TEST(AugmentMethods, OverwriteAmplifyFsyncEveryAndSeveralFiles) {
+  RunConfig config;
+  config.batch = 7;
+  config.overwrite = true;
+  config.amplify = 3;
+  config.fsync_every = 4;
+  config.files = 3;
+  run_every_method("knobs", config, 30);
+}
+
+TEST(AugmentMethods, DirectPaddedAndFdatasync) {
+  RunConfig config;
+  config.batch = 8;
+  config.method.direct = true;
+  config.method.fdatasync = true;
+  config.fsync_every = 5;
+  config.overwrite = true;
+  run_every_method("direct", config, 24);
+}
+
+TEST(AugmentMethods, DirectUnpaddedGoesThroughTheCache) {
+  RunConfig config;
+  config.batch = 8;
+  config.method.direct = true;
+  config.method.direct_unpadded = true;
+  config.fsync_every = 3;
+  run_every_method("unpadded", config, 24);
+}
+
+TEST(AugmentRun, SyncsFollowTheSeededDraw) {
+  const auto set = synthetic_set(3, 50, kTiny);
+  RunConfig config;
+  config.threads = kOmpThreads;
+  config.seed = 3;
+  config.fsync_every = 3;
+  config.amplify = 2;
+  std::uint64_t expected = 0;
+  for (const auto& e : set)
+    for (unsigned c = 0; c < 2; ++c) expected += sync_after(3, e.id, c, 3);
+  const std::string stem = scratch("draw");
+  const RunResult r = run_method(set, "posix", stem, config);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.syncs, expected);
+  EXPECT_GT(expected, 10u);
+  for (const std::string& f : {r.files[0], index_path(r.files[0]), r.manifest}) std::remove(f.c_str());
+}
+
+TEST(AugmentVerify, CatchesABadIndexAMissingCopyAndADifferentRun) {
+  const auto set = synthetic_set(2, 12, kTiny);
+  RunConfig config;
+  config.threads = kOmpThreads;
+  config.seed = 2;
+  config.amplify = 2;
+  config.content = "seed=2";
+  const std::string a = scratch("va"), b = scratch("vb");
+  const RunResult ra = run_method(set, "posix", a, config);
+  const RunResult rb = run_method(set, "posix", b, config);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  ASSERT_TRUE(verify_runs({ra.manifest, rb.manifest}, true));
+
+  // A wrong CRC32C in the index.
+  std::vector<IndexEntry> index;
+  std::string err;
+  ASSERT_TRUE(read_index(ra.files[0], index, &err)) << err;
+  std::vector<IndexEntry> broken = index;
+  broken[3].crc32c ^= 1;
+  ASSERT_TRUE(write_index(ra.files[0], broken, &err));
+  EXPECT_FALSE(verify_run(ra.manifest, false).ok);
+  ASSERT_TRUE(write_index(ra.files[0], index, &err));
+  EXPECT_TRUE(verify_run(ra.manifest, false).ok);
+
+  // A run that claims amplify 3 is missing copies.
+  RunManifest m;
+  ASSERT_TRUE(read_manifest(ra.manifest, m, &err));
+  m.amplify = 3;
+  ASSERT_TRUE(write_manifest(ra.manifest, m, &err));
+  EXPECT_FALSE(verify_run(ra.manifest, false).ok);
+  m.amplify = 2;
+  ASSERT_TRUE(write_manifest(ra.manifest, m, &err));
+
+  // A run of another seed under the same content label differs image by image.
+  config.seed = 99;
+  const auto other = synthetic_set(2, 12, kTiny);
+  const std::string c = scratch("vc");
+  const RunResult rc = run_method(other, "posix", c, config);
+  ASSERT_TRUE(rc.ok());
+  EXPECT_TRUE(verify_run(rc.manifest, false).ok);
+  EXPECT_FALSE(verify_runs({ra.manifest, rc.manifest}, false));
+  for (const RunResult* r : {&ra, &rb, &rc})
+    for (const std::string& f : {r->files[0], index_path(r->files[0]), r->manifest}) std::remove(f.c_str());
 }

@@ -1,6 +1,7 @@
-// aio: glibc POSIX AIO. Each record is copied into its slot's buffer and handed to aio_write; the
-// batch's end waits with aio_suspend and checks aio_error/aio_return; finish() is aio_fsync
-// (O_SYNC), waited the same way, then close.
+// aio: glibc POSIX AIO. Each record is copied into its slot's buffer (aligned, so --direct works)
+// and handed to aio_write; sync() hands an aio_fsync (O_SYNC, or O_DSYNC for --fdatasync) to the
+// same queue and returns. The batch's end waits for every slot with aio_suspend and checks
+// aio_error/aio_return; finish() is one aio_fsync per file, waited the same way, then close.
 #include <aio.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,73 +17,95 @@ namespace augment {
 namespace {
 class AioMethod final : public Method {
  public:
-  bool open(const std::string& path) override {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(errno_text("open " + path, errno));
-    return fd_ >= 0;
+  explicit AioMethod(const MethodConfig& config) : config_(config) {}
+  bool open(const std::vector<std::string>& paths) override {
+    std::string error, refused;
+    if (open_outputs(paths, config_.direct, &fds_, &error, &refused)) return true;
+    refused.empty() ? fail(error) : refuse(refused);
+    return false;
   }
-  void begin_batch(std::size_t records) override {
-    cbs_.assign(records, aiocb{});
-    bufs_.resize(records);
-    submitted_.assign(records, 0);
+  std::size_t record_alignment() const override { return config_.direct ? kDirectAlignment : 1; }
+  void begin_batch(std::size_t ops) override {
+    cbs_.assign(ops, aiocb{});
+    while (bufs_.size() < ops) bufs_.emplace_back();
+    kind_.assign(ops, Kind::none);
   }
-  void write(std::size_t slot, std::uint64_t offset, const void* data, std::size_t n) override {
-    auto& buf = bufs_[slot];
-    buf.assign(static_cast<const char*>(data), static_cast<const char*>(data) + n);
-    aiocb& cb = cbs_[slot];
-    std::memset(&cb, 0, sizeof cb);
-    cb.aio_fildes = fd_;
+  void write(std::size_t slot, unsigned file, std::uint64_t offset, const void* data, std::size_t n) override {
+    AlignedBuffer& buf = bufs_[slot];
+    if (!buf.assign(data, n)) return fail("posix_memalign failed");
+    aiocb& cb = prepare(slot, file);
     cb.aio_buf = buf.data();
     cb.aio_nbytes = n;
     cb.aio_offset = off_t(offset);
-    cb.aio_sigevent.sigev_notify = SIGEV_NONE;
-    while (::aio_write(&cb) != 0) {
-      if (errno != EAGAIN) return fail(errno_text("aio_write", errno));
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    submitted_[slot] = 1;
+    submit(slot, Kind::write, [&] { return ::aio_write(&cb); });
+  }
+  void sync(std::size_t slot, unsigned file) override {
+    aiocb& cb = prepare(slot, file);
+    submit(slot, Kind::sync, [&] { return ::aio_fsync(config_.fdatasync ? O_DSYNC : O_SYNC, &cb); });
   }
   void end_batch() override {
     for (std::size_t i = 0; i < cbs_.size(); ++i)
-      if (submitted_[i]) wait_one(cbs_[i], "aio_write");
+      if (kind_[i] != Kind::none) wait_one(cbs_[i], kind_[i]);
+    kind_.assign(kind_.size(), Kind::none);
   }
   void finish() override {
-    if (fd_ < 0) return;
-    aiocb cb;
-    std::memset(&cb, 0, sizeof cb);
-    cb.aio_fildes = fd_;
-    cb.aio_sigevent.sigev_notify = SIGEV_NONE;
-    if (::aio_fsync(O_SYNC, &cb) != 0)
-      fail(errno_text("aio_fsync", errno));
-    else
-      wait_one(cb, "aio_fsync", false);
-    if (::close(fd_) != 0) fail(errno_text("close", errno));
-    fd_ = -1;
+    end_batch();
+    for (std::size_t f = 0; f < fds_.size(); ++f) {
+      begin_batch(1);
+      sync(0, unsigned(f));
+      end_batch();
+    }
+    if (const int e = close_all(fds_)) fail(errno_text("close", e));
   }
   ~AioMethod() override {
-    if (fd_ >= 0) ::close(fd_);
+    // A failed run can leave requests in flight: they must not outlive their buffers.
+    for (std::size_t i = 0; i < kind_.size(); ++i)
+      if (kind_[i] != Kind::none) {
+        const aiocb* list[1] = {&cbs_[i]};
+        while (::aio_error(&cbs_[i]) == EINPROGRESS) ::aio_suspend(list, 1, nullptr);
+      }
+    close_all(fds_);
   }
 
  private:
-  void wait_one(aiocb& cb, const char* what, bool check_length = true) {
+  enum class Kind : char { none, write, sync };
+  aiocb& prepare(std::size_t slot, unsigned file) {
+    aiocb& cb = cbs_[slot];
+    std::memset(&cb, 0, sizeof cb);
+    cb.aio_fildes = fds_[file];
+    cb.aio_sigevent.sigev_notify = SIGEV_NONE;
+    return cb;
+  }
+  template <class Submit>
+  void submit(std::size_t slot, Kind kind, Submit&& call) {
+    while (call() != 0) {
+      if (errno != EAGAIN) return fail(errno_text(kind == Kind::write ? "aio_write" : "aio_fsync", errno));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // glibc's request table is full
+    }
+    kind_[slot] = kind;
+  }
+  void wait_one(aiocb& cb, Kind kind) {
     const aiocb* list[1] = {&cb};
     int e;
     while ((e = ::aio_error(&cb)) == EINPROGRESS) ::aio_suspend(list, 1, nullptr);
     const ssize_t r = ::aio_return(&cb);
+    const char* what = kind == Kind::write ? "aio_write" : "aio_fsync";
     if (e != 0)
       fail(errno_text(what, e));
-    else if (check_length && r != ssize_t(cb.aio_nbytes))
+    else if (kind == Kind::write && r != ssize_t(cb.aio_nbytes))
       fail(std::string(what) + ": short transfer");
   }
-  int fd_ = -1;
+  const MethodConfig config_;
+  std::vector<int> fds_;
   std::vector<aiocb> cbs_;
-  std::vector<std::vector<char>> bufs_;
-  std::vector<char> submitted_;
+  std::vector<AlignedBuffer> bufs_;
+  std::vector<Kind> kind_;
 };
 }  // namespace
 
 std::vector<MethodInfo> aio_methods() {
-  return {{"aio", "glibc POSIX AIO (aio_write, waited at batch ends; aio_fsync at the end)",
-           [](const std::string&, const MethodConfig&) { return std::unique_ptr<Method>(new AioMethod); }, "", false}};
+  return {{"aio", "glibc POSIX AIO (aio_write and aio_fsync, waited at batch ends)",
+           [](const std::string&, const MethodConfig& c) { return std::unique_ptr<Method>(new AioMethod(c)); }, "",
+           false}};
 }
 }  // namespace augment

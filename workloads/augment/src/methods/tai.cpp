@@ -1,8 +1,12 @@
 // tai-def / tai-triv: a tai::Controller with BTreeDefault / BTreeTrivial per file. write() copies
-// the record and returns at once; the receipts of a batch are waited for at its end. An engine
-// suffix picks the controller's engine ("tai-def:posix", "tai-def:uring"); without one it is
-// "auto", and note() names the engine really used.
+// the record and returns at once; sync() submits an fsync (or fdatasync) and returns at once with
+// its receipt; every receipt of a batch is checked at the batch's end. An engine suffix picks the
+// controller's engine ("tai-def:posix", "tai-def:uring"); without one it is "auto", and note()
+// names the engine really used. With --direct the files are opened O_DIRECT; with
+// --direct-unpadded TAI gets the records unpadded and its cache does the read-modify-write.
 #include <tai/tai.hpp>
+
+#include <cerrno>
 
 #include "method.hpp"
 
@@ -11,47 +15,65 @@ namespace {
 template <class Tree>
 class TaiMethod final : public Method {
  public:
-  TaiMethod(const std::string& engine, const MethodConfig& config) {
+  TaiMethod(const std::string& engine, const MethodConfig& config) : config_(config) {
     tai::ControllerOptions opts;
     opts.workers = config.tai_workers;
     if (!engine.empty()) opts.engine = engine;
     ctl_ = std::make_unique<tai::Controller>(opts);
   }
-  bool open(const std::string& path) override {
-    auto f = ctl_->open<Tree>(path, tai::Open::write | tai::Open::create | tai::Open::truncate);
-    if (!f) {
-      fail("tai open " + path + ": " + f.error().message);
-      return false;
+  bool open(const std::vector<std::string>& paths) override {
+    tai::Open mode = tai::Open::write | tai::Open::create | tai::Open::truncate;
+    if (config_.direct) mode = mode | tai::Open::direct;
+    for (const std::string& path : paths) {
+      auto f = ctl_->open<Tree>(path, mode);
+      if (!f) {
+        if (config_.direct && f.error().code == std::errc::invalid_argument)
+          refuse("tai open " + path + " with O_DIRECT: " + f.error().message);
+        else
+          fail("tai open " + path + ": " + f.error().message);
+        return false;
+      }
+      files_.push_back(std::move(f.value()));
     }
-    file_ = std::move(f.value());
     return true;
   }
-  void begin_batch(std::size_t records) override {
-    receipts_.clear();
-    receipts_.resize(records);
+  std::size_t record_alignment() const override {
+    return config_.direct && !config_.direct_unpadded ? kDirectAlignment : 1;
   }
-  void write(std::size_t slot, std::uint64_t offset, const void* data, std::size_t n) override {
-    receipts_[slot] = file_.write(offset, data, n);
+  void begin_batch(std::size_t ops) override {
+    receipts_.clear();
+    receipts_.resize(ops);
+  }
+  void write(std::size_t slot, unsigned file, std::uint64_t offset, const void* data, std::size_t n) override {
+    receipts_[slot] = files_[file].write(offset, data, n);
+  }
+  void sync(std::size_t slot, unsigned file) override {
+    receipts_[slot] = config_.fdatasync ? files_[file].fdatasync() : files_[file].fsync();
   }
   void end_batch() override {
     for (const tai::Receipt& r : receipts_)
-      if (r.valid() && !r.ok()) fail("tai write: " + r.message());
+      if (r.valid() && !r.ok()) fail("tai: " + r.message());
     receipts_.clear();
   }
   void finish() override {
-    if (!file_) return;
-    if (tai::Receipt s = file_.fsync(); !s.ok()) fail("tai fsync: " + s.message());
-    if (tai::Receipt c = file_.close(); !c.ok()) fail("tai close: " + c.message());
+    std::vector<tai::Receipt> syncs;
+    for (tai::File& f : files_) syncs.push_back(config_.fdatasync ? f.fdatasync() : f.fsync());
+    for (const tai::Receipt& s : syncs)
+      if (!s.ok()) fail("tai fsync: " + s.message());
+    for (tai::File& f : files_)
+      if (tai::Receipt c = f.close(); !c.ok()) fail("tai close: " + c.message());
+    files_.clear();
   }
   std::string note() const override { return "engine " + ctl_->engine_note(); }
   ~TaiMethod() override {
-    file_ = tai::File();
+    files_.clear();
     ctl_->shutdown();
   }
 
  private:
+  const MethodConfig config_;
   std::unique_ptr<tai::Controller> ctl_;
-  tai::File file_;
+  std::vector<tai::File> files_;
   std::vector<tai::Receipt> receipts_;
 };
 }  // namespace

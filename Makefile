@@ -16,9 +16,10 @@ PRESETS := release debug asan tsan
 TEST_PRESETS ?= release asan tsan
 BENCH := build/release/bench/tai-bench
 AUGMENT := build/release/workloads/augment/tai-augment
-# The demo: the image-augmentation workload on its built-in synthetic images (about 20 s of
-# running on 2 cores). Override e.g. `make demo DEMO_ARGS="--threads 1 --images 60"`.
-DEMO_ARGS ?= --threads 2 --images 120 --method posix,cstdio,aio,tai-triv,tai-def --verify
+# The demo: the image-augmentation workload on its built-in synthetic images, 1 and 2 compute
+# threads, every write overwritten at once, fsync after about every 30 writes (about 1 minute on
+# 2 cores). Override e.g. `make demo DEMO_ARGS="--threads 1 --images 60"`.
+DEMO_ARGS ?= --threads 1,2 --images 120 --method posix,cstdio,aio,tai-triv,tai-def --overwrite --fsync-every 30 --verify
 
 # Debian 12 package names (checked with apt-cache policy). What each is for:
 #   toolchain: build-essential cmake ninja-build pkg-config clang libomp-dev (OpenMP)

@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   unsigned repeat = 1;
   bool verify = false;
   bool list = false;
+  bool show_stats = false;
   unsigned tai_workers = 0;
   std::string load = "fixed";
   unsigned files = 1, amplify = 1, fsync_every = 0;
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
   app.add_option("--tai-workers", tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
   app.add_flag("--verify", verify, "read every output of this invocation back (as the verify subcommand)");
   app.add_flag("--list-methods", list, "list the I/O methods and exit");
+  app.add_flag("--stats", show_stats, "print each method's own counters (TAI's controller statistics) for the median run");
   CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
   std::vector<std::string> verify_paths;
   bool verify_no_decode = false;
@@ -309,6 +311,7 @@ int main(int argc, char** argv) {
       fmt::print("{:>3} {:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7} {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n",
                  threads, spec, m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
                  100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
+      if (show_stats && !m.library_stats.empty()) fmt::print("{:>3} {:<16} {}\n", "", "", m.library_stats);
     }
   }
   fmt::print("(medians of {} run(s); MB/s counts every record once (headers and padding included, overwrites not); "

@@ -56,6 +56,9 @@ class Method {
   virtual void finish() = 0;
   // What really ran (e.g. the engine TAI chose, a fallback); empty when the name says it all.
   virtual std::string note() const { return {}; }
+  // The library's own counters over the run (TAI: engine requests, bytes that reached the engine,
+  // bytes merged in the cache, steps, sleeps), read after finish(); empty when it has none.
+  virtual std::string stats() const { return {}; }
   // Records are zero-padded to a multiple of this (a power of two) and handed over in memory
   // aligned to it: direct I/O needs aligned offsets, lengths and buffers. Every record then
   // starts at an aligned offset.

@@ -172,6 +172,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   res.writes = std::uint64_t(res.images) * amplify * writes_per_copy;
   res.syncs = syncs.load();
   res.note = method->note();
+  res.library_stats = method->stats();
   res.error = method->error();
   method.reset();
   if (!res.ok()) return res;

@@ -28,6 +28,7 @@ struct RunConfig {
 struct RunResult {
   std::string method;        // as asked, e.g. "tai-def:uring"
   std::string note;          // what the method says really ran
+  std::string library_stats; // the method's own counters (Method::stats)
   std::string manifest;      // the run's manifest (lists its record files)
   std::vector<std::string> files;
   std::string error;         // empty when the run succeeded

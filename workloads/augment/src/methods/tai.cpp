@@ -63,7 +63,15 @@ class TaiMethod final : public Method {
     for (tai::File& f : files_)
       if (tai::Receipt c = f.close(); !c.ok()) fail("tai close: " + c.message());
     files_.clear();
+    const tai::ControllerStats s = ctl_->stats();
+    stats_ = "engine writes " + std::to_string(s.engine_writes) + ", syncs " + std::to_string(s.engine_syncs) +
+             ", MB to engine " + std::to_string(s.bytes_to_engine / 1000000) + ", MB merged in cache " +
+             std::to_string(s.merged_bytes / 1000000) + ", write-throughs " + std::to_string(s.write_throughs) +
+             ", reroutes " + std::to_string(s.reroutes) + ", evictions " + std::to_string(s.evictions) + ", steps " +
+             std::to_string(s.steps) + ", sleeps " + std::to_string(s.sleeps) + ", quota peak MB " +
+             std::to_string(s.quota_peak / 1000000) + ", copy waits " + std::to_string(s.write_copy_waits);
   }
+  std::string stats() const override { return stats_; }
   std::string note() const override { return "engine " + ctl_->engine_note(); }
   ~TaiMethod() override {
     files_.clear();
@@ -75,6 +83,7 @@ class TaiMethod final : public Method {
   std::unique_ptr<tai::Controller> ctl_;
   std::vector<tai::File> files_;
   std::vector<tai::Receipt> receipts_;
+  std::string stats_;
 };
 }  // namespace
 

@@ -21,6 +21,11 @@ AUGMENT := build/release/workloads/augment/tai-augment
 # 2 cores). Override e.g. `make demo DEMO_ARGS="--threads 1 --images 60"`.
 DEMO_ARGS ?= --threads 1,2 --images 120 --method posix,cstdio,aio,tai-triv,tai-def --overwrite --fsync-every 30 --verify
 
+# The image workload's full sweep (figures 3.1-3.8 of the TAI paper, 1 GiB per point, 3 repeats):
+# hours on 2 cores. Its tables and figures are committed under docs/results/augment/.
+SWEEP_OUT ?= docs/results/augment
+SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
+
 # Debian 12 package names (checked with apt-cache policy). What each is for:
 #   toolchain: build-essential cmake ninja-build pkg-config clang libomp-dev (OpenMP)
 #   library:   libboost-dev (Boost.Lockfree) libaio-dev liburing-dev
@@ -33,11 +38,12 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen
 
-.PHONY: help deps $(PRESETS) demo test bench docs clean
+.PHONY: help deps $(PRESETS) demo test bench docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
 	@echo "make test      deps + build and ctest of: $(TEST_PRESETS) (stops at the first failure)"
+	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
@@ -82,6 +88,11 @@ deps:
 $(PRESETS): deps
 	cmake --preset $@
 	cmake --build --preset $@ -j $(JOBS)
+
+sweep: deps
+	cmake --preset release
+	cmake --build --preset release -j$(JOBS) --target tai-augment
+	$(AUGMENT) sweep --out $(SWEEP_OUT) --work build/release/augment-sweep $(SWEEP_ARGS)
 
 # Builds only what the demo needs; the randread demo stays available as `tai-bench demo`.
 demo: deps

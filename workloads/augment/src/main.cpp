@@ -20,6 +20,7 @@
 #include "method.hpp"
 #include "record.hpp"
 #include "run.hpp"
+#include "sweep.hpp"
 
 namespace {
 using namespace augment;
@@ -155,6 +156,18 @@ int main(int argc, char** argv) {
   bool verify_no_decode = false;
   verify_cmd->add_option("paths", verify_paths, "run manifests (*.run) or directories holding them")->required();
   verify_cmd->add_flag("--no-decode", verify_no_decode, "skip decoding the payloads as PNG");
+  CLI::App* sweep_cmd = app.add_subcommand("sweep", "run the TAI paper's experiments (figures 3.1-3.8): methods interleaved, medians, gnuplot figures");
+  sweep_cmd->fallthrough();  // the workload's options (--images, --seed, ...) may follow `sweep`
+  SweepOptions sweep;
+  std::string sweep_threads = "1,2,4,8", sweep_figures = "3.1,3.3,3.4,3.5,3.6", sweep_methods = "posix,cstdio,aio,tai-triv,tai-def";
+  double sweep_mib = 1024;
+  sweep_cmd->add_option("--out", sweep.out_dir, "directory for the tables, gnuplot scripts, figures and results.md")->capture_default_str();
+  sweep_cmd->add_option("--work", sweep.work_dir, "directory the runs write to (default OUT/runs; files removed after each run)");
+  sweep_cmd->add_option("--repeats", sweep.repeat, "repeats per point (medians)")->check(CLI::Range(1u, 100u))->capture_default_str();
+  sweep_cmd->add_option("--mib-per-point", sweep_mib, "each run writes at least this many MiB (by amplification)")->check(CLI::Range(1.0, 1e7))->capture_default_str();
+  sweep_cmd->add_option("--sweep-threads", sweep_threads, "compute thread counts of figures 3.1-3.5")->capture_default_str();
+  sweep_cmd->add_option("--figures", sweep_figures, "figures to run (3.2, 3.7 and 3.8 come with 3.1)")->capture_default_str();
+  sweep_cmd->add_option("--methods", sweep_methods, "methods to compare")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (verify_cmd->parsed()) return verify_command(verify_paths, !verify_no_decode);
@@ -235,6 +248,8 @@ int main(int argc, char** argv) {
              direct ? (direct_unpadded ? "O_DIRECT (TAI unpadded)" : "O_DIRECT") : "buffered", repeat, output);
 
   RunConfig config;
+  config.threads = thread_counts.front();
+  config.method.tai_workers = 2;
   config.batch = batch;
   config.seed = seed;
   config.png_level = png_level;
@@ -248,6 +263,24 @@ int main(int argc, char** argv) {
   config.method.direct = direct;
   config.method.direct_unpadded = direct_unpadded;
   config.method.fdatasync = fdatasync;
+
+  if (sweep_cmd->parsed()) {
+    sweep.threads.clear();
+    for (const std::string& t : split(sweep_threads, ',')) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(t.c_str(), &end, 10);
+      if (*end != '\0' || v < 1 || v > 1024) {
+        fmt::print(stderr, "tai-augment sweep: --sweep-threads '{}' is not a list of counts 1..1024\n", sweep_threads);
+        return 2;
+      }
+      sweep.threads.push_back(unsigned(v));
+    }
+    sweep.figures = split(sweep_figures, ',');
+    sweep.methods = split(sweep_methods, ',');
+    sweep.bytes_per_point = std::uint64_t(sweep_mib * 1048576.0);
+    for (int i = 0; i < argc; ++i) sweep.command += (i ? " " : "") + std::string(argv[i]);
+    return run_sweep(input, config, sweep);
+  }
 
   using Key = std::pair<unsigned, std::string>;  // (threads, method)
   std::map<Key, std::vector<RunResult>> results;

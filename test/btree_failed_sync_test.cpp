@@ -222,6 +222,50 @@ TEST(BTreeFailedSync, EngineSyncsOfOneTreeRunOneAtATime) {
   expect_recovery(f, 200);
 }
 
+// A write-back reaches the engine before a sync is issued, but its completion step runs only
+// after that sync failed: the failure may have dropped those bytes, so they count as written
+// before it (the epoch when the write was issued, not when its completion ran) and the failed
+// fsync's redirty makes them dirty again. Stamped at completion instead, they would count as
+// written after the failure and stay clean: a later eviction would free them unwritten and the
+// next fsync clear the error. (On a controller: the write-back's completion is reaped by one
+// worker while another issues and fails the sync.)
+TEST(BTreeFailedSync, AWriteBackIssuedBeforeAFailedSyncButCompletedAfterItIsWrittenAgain) {
+  Fixture<> f;
+  ManualDriver driver(f.exec);
+  auto a = bytes(100, 1);
+  Operation failing(TreeOp::fsync, 0, 0), write(TreeOp::write, 0, 100, a.data()), back(TreeOp::write_back, 0, 0);
+  driver.start(f.tree, failing);  // the tree is clean: its pass finds nothing and issues the sync
+  driver.run_steps();
+  ASSERT_EQ(driver.pending_io(), 1u);
+  ASSERT_EQ(driver.request(0).op, Op::fsync);
+  driver.start(f.tree, write);  // dirties block 0 behind the fsync's pass
+  driver.start(f.tree, back);   // and sends it to the engine while the sync is in flight
+  driver.run_steps();
+  ASSERT_TRUE(write.done());
+  ASSERT_EQ(driver.pending_io(), 2u);
+  ASSERT_EQ(driver.request(1).op, Op::write);
+  f.exec.arm();
+  driver.complete(0);  // the sync fails first (its redirty pass then waits for the block) ...
+  driver.run_steps();
+  ASSERT_EQ(driver.pending_io(), 1u);
+  driver.complete(0);  // ... then the write-back's completion runs
+  driver.run_all();
+  ASSERT_TRUE(failing.done());
+  ASSERT_TRUE(back.done());
+  EXPECT_EQ(failing.result(), -EIO);
+  EXPECT_EQ(f.mem.bytes_written(), 100u);
+  EXPECT_EQ(f.tree.stats().dirty_bytes, 100u) << "the write-back's bytes, which the failed sync may have dropped, "
+                                                 "are not dirty again";
+  Operation drop(TreeOp::drop, 0, 0);  // the block leaves the cache (a recycle round's eviction)
+  driver.start(f.tree, drop);
+  driver.run_all();
+  ASSERT_EQ(f.tree.stats().blocks, 0u);
+  EXPECT_EQ(f.mem.bytes_written(), 200u) << "the eviction freed the block without writing it again";
+  EXPECT_EQ(f.op(TreeOp::fsync), 0);  // rewritten after the failure and now synced: recovered
+  EXPECT_FALSE(f.tree.sync_error());
+  EXPECT_EQ(f.tree.check_invariants(), "");
+}
+
 TEST(BTreeFailedSync, ABlockDroppedBeforeTheFailureMakesTheErrorPermanent) {
   Fixture<> f;
   auto a = bytes(100, 1);

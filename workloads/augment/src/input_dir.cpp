@@ -1,0 +1,171 @@
+#include "input_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace augment {
+
+namespace fs = std::filesystem;
+
+std::optional<Format> sniff_format(const Bytes& data) {
+  static const unsigned char png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (data.size() >= 8 && std::equal(png_signature, png_signature + 8, data.begin())) return Format::png;
+  // SOI marker followed by the start of another marker: every JPEG (JFIF, Exif, raw) starts so.
+  if (data.size() >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff) return Format::jpeg;
+  return std::nullopt;
+}
+
+bool has_image_extension(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+bool read_encoded(const std::string& path, Bytes& out, std::string* err) {
+  // POSIX rather than a stream: one fstat for the size and a read loop, no locale or buffering,
+  // and errno intact for the message (this read is inside the measured loop with --read-input).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (err) *err = path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    if (err) *err = path + ": fstat: " + std::strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  out.resize(std::size_t(st.st_size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      if (err) *err = path + ": read: " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;  // shrank since fstat
+    done += std::size_t(n);
+  }
+  out.resize(done);
+  ::close(fd);
+  return true;
+}
+
+namespace {
+struct Candidate {
+  std::string path;
+  bool usable = false;
+  Format format = Format::png;
+  std::string problem;
+  Bytes data;
+};
+
+void check(Candidate& c) {
+  std::string err;
+  if (!read_encoded(c.path, c.data, &err)) {
+    c.problem = err;
+    return;
+  }
+  const std::optional<Format> format = sniff_format(c.data);
+  if (!format) {
+    c.problem = c.data.empty() ? "empty file" : "neither a PNG nor a JPEG (unknown magic bytes)";
+    return;
+  }
+  EncodedImage probe;
+  probe.format = *format;
+  probe.data = std::move(c.data);
+  Image decoded;
+  if (!decode(probe, decoded, &err)) {
+    c.problem = std::string(*format == Format::png ? "PNG" : "JPEG") + " does not decode: " + err;
+    return;
+  }
+  c.data = std::move(probe.data);
+  c.format = *format;
+  c.usable = true;
+}
+}  // namespace
+
+bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::string* err) {
+  out = InputSet{};
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (ec || !fs::exists(status)) {
+    if (err) *err = "--input " + dir + ": no such directory" + (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : "");
+    return false;
+  }
+  if (!fs::is_directory(status)) {
+    if (err) *err = "--input " + dir + ": not a directory";
+    return false;
+  }
+
+  std::vector<Candidate> candidates;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) {
+    if (err) *err = "--input " + dir + ": " + ec.message();
+    return false;
+  }
+  for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
+    if (ec) {
+      if (err) *err = "--input " + dir + ": walking the tree: " + ec.message();
+      return false;
+    }
+    std::error_code entry_ec;
+    if (!it->is_regular_file(entry_ec)) continue;  // directories, sockets, dangling links
+    const std::string path = it->path().string();
+    if (!has_image_extension(path)) {
+      ++out.ignored;
+      continue;
+    }
+    Candidate c;
+    c.path = path;
+    candidates.push_back(std::move(c));
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.path < b.path; });
+
+  // Decoding is the costly part of the check: spread it over the OpenMP threads. Each candidate is
+  // written by one iteration only, and the order is fixed above, so the result is deterministic.
+  const long n = long(candidates.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long i = 0; i < n; ++i) {
+    check(candidates[std::size_t(i)]);
+    if (!keep_data) Bytes().swap(candidates[std::size_t(i)].data);
+  }
+
+  for (Candidate& c : candidates) {
+    if (!c.usable) {
+      out.skipped.push_back("skipped " + c.path + ": " + c.problem);
+      continue;
+    }
+    EncodedImage img;
+    img.id = out.images.size();
+    img.format = c.format;
+    std::error_code size_ec;
+    const auto size = fs::file_size(c.path, size_ec);
+    out.bytes += size_ec ? c.data.size() : std::uint64_t(size);
+    img.data = std::move(c.data);
+    out.images.push_back(std::move(img));
+    out.paths.push_back(std::move(c.path));
+  }
+  if (out.images.empty()) {
+    if (err) {
+      *err = "--input " + dir + ": no usable image (" + std::to_string(candidates.size()) +
+             " .png/.jpg/.jpeg file(s), " + std::to_string(out.skipped.size()) + " skipped, " +
+             std::to_string(out.ignored) + " other file(s))";
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace augment

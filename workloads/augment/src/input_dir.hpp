@@ -1,0 +1,44 @@
+// `--input DIR`: a directory tree of PNG and JPEG files as the workload's input set.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "image.hpp"
+
+namespace augment {
+
+struct InputSet {
+  // The usable images, sorted by path (byte-wise, so the ids are the same on every run and host):
+  // images[i].id == i and paths[i] is its file. With keep_data false, images[i].data is empty
+  // (the loop reads paths[i] itself, see read_encoded) but the format is set.
+  std::vector<EncodedImage> images;
+  std::vector<std::string> paths;
+  std::uint64_t bytes = 0;  // the usable files' total size
+  // One line per skipped candidate (a .png/.jpg/.jpeg that is corrupt, truncated, unreadable or
+  // neither a PNG nor a JPEG), naming the file and the reason, in path order. The caller prints them.
+  std::vector<std::string> skipped;
+  std::size_t ignored = 0;  // regular files without an image extension (not counted as skipped)
+};
+
+// Walks `dir` recursively (symlinks to files followed, symlinks to directories not, which cannot
+// loop), takes the files named *.png, *.jpg or *.jpeg (any case), reads each and keeps the ones
+// that decode: the format comes from the magic bytes, not the name, and every kept file has been
+// decoded once, so the measured loop cannot meet an undecodable input. Returns false with a message
+// in *err when `dir` is missing or not a directory, cannot be walked, or holds no usable image.
+// The check decodes on the OpenMP threads (omp_get_max_threads()); the result does not depend on
+// their number.
+bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::string* err);
+
+// Reads a whole file (the loop's read for --read-input); false and *err (naming the file) on error.
+bool read_encoded(const std::string& path, Bytes& out, std::string* err);
+
+// PNG or JPEG from the first bytes; nullopt for anything else.
+std::optional<Format> sniff_format(const Bytes& data);
+
+// True for names ending in .png, .jpg or .jpeg, any case.
+bool has_image_extension(const std::string& path);
+
+}  // namespace augment

@@ -60,6 +60,20 @@ bool CacheCounters::start() {
     reason_ = "PAPI: no hardware counters (num_cntrs = 0)";
     return false;
   }
+  // Ask for the events before building anything: a VM without a virtual PMU still shows the
+  // perf_event component with counters (software ones), but no cache preset maps onto them.
+  const int codes[3] = {PAPI_L1_DCM, PAPI_L2_DCM, PAPI_L3_DCM};
+  std::string missing;
+  bool any_event = false;
+  for (int level = 0; level < 3; ++level) {
+    const int rc = PAPI_query_event(codes[level]);
+    if (rc == PAPI_OK) any_event = true;
+    else missing += (missing.empty() ? "" : "; ") + std::string(event_name(level)) + ": " + PAPI_strerror(rc);
+  }
+  if (!any_event) {
+    reason_ = "PAPI: no hardware cache-miss events on this machine (" + missing + ")";
+    return false;
+  }
   int rc = PAPI_create_eventset(&event_set_);
   if (rc != PAPI_OK) {
     reason_ = papi_error("PAPI_create_eventset", rc);
@@ -79,8 +93,7 @@ bool CacheCounters::start() {
     event_set_ = -1;
     return false;
   }
-  const int codes[3] = {PAPI_L1_DCM, PAPI_L2_DCM, PAPI_L3_DCM};
-  std::string missing;
+  missing.clear();
   for (int level = 0; level < 3; ++level) {
     rc = PAPI_add_event(event_set_, codes[level]);
     if (rc == PAPI_OK) {

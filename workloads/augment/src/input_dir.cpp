@@ -61,6 +61,38 @@ bool read_encoded(const std::string& path, Bytes& out, std::string* err) {
   return true;
 }
 
+bool jpeg_is_complete(const Bytes& d) {
+  // Walk the marker segments from the SOI: each one after FF xx carries a 16-bit length (skipped
+  // whole, so an Exif thumbnail's own FF D9 is not mistaken for the end), but the entropy-coded
+  // data after a SOS, where a data FF is stuffed as FF 00 and restart markers are FF D0-D7.
+  std::size_t i = 2;
+  while (i + 1 < d.size()) {
+    if (d[i] != 0xff) return false;  // lost sync: not a marker where one must be
+    const unsigned char marker = d[i + 1];
+    if (marker == 0xff) {  // fill byte before a marker
+      ++i;
+      continue;
+    }
+    if (marker == 0xd9) return true;  // EOI
+    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // markers without a length
+      i += 2;
+      continue;
+    }
+    if (i + 3 >= d.size()) return false;
+    const std::size_t length = std::size_t(d[i + 2]) << 8 | d[i + 3];
+    if (length < 2) return false;
+    i += 2 + length;
+    if (marker != 0xda) continue;
+    // After a SOS header: entropy-coded data up to the next marker that is neither a stuffed FF 00
+    // nor a restart marker.
+    while (i + 1 < d.size()) {
+      if (d[i] == 0xff && d[i + 1] != 0x00 && !(d[i + 1] >= 0xd0 && d[i + 1] <= 0xd7)) break;
+      ++i;
+    }
+  }
+  return false;
+}
+
 namespace {
 struct Candidate {
   std::string path;
@@ -79,6 +111,12 @@ void check(Candidate& c) {
   const std::optional<Format> format = sniff_format(c.data);
   if (!format) {
     c.problem = c.data.empty() ? "empty file" : "neither a PNG nor a JPEG (unknown magic bytes)";
+    return;
+  }
+  // libjpeg decodes a JPEG cut short (it warns, then pads with grey), so it would pass the decode
+  // check and feed the loop half an image: a truncated file is found by its missing end marker.
+  if (*format == Format::jpeg && !jpeg_is_complete(c.data)) {
+    c.problem = "JPEG is truncated (no end-of-image marker after the last scan)";
     return;
   }
   EncodedImage probe;

@@ -38,6 +38,10 @@ bool read_encoded(const std::string& path, Bytes& out, std::string* err);
 // PNG or JPEG from the first bytes; nullopt for anything else.
 std::optional<Format> sniff_format(const Bytes& data);
 
+// True when a JPEG's marker segments run from the start-of-image to an end-of-image marker;
+// false for a file cut short (which libjpeg would decode with a grey tail and only a warning).
+bool jpeg_is_complete(const Bytes& data);
+
 // True for names ending in .png, .jpg or .jpeg, any case.
 bool has_image_extension(const std::string& path);
 

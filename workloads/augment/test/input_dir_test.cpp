@@ -1,0 +1,157 @@
+// --input DIR: a tree of good, corrupt, truncated, misnamed and nested files gives the right
+// images in a deterministic order and one skip line per bad file; unusable directories are errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "image.hpp"
+#include "input_dir.hpp"
+
+using namespace augment;
+namespace fs = std::filesystem;
+
+namespace {
+class InputDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    root_ = fs::path(tmp ? tmp : "/tmp") /
+            ("tai_augment_input." + std::to_string(::getpid()) + "." +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void put(const std::string& rel, const Bytes& data) {
+    const fs::path p = root_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+  }
+  Bytes png() const {
+    Bytes out;
+    EXPECT_TRUE(encode_png(synthetic_image(1, 0, {40, 30}), 6, out, nullptr));
+    return out;
+  }
+  Bytes jpeg() const {
+    Bytes out;
+    EXPECT_TRUE(encode_jpeg(synthetic_image(1, 1, {48, 32}), 90, out, nullptr));
+    return out;
+  }
+  std::string path(const std::string& rel) const { return (root_ / rel).string(); }
+
+  fs::path root_;
+};
+
+bool mentions(const std::vector<std::string>& lines, const std::string& text) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+}
+}  // namespace
+
+TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
+  const Bytes good_png = png(), good_jpeg = jpeg();
+  put("b/good.png", good_png);
+  put("a/deep/er/photo.JPG", good_jpeg);  // nested, upper-case extension
+  put("c/really_png.jpeg", good_png);     // misnamed: the magic bytes decide
+  put("c/corrupt.png", Bytes(good_png.begin(), good_png.begin() + 40));  // signature, then cut
+  put("c/truncated.jpg", Bytes(good_jpeg.begin(), good_jpeg.begin() + long(good_jpeg.size() * 2 / 3)));
+  Bytes gif = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0};
+  put("d/animation.png", gif);  // unsupported content behind an image name
+  put("d/empty.jpg", {});
+  put("notes.txt", {'h', 'i'});
+  put("e/image.gif", gif);  // not an image extension: ignored, not skipped
+
+  InputSet set;
+  std::string err;
+  ASSERT_TRUE(load_input_dir(root_.string(), true, set, &err)) << err;
+  ASSERT_EQ(set.images.size(), 3u);
+  ASSERT_EQ(set.paths.size(), 3u);
+  EXPECT_EQ(set.paths[0], path("a/deep/er/photo.JPG"));
+  EXPECT_EQ(set.paths[1], path("b/good.png"));
+  EXPECT_EQ(set.paths[2], path("c/really_png.jpeg"));
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(set.images[i].id, i);
+  EXPECT_EQ(set.images[0].format, Format::jpeg);
+  EXPECT_EQ(set.images[1].format, Format::png);
+  EXPECT_EQ(set.images[2].format, Format::png);
+  EXPECT_EQ(set.images[0].data, good_jpeg);
+  EXPECT_EQ(set.images[2].data, good_png);
+  EXPECT_EQ(set.bytes, good_jpeg.size() + 2 * good_png.size());
+  EXPECT_EQ(set.ignored, 2u);
+  ASSERT_EQ(set.skipped.size(), 4u);
+  EXPECT_TRUE(mentions(set.skipped, path("c/corrupt.png") + ": PNG does not decode"));
+  EXPECT_TRUE(mentions(set.skipped, path("c/truncated.jpg") + ": JPEG is truncated"));
+  EXPECT_TRUE(mentions(set.skipped, path("d/animation.png") + ": neither a PNG nor a JPEG"));
+  EXPECT_TRUE(mentions(set.skipped, path("d/empty.jpg") + ": empty file"));
+  for (const std::string& line : set.skipped) EXPECT_EQ(line.find('\n'), std::string::npos);
+  // Every kept image decodes: the loop cannot meet a bad one.
+  for (const EncodedImage& img : set.images) {
+    Image out;
+    EXPECT_TRUE(decode(img, out, &err)) << err;
+  }
+
+  // Without the data: same list, same formats, empty buffers; read_encoded brings them back.
+  InputSet lean;
+  ASSERT_TRUE(load_input_dir(root_.string(), false, lean, &err)) << err;
+  ASSERT_EQ(lean.paths, set.paths);
+  for (std::size_t i = 0; i < lean.images.size(); ++i) {
+    EXPECT_TRUE(lean.images[i].data.empty());
+    EXPECT_EQ(lean.images[i].format, set.images[i].format);
+    Bytes bytes;
+    ASSERT_TRUE(read_encoded(lean.paths[i], bytes, &err)) << err;
+    EXPECT_EQ(bytes, set.images[i].data);
+  }
+}
+
+TEST_F(InputDirTest, UnusableDirectoriesAreClearErrors) {
+  InputSet set;
+  std::string err;
+  EXPECT_FALSE(load_input_dir(path("missing"), true, set, &err));
+  EXPECT_NE(err.find("no such directory"), std::string::npos) << err;
+
+  put("file.png", png());
+  err.clear();
+  EXPECT_FALSE(load_input_dir(path("file.png"), true, set, &err));
+  EXPECT_NE(err.find("not a directory"), std::string::npos) << err;
+
+  fs::create_directories(root_ / "empty");
+  err.clear();
+  EXPECT_FALSE(load_input_dir(path("empty"), true, set, &err));
+  EXPECT_NE(err.find("no usable image"), std::string::npos) << err;
+
+  put("bad/only.png", {'n', 'o', 'p', 'e'});
+  err.clear();
+  EXPECT_FALSE(load_input_dir(path("bad"), true, set, &err));
+  EXPECT_NE(err.find("no usable image (1 .png/.jpg/.jpeg file(s), 1 skipped"), std::string::npos) << err;
+  EXPECT_EQ(set.skipped.size(), 1u);
+}
+
+TEST_F(InputDirTest, ReadEncodedNamesTheFileOnError) {
+  Bytes out;
+  std::string err;
+  EXPECT_FALSE(read_encoded(path("nope.png"), out, &err));
+  EXPECT_NE(err.find(path("nope.png")), std::string::npos) << err;
+}
+
+TEST(AugmentInputFormat, MagicBytesAndCompleteness) {
+  Bytes p, j;
+  ASSERT_TRUE(encode_png(synthetic_image(2, 0, {16, 16}), 6, p, nullptr));
+  ASSERT_TRUE(encode_jpeg(synthetic_image(2, 1, {64, 64}), 80, j, nullptr));
+  EXPECT_EQ(sniff_format(p), Format::png);
+  EXPECT_EQ(sniff_format(j), Format::jpeg);
+  EXPECT_FALSE(sniff_format(Bytes{0xff, 0xd8}).has_value());
+  EXPECT_TRUE(jpeg_is_complete(j));
+  for (std::size_t keep : {j.size() - 2, j.size() / 2, std::size_t(20), std::size_t(3)})
+    EXPECT_FALSE(jpeg_is_complete(Bytes(j.begin(), j.begin() + long(keep)))) << keep;
+  Bytes padded = j;
+  padded.insert(padded.end(), {0, 0, 0});  // bytes after the end marker do not make it incomplete
+  EXPECT_TRUE(jpeg_is_complete(padded));
+  EXPECT_TRUE(has_image_extension("x/y/Z.JpEg"));
+  EXPECT_TRUE(has_image_extension("a.png"));
+  EXPECT_FALSE(has_image_extension("a.png.txt"));
+  EXPECT_FALSE(has_image_extension("png"));
+}

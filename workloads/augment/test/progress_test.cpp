@@ -2,6 +2,7 @@
 // most once per interval, cleared at the end, and advance() from several threads at once.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <unistd.h>
 
 #include <string>
@@ -131,4 +132,23 @@ TEST(AugmentProgress, ManyThreadsAdvanceAtOnce) {
     const std::string rest = out.substr(p + 1, 2);
     EXPECT_TRUE(rest == "t:" || rest == "\033[") << rest;
   }
+}
+
+TEST(AugmentProgress, OnByItselfOnATerminal) {
+  int master = -1, slave = -1;
+  if (::openpty(&master, &slave, nullptr, nullptr, nullptr) != 0) GTEST_SKIP() << "no pseudo-terminal";
+  ProgressOptions o;
+  o.fd = slave;
+  o.delay = std::chrono::milliseconds(0);
+  {
+    Progress p(3, "tty", o);
+    EXPECT_TRUE(p.enabled());
+    p.advance(3);
+  }
+  ::close(slave);
+  char buf[256];
+  const ssize_t n = ::read(master, buf, sizeof buf);
+  ::close(master);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buf, std::size_t(n)).find("tty: 3/3 images (100%)"), std::string::npos);
 }

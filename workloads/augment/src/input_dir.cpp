@@ -137,8 +137,12 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
   out = InputSet{};
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
-  if (ec || !fs::exists(status)) {
-    if (err) *err = "--input " + dir + ": no such directory" + (ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : "");
+  if (!fs::exists(status)) {
+    if (err) *err = "--input " + dir + ": no such directory";
+    return false;
+  }
+  if (ec) {  // e.g. a parent directory without search permission
+    if (err) *err = "--input " + dir + ": " + ec.message();
     return false;
   }
   if (!fs::is_directory(status)) {

@@ -10,6 +10,8 @@
 
 #include "image.hpp"
 #include "input_dir.hpp"
+#include "record.hpp"
+#include "run.hpp"
 
 using namespace augment;
 namespace fs = std::filesystem;
@@ -154,4 +156,23 @@ TEST(AugmentInputFormat, MagicBytesAndCompleteness) {
   EXPECT_TRUE(has_image_extension("a.png"));
   EXPECT_FALSE(has_image_extension("a.png.txt"));
   EXPECT_FALSE(has_image_extension("png"));
+}
+
+TEST_F(InputDirTest, ALoadedTreeRunsThroughAMethodAndVerifies) {
+  // The synthetic set written out as files (ids 0..5 sort as 0.png < 1.jpg < ... in one directory).
+  const auto set = synthetic_set(5, 6, {{40, 32}, {56, 48}});
+  for (const EncodedImage& img : set)
+    put("in/" + std::to_string(img.id) + (img.format == Format::png ? ".png" : ".jpg"), img.data);
+  InputSet input;
+  std::string err;
+  ASSERT_TRUE(load_input_dir(path("in"), true, input, &err)) << err;
+  ASSERT_EQ(input.images.size(), set.size());
+  for (std::size_t i = 0; i < set.size(); ++i) EXPECT_EQ(input.images[i].data, set[i].data) << i;
+  RunConfig config;
+  config.threads = 1;
+  const RunResult r = run_method(input.images, "posix", path("out.taia"), config);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.images, set.size());
+  const VerifyResult v = verify_file(path("out.taia"), set.size(), true);
+  EXPECT_TRUE(v.ok) << v.error;
 }

@@ -232,7 +232,8 @@ std::string unescape_mount_field(const std::string& s) {
 }
 
 // The mount holding `dir`: the longest mount point that is a prefix of its canonical path.
-bool find_mount(const std::string& dir, std::string& source, std::string& type, std::string& point) {
+bool find_mount(const std::string& dir, std::string& source, std::string& type, std::string& point,
+                std::string& devno) {
   std::error_code ec;
   const std::string path = std::filesystem::weakly_canonical(dir, ec).string();
   if (ec) return false;
@@ -242,8 +243,8 @@ bool find_mount(const std::string& dir, std::string& source, std::string& type, 
   bool found = false;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
-    std::string id, parent, devno, root, mount_point;
-    if (!(fields >> id >> parent >> devno >> root >> mount_point)) continue;
+    std::string id, parent, device, root, mount_point;
+    if (!(fields >> id >> parent >> device >> root >> mount_point)) continue;
     mount_point = unescape_mount_field(mount_point);
     const auto dash = line.find(" - ");
     if (dash == std::string::npos) continue;
@@ -259,10 +260,31 @@ bool find_mount(const std::string& dir, std::string& source, std::string& type, 
       source = unescape_mount_field(fs_source);
       type = fs_type;
       point = mount_point;
+      devno = device;
       found = true;
     }
   }
   return found;
+}
+
+// The block device behind "major:minor" and whether it says it rotates; false for a filesystem
+// without one (tmpfs, overlayfs, NFS: their device numbers have no /sys/dev/block entry).
+bool block_device(const std::string& devno, std::string& name, bool& rotational) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dev = fs::canonical("/sys/dev/block/" + devno, ec);
+  if (ec) return false;
+  name = dev.filename().string();
+  // A partition has no queue/ of its own: its disk (the parent directory) has.
+  for (const fs::path& queue : {dev / "queue" / "rotational", dev.parent_path() / "queue" / "rotational"}) {
+    std::ifstream in(queue);
+    int value = -1;
+    if (in >> value) {
+      rotational = value != 0;
+      return true;
+    }
+  }
+  return false;
 }
 }  // namespace
 
@@ -303,12 +325,22 @@ Fields describe_machine(const std::string& output_dir) {
     m.emplace_back("output_fs_block_size", Value());
     m.emplace_back("output_fs_free_bytes", Value());
   }
-  std::string source, type, point;
-  const bool mounted = find_mount(output_dir, source, type, point);
+  std::string source, type, point, devno, device;
+  const bool mounted = find_mount(output_dir, source, type, point, devno);
   m.emplace_back("output_mount_point", mounted ? Value(point) : Value());
   m.emplace_back("output_mount_type", mounted ? Value(type) : Value());
   m.emplace_back("output_mount_source", mounted ? Value(source) : Value());
-  m.emplace_back("compiler", std::string(__VERSION__));
+  bool rotational = false;
+  const bool has_device = mounted && block_device(devno, device, rotational);
+  m.emplace_back("output_block_device", has_device ? Value(device) : Value());
+  m.emplace_back("output_device_rotational", has_device ? Value(rotational) : Value());
+#if defined(__clang__)
+  m.emplace_back("compiler", std::string("clang ") + __clang_version__);
+#elif defined(__GNUC__)
+  m.emplace_back("compiler", std::string("gcc ") + __VERSION__);
+#else
+  m.emplace_back("compiler", Value());
+#endif
   return m;
 }
 

@@ -5,7 +5,7 @@
 //     "schema":  "tai-augment/1",
 //     "config":  { every option of the invocation, in the order given: "key": value, ... },
 //     "machine": { "hostname", "kernel", "cpu_model", "hardware_threads", "memory_total_bytes",
-//                  "output_dir", "output_fs", "output_fs_magic", "output_mount_source", ... },
+//                  "output_dir", "output_fs", "output_mount_source", "output_block_device", ... },
 //     "runs":    [ { "method", "engine", "repeat", "threads", figures ... }, ... ]
 //   }
 // Every value is a JSON number, string, boolean or null, or (config only) a literal such as an
@@ -94,8 +94,9 @@ std::string to_csv(const std::vector<Fields>& runs);
 bool write_text_file(const std::string& path, const std::string& text, std::string* err);
 
 // The machine block: hostname, kernel (uname), CPU model (/proc/cpuinfo), hardware threads,
-// memory total, and the filesystem holding output_dir (statfs f_type named, plus the mount's
-// source device and type from /proc/self/mountinfo). A field that cannot be read is null.
+// memory total, the filesystem holding output_dir (statfs f_type named, plus the mount's source
+// and type from /proc/self/mountinfo) and its block device, the compiler. A field that cannot be
+// read is null.
 Fields describe_machine(const std::string& output_dir);
 // The name of a statfs f_type ("ext4", "xfs", "tmpfs", ...), or "0x..." when unknown.
 std::string filesystem_name(std::uint64_t f_type);

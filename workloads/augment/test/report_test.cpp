@@ -123,7 +123,7 @@ TEST(AugmentReport, MachineDescriptionIsValidJson) {
     return nullptr;
   };
   for (const char* key : {"hostname", "kernel", "cpu_model", "hardware_threads", "memory_total_bytes", "output_fs",
-                          "output_mount_source", "compiler"})
+                          "output_mount_source", "output_block_device", "output_device_rotational", "compiler"})
     EXPECT_NE(find(key), nullptr) << key;
   ASSERT_NE(find("kernel"), nullptr);
   EXPECT_NE(find("kernel")->to_json().find("Linux"), std::string::npos);

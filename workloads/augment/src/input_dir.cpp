@@ -1,12 +1,14 @@
 #include "input_dir.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -208,6 +210,95 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
     return false;
   }
   return true;
+}
+
+bool write_input_files(const std::string& dir, const std::vector<EncodedImage>& images,
+                       std::vector<std::string>& paths, std::string* err) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    if (err) *err = dir + ": " + ec.message();
+    return false;
+  }
+  paths.clear();
+  paths.reserve(images.size());
+  for (const EncodedImage& img : images) {
+    char name[40];
+    std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(img.id),
+                  img.format == Format::png ? "png" : "jpg");
+    const std::string path = (fs::path(dir) / name).string();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (err) *err = path + ": " + std::strerror(errno);
+      return false;
+    }
+    std::size_t done = 0;
+    while (done < img.data.size()) {
+      const ssize_t n = ::write(fd, img.data.data() + done, img.data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (err) *err = path + ": write: " + std::strerror(errno);
+        ::close(fd);
+        return false;
+      }
+      done += std::size_t(n);
+    }
+    if (::close(fd) != 0) {
+      if (err) *err = path + ": close: " + std::strerror(errno);
+      return false;
+    }
+    paths.push_back(path);
+  }
+  return true;
+}
+
+bool evict_from_page_cache(const std::vector<std::string>& paths, std::string* err) {
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (err) *err = path + ": " + std::strerror(errno);
+      return false;
+    }
+    // Dirty pages cannot be dropped: write them first (a file just written by write_input_files).
+    ::fdatasync(fd);
+    const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (rc != 0) {
+      if (err) *err = path + ": posix_fadvise: " + std::strerror(rc);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool cached_pages(const std::string& path, std::size_t& resident, std::size_t& total, std::string* err) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (err) *err = path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    if (err) *err = path + ": empty or unreadable";
+    ::close(fd);
+    return false;
+  }
+  const std::size_t size = std::size_t(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    if (err) *err = path + ": mmap: " + std::strerror(errno);
+    return false;
+  }
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  total = (size + page - 1) / page;
+  std::vector<unsigned char> vec(total);
+  const bool ok = ::mincore(map, size, vec.data()) == 0;
+  if (!ok && err) *err = path + ": mincore: " + std::strerror(errno);
+  ::munmap(map, size);
+  resident = 0;
+  for (const unsigned char v : vec) resident += v & 1;
+  return ok;
 }
 
 }  // namespace augment

@@ -35,6 +35,21 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
 // Reads a whole file (the loop's read for --read-input); false and *err (naming the file) on error.
 bool read_encoded(const std::string& path, Bytes& out, std::string* err);
 
+// Writes an in-memory set (the synthetic one) as files in `dir` (created if missing), named by
+// zero-padded id ("000042.png", ".jpg"), so that --read-input also works without --input and
+// load_input_dir(dir) gives back the same ids in the same order. paths[i] is images[i]'s file.
+bool write_input_files(const std::string& dir, const std::vector<EncodedImage>& images,
+                       std::vector<std::string>& paths, std::string* err);
+
+// Drops the files' clean pages from the page cache (posix_fadvise DONTNEED), so that a measured
+// --read-input loop reads from the device rather than from memory the checking pass filled. A hint:
+// the kernel may keep pages another process maps. False (and *err) on the first file it cannot open.
+bool evict_from_page_cache(const std::vector<std::string>& paths, std::string* err);
+
+// The number of the file's pages in the page cache (mincore on a mapping) and its page count;
+// false on error or an empty file. For tests and for reporting whether an eviction took.
+bool cached_pages(const std::string& path, std::size_t& resident, std::size_t& total, std::string* err);
+
 // PNG or JPEG from the first bytes; nullopt for anything else.
 std::optional<Format> sniff_format(const Bytes& data);
 

@@ -1,6 +1,7 @@
 // --input DIR: a tree of good, corrupt, truncated, misnamed and nested files gives the right
 // images in a deterministic order and one skip line per bad file; unusable directories are errors.
 #include <gtest/gtest.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -175,4 +176,45 @@ TEST_F(InputDirTest, ALoadedTreeRunsThroughAMethodAndVerifies) {
   EXPECT_EQ(r.images, set.size());
   const VerifyResult v = verify_file(path("out.taia"), set.size(), true);
   EXPECT_TRUE(v.ok) << v.error;
+}
+
+TEST_F(InputDirTest, SyntheticSetAsFilesLoadsBackWithTheSameIds) {
+  const auto set = synthetic_set(3, 12, {{40, 32}, {24, 24}});
+  std::vector<std::string> paths;
+  std::string err;
+  ASSERT_TRUE(write_input_files(path("synthetic"), set, paths, &err)) << err;
+  ASSERT_EQ(paths.size(), set.size());
+  InputSet back;
+  ASSERT_TRUE(load_input_dir(path("synthetic"), false, back, &err)) << err;
+  EXPECT_EQ(back.paths, paths);  // zero-padded names: path order is id order
+  EXPECT_TRUE(back.skipped.empty());
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    EXPECT_EQ(back.images[i].format, set[i].format);
+    Bytes bytes;
+    ASSERT_TRUE(read_encoded(back.paths[i], bytes, &err)) << err;
+    EXPECT_EQ(bytes, set[i].data) << i;
+  }
+}
+
+TEST_F(InputDirTest, EvictionEmptiesThePageCacheOfTheInputs) {
+  Bytes big(256 * 1024);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>(i * 7);
+  put("big.png", big);
+  struct statfs sf {};
+  ASSERT_EQ(::statfs(path("big.png").c_str(), &sf), 0);
+  // tmpfs pages are the file's only copy: the kernel cannot drop them.
+  if (sf.f_type == 0x01021994) GTEST_SKIP() << "the scratch directory is on tmpfs";
+  std::size_t resident = 0, total = 0;
+  std::string err;
+  ASSERT_TRUE(cached_pages(path("big.png"), resident, total, &err)) << err;
+  EXPECT_EQ(total, big.size() / std::size_t(::sysconf(_SC_PAGESIZE)));
+  EXPECT_GT(resident, 0u);  // just written: in the cache
+  ASSERT_TRUE(evict_from_page_cache({path("big.png")}, &err)) << err;
+  ASSERT_TRUE(cached_pages(path("big.png"), resident, total, &err)) << err;
+  EXPECT_EQ(resident, 0u);
+  Bytes back;
+  ASSERT_TRUE(read_encoded(path("big.png"), back, &err)) << err;
+  EXPECT_EQ(back, big);
+  EXPECT_FALSE(evict_from_page_cache({path("gone.png")}, &err));
+  EXPECT_NE(err.find("gone.png"), std::string::npos);
 }

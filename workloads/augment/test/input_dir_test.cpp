@@ -218,3 +218,19 @@ TEST_F(InputDirTest, EvictionEmptiesThePageCacheOfTheInputs) {
   EXPECT_FALSE(evict_from_page_cache({path("gone.png")}, &err));
   EXPECT_NE(err.find("gone.png"), std::string::npos);
 }
+
+TEST(AugmentInputFormat, EveryPrefixOfAJpegIsIncompleteAndJunkNeverOverreads) {
+  Bytes j;
+  ASSERT_TRUE(encode_jpeg(synthetic_image(4, 1, {48, 40}), 85, j, nullptr));
+  for (std::size_t keep = 0; keep < j.size(); ++keep)
+    ASSERT_FALSE(jpeg_is_complete(Bytes(j.begin(), j.begin() + long(keep)))) << keep;
+  // Random damage after the SOI: any answer is fine, reading past the end is not (the sanitizer
+  // presets check that).
+  Rng rng(11);
+  for (int round = 0; round < 300; ++round) {
+    Bytes damaged = j;
+    for (int k = 0; k < 4; ++k) damaged[2 + rng.next() % (damaged.size() - 2)] = static_cast<unsigned char>(rng.next());
+    damaged.resize(2 + rng.next() % (damaged.size() - 1));
+    (void)jpeg_is_complete(damaged);
+  }
+}

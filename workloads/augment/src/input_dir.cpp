@@ -198,8 +198,8 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
     const auto size = fs::file_size(c.path, size_ec);
     out.bytes += size_ec ? c.data.size() : std::uint64_t(size);
     img.data = std::move(c.data);
+    img.path = std::move(c.path);
     out.images.push_back(std::move(img));
-    out.paths.push_back(std::move(c.path));
   }
   if (out.images.empty()) {
     if (err) {
@@ -212,17 +212,15 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
   return true;
 }
 
-bool write_input_files(const std::string& dir, const std::vector<EncodedImage>& images,
-                       std::vector<std::string>& paths, std::string* err) {
+bool write_input_files(std::vector<EncodedImage>& images, const std::string& dir, std::string* err) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     if (err) *err = dir + ": " + ec.message();
     return false;
   }
-  paths.clear();
-  paths.reserve(images.size());
-  for (const EncodedImage& img : images) {
+  for (EncodedImage& img : images) {
+    if (!img.path.empty()) continue;
     char name[40];
     std::snprintf(name, sizeof name, "%06llu.%s", static_cast<unsigned long long>(img.id),
                   img.format == Format::png ? "png" : "jpg");
@@ -247,24 +245,29 @@ bool write_input_files(const std::string& dir, const std::vector<EncodedImage>& 
       if (err) *err = path + ": close: " + std::strerror(errno);
       return false;
     }
-    paths.push_back(path);
+    img.path = path;
   }
   return true;
 }
 
-bool evict_from_page_cache(const std::vector<std::string>& paths, std::string* err) {
-  for (const std::string& path : paths) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+bool evict_from_page_cache(const std::vector<EncodedImage>& images, std::string* err) {
+  for (const EncodedImage& img : images) {
+    if (img.path.empty()) continue;
+    const int fd = ::open(img.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      if (err) *err = path + ": " + std::strerror(errno);
+      if (err) *err = img.path + ": " + std::strerror(errno);
       return false;
     }
-    // Dirty pages cannot be dropped: write them first (a file just written by write_input_files).
-    ::fdatasync(fd);
+    // Dirty pages cannot be dropped: write them back first (a file the spill just wrote).
+    if (::fdatasync(fd) != 0) {
+      if (err) *err = img.path + ": fdatasync: " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
     const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
     if (rc != 0) {
-      if (err) *err = path + ": posix_fadvise: " + std::strerror(rc);
+      if (err) *err = img.path + ": posix_fadvise: " + std::strerror(rc);
       return false;
     }
   }

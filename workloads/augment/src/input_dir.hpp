@@ -12,10 +12,9 @@ namespace augment {
 
 struct InputSet {
   // The usable images, sorted by path (byte-wise, so the ids are the same on every run and host):
-  // images[i].id == i and paths[i] is its file. With keep_data false, images[i].data is empty
-  // (the loop reads paths[i] itself, see read_encoded) but the format is set.
+  // images[i].id == i and images[i].path is its file. With keep_data false, images[i].data is
+  // empty (the loop reads the path itself, see read_encoded) but the format is set.
   std::vector<EncodedImage> images;
-  std::vector<std::string> paths;
   std::uint64_t bytes = 0;  // the usable files' total size
   // One line per skipped candidate (a .png/.jpg/.jpeg that is corrupt, truncated, unreadable or
   // neither a PNG nor a JPEG), naming the file and the reason, in path order. The caller prints them.
@@ -35,16 +34,16 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
 // Reads a whole file (the loop's read for --read-input); false and *err (naming the file) on error.
 bool read_encoded(const std::string& path, Bytes& out, std::string* err);
 
-// Writes an in-memory set (the synthetic one) as files in `dir` (created if missing), named by
-// zero-padded id ("000042.png", ".jpg"), so that --read-input also works without --input and
-// load_input_dir(dir) gives back the same ids in the same order. paths[i] is images[i]'s file.
-bool write_input_files(const std::string& dir, const std::vector<EncodedImage>& images,
-                       std::vector<std::string>& paths, std::string* err);
+// Writes the images that have no path yet (the synthetic set) as files in `dir` (created if
+// missing), named by zero-padded id ("000042.png", ".jpg"), and sets their path: --read-input then
+// works without --input, and load_input_dir(dir) gives back the same ids in the same order.
+bool write_input_files(std::vector<EncodedImage>& images, const std::string& dir, std::string* err);
 
-// Drops the files' clean pages from the page cache (posix_fadvise DONTNEED), so that a measured
-// --read-input loop reads from the device rather than from memory the checking pass filled. A hint:
-// the kernel may keep pages another process maps. False (and *err) on the first file it cannot open.
-bool evict_from_page_cache(const std::vector<std::string>& paths, std::string* err);
+// Drops the images' files from the page cache (written back first, then posix_fadvise DONTNEED),
+// so that a measured --read-input loop reads from the device rather than from the memory the
+// checking pass (or the spill) filled. Images without a path are left alone. False (and *err) on
+// the first file it cannot open or advise. Not on tmpfs, whose pages are the files' only copy.
+bool evict_from_page_cache(const std::vector<EncodedImage>& images, std::string* err);
 
 // The number of the file's pages in the page cache (mincore on a mapping) and its page count;
 // false on error or an empty file. For tests and for reporting whether an eviction took.

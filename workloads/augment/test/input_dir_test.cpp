@@ -73,10 +73,9 @@ TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
   std::string err;
   ASSERT_TRUE(load_input_dir(root_.string(), true, set, &err)) << err;
   ASSERT_EQ(set.images.size(), 3u);
-  ASSERT_EQ(set.paths.size(), 3u);
-  EXPECT_EQ(set.paths[0], path("a/deep/er/photo.JPG"));
-  EXPECT_EQ(set.paths[1], path("b/good.png"));
-  EXPECT_EQ(set.paths[2], path("c/really_png.jpeg"));
+  EXPECT_EQ(set.images[0].path, path("a/deep/er/photo.JPG"));
+  EXPECT_EQ(set.images[1].path, path("b/good.png"));
+  EXPECT_EQ(set.images[2].path, path("c/really_png.jpeg"));
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(set.images[i].id, i);
   EXPECT_EQ(set.images[0].format, Format::jpeg);
   EXPECT_EQ(set.images[1].format, Format::png);
@@ -100,12 +99,13 @@ TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
   // Without the data: same list, same formats, empty buffers; read_encoded brings them back.
   InputSet lean;
   ASSERT_TRUE(load_input_dir(root_.string(), false, lean, &err)) << err;
-  ASSERT_EQ(lean.paths, set.paths);
+  ASSERT_EQ(lean.images.size(), set.images.size());
   for (std::size_t i = 0; i < lean.images.size(); ++i) {
     EXPECT_TRUE(lean.images[i].data.empty());
     EXPECT_EQ(lean.images[i].format, set.images[i].format);
+    EXPECT_EQ(lean.images[i].path, set.images[i].path);
     Bytes bytes;
-    ASSERT_TRUE(read_encoded(lean.paths[i], bytes, &err)) << err;
+    ASSERT_TRUE(read_encoded(lean.images[i].path, bytes, &err)) << err;
     EXPECT_EQ(bytes, set.images[i].data);
   }
 }
@@ -171,51 +171,62 @@ TEST_F(InputDirTest, ALoadedTreeRunsThroughAMethodAndVerifies) {
   for (std::size_t i = 0; i < set.size(); ++i) EXPECT_EQ(input.images[i].data, set[i].data) << i;
   RunConfig config;
   config.threads = 1;
-  const RunResult r = run_method(input.images, "posix", path("out.taia"), config);
-  ASSERT_TRUE(r.ok()) << r.error;
-  EXPECT_EQ(r.images, set.size());
-  const VerifyResult v = verify_file(path("out.taia"), set.size(), true);
-  EXPECT_TRUE(v.ok) << v.error;
+  config.content = "input_dir test";
+  for (const bool read_input : {false, true}) {
+    config.read_input = read_input;
+    InputSet from;
+    ASSERT_TRUE(load_input_dir(path("in"), !read_input, from, &err)) << err;
+    const std::string stem = path(read_input ? "out-read" : "out-memory");
+    const RunResult r = run_method(from.images, "posix", stem, config);
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.images, set.size());
+    const RunCheck check = verify_run(stem + ".run", true);
+    EXPECT_TRUE(check.ok) << check.error;
+    EXPECT_EQ(check.records.size(), set.size());
+  }
 }
 
 TEST_F(InputDirTest, SyntheticSetAsFilesLoadsBackWithTheSameIds) {
-  const auto set = synthetic_set(3, 12, {{40, 32}, {24, 24}});
-  std::vector<std::string> paths;
+  auto set = synthetic_set(3, 12, {{40, 32}, {24, 24}});
   std::string err;
-  ASSERT_TRUE(write_input_files(path("synthetic"), set, paths, &err)) << err;
-  ASSERT_EQ(paths.size(), set.size());
+  ASSERT_TRUE(write_input_files(set, path("synthetic"), &err)) << err;
   InputSet back;
   ASSERT_TRUE(load_input_dir(path("synthetic"), false, back, &err)) << err;
-  EXPECT_EQ(back.paths, paths);  // zero-padded names: path order is id order
+  ASSERT_EQ(back.images.size(), set.size());
   EXPECT_TRUE(back.skipped.empty());
   for (std::size_t i = 0; i < set.size(); ++i) {
+    EXPECT_EQ(back.images[i].id, set[i].id);
+    EXPECT_EQ(back.images[i].path, set[i].path);  // zero-padded names: path order is id order
     EXPECT_EQ(back.images[i].format, set[i].format);
     Bytes bytes;
-    ASSERT_TRUE(read_encoded(back.paths[i], bytes, &err)) << err;
+    ASSERT_TRUE(read_encoded(back.images[i].path, bytes, &err)) << err;
     EXPECT_EQ(bytes, set[i].data) << i;
   }
 }
 
 TEST_F(InputDirTest, EvictionEmptiesThePageCacheOfTheInputs) {
-  Bytes big(256 * 1024);
-  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>(i * 7);
-  put("big.png", big);
+  EncodedImage big;
+  big.data.resize(256 * 1024);
+  for (std::size_t i = 0; i < big.data.size(); ++i) big.data[i] = static_cast<unsigned char>(i * 7);
+  std::vector<EncodedImage> images = {big};
+  std::string err;
+  ASSERT_TRUE(write_input_files(images, path("evict"), &err)) << err;
   struct statfs sf {};
-  ASSERT_EQ(::statfs(path("big.png").c_str(), &sf), 0);
+  ASSERT_EQ(::statfs(images[0].path.c_str(), &sf), 0);
   // tmpfs pages are the file's only copy: the kernel cannot drop them.
   if (sf.f_type == 0x01021994) GTEST_SKIP() << "the scratch directory is on tmpfs";
   std::size_t resident = 0, total = 0;
-  std::string err;
-  ASSERT_TRUE(cached_pages(path("big.png"), resident, total, &err)) << err;
-  EXPECT_EQ(total, big.size() / std::size_t(::sysconf(_SC_PAGESIZE)));
+  ASSERT_TRUE(cached_pages(images[0].path, resident, total, &err)) << err;
+  EXPECT_EQ(total, big.data.size() / std::size_t(::sysconf(_SC_PAGESIZE)));
   EXPECT_GT(resident, 0u);  // just written: in the cache
-  ASSERT_TRUE(evict_from_page_cache({path("big.png")}, &err)) << err;
-  ASSERT_TRUE(cached_pages(path("big.png"), resident, total, &err)) << err;
+  ASSERT_TRUE(evict_from_page_cache(images, &err)) << err;
+  ASSERT_TRUE(cached_pages(images[0].path, resident, total, &err)) << err;
   EXPECT_EQ(resident, 0u);
   Bytes back;
-  ASSERT_TRUE(read_encoded(path("big.png"), back, &err)) << err;
-  EXPECT_EQ(back, big);
-  EXPECT_FALSE(evict_from_page_cache({path("gone.png")}, &err));
+  ASSERT_TRUE(read_encoded(images[0].path, back, &err)) << err;
+  EXPECT_EQ(back, big.data);
+  images[0].path = path("gone.png");
+  EXPECT_FALSE(evict_from_page_cache(images, &err));
   EXPECT_NE(err.find("gone.png"), std::string::npos);
 }
 

@@ -33,10 +33,11 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   tests/benchmarks: libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox
 #   image workload:   libpng-dev libjpeg62-turbo-dev
 #   API reference:    doxygen
+#   test scripts:     python3 (the workload's JSON/CSV reports are parsed back)
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev doxygen
+  libpng-dev libjpeg62-turbo-dev doxygen python3
 
 .PHONY: help deps $(PRESETS) demo test bench docs clean sweep
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +17,11 @@
 #include <sstream>
 #include <thread>
 
+#include "cache_counters.hpp"
 #include "image.hpp"
+#include "input_dir.hpp"
+#include "page_cache_warning.hpp"
+#include "report.hpp"
 #include "method.hpp"
 #include "record.hpp"
 #include "run.hpp"
@@ -79,34 +84,54 @@ int verify_command(const std::vector<std::string>& paths, bool decode) {
   return verify_runs(manifests, decode) ? 0 : 1;
 }
 
-// --read-input: the input set goes to files under DIR before the clock, written back and dropped
-// from the page cache, so the loop's reads reach the device.
-bool spill_input(std::vector<EncodedImage>& input, const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  for (EncodedImage& e : input) {
-    if (!e.path.empty()) continue;
-    e.path = fmt::format("{}/{:06}.{}", dir, e.id, e.format == Format::png ? "png" : "jpg");
-    std::FILE* f = std::fopen(e.path.c_str(), "wb");
-    if (!f) return false;
-    const bool ok = std::fwrite(e.data.data(), 1, e.data.size(), f) == e.data.size() && std::fflush(f) == 0 &&
-                    ::fsync(fileno(f)) == 0;
-    if (std::fclose(f) != 0 || !ok) return false;
+
+// One run as report fields (docs/json_schema.md); figures of a failed or refused run are null.
+Fields run_fields(const RunResult& r, unsigned repeat, const RunConfig& config) {
+  const bool ok = r.ok() && r.refused.empty();
+  const bool tai = r.method.rfind("tai-", 0) == 0;
+  auto num = [&](double v) { return ok ? Value(v) : Value(); };
+  Fields f = {{"method", r.method},
+              {"engine", r.note.empty() ? Value(r.method) : Value(r.note)},
+              {"repeat", repeat + 1},
+              {"threads", r.threads},
+              {"tai_workers", tai ? Value(config.method.tai_workers) : Value()},
+              {"status", ok ? "ok" : !r.refused.empty() ? "refused" : "error"},
+              {"error", ok ? Value() : Value(r.refused.empty() ? r.error : r.refused)},
+              {"images", ok ? Value(r.images) : Value()},
+              {"skipped", ok ? Value(r.skipped) : Value()},
+              {"bytes_written", ok ? Value(r.bytes_issued) : Value()},
+              {"bytes_output", ok ? Value(r.bytes) : Value()},
+              {"writes", ok ? Value(r.writes) : Value()},
+              {"syncs", ok ? Value(r.syncs) : Value()},
+              {"wall_s", num(r.wall_s)},
+              {"images_per_s", num(r.images / r.wall_s)},
+              {"mib_per_s", num(r.bytes / 1048576.0 / r.wall_s)},
+              {"compute_s", num(r.compute_s)},
+              {"compute_utilisation", num(r.compute_s / (r.threads * r.wall_s))},
+              {"io_s", num(r.io_s)},
+              {"input_read_s", num(r.input_s)}};
+  if (ok) {
+    append_measurement_fields(f, r.measured);
+  } else {
+    for (const char* k : {"user_s", "sys_s", "voluntary_switches", "involuntary_switches", "minor_faults", "major_faults",
+                          "device_write_bytes", "cancelled_write_bytes", "device_read_bytes", "wchar", "rchar",
+                          "peak_rss_bytes", "peak_rss_over_run", "l1_dcm", "l2_dcm", "l3_dcm"})
+      f.emplace_back(k, Value());
   }
-  return true;
+  f.emplace_back("library_stats", r.library_stats.empty() ? Value() : Value(r.library_stats));
+  return f;
 }
 
-void drop_from_page_cache(const std::vector<EncodedImage>& input) {
-  for (const EncodedImage& e : input) {
-    if (e.path.empty()) continue;
-    const int fd = ::open(e.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  }
+std::string mb_or_na(const RunResult& r) {
+  if (!r.measured.delta.io_available) return "n/a";
+  return fmt::format("{:.1f}", r.measured.delta.write_bytes / 1e6);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
+  // PAPI counts the threads created after this (PAPI_INHERIT): OpenMP's, TAI's, glibc AIO's.
+  CacheCounters cache_counters;
+  cache_counters.start();
   CLI::App app{"tai-augment: the TAI paper's image-augmentation workload (decode, transform, encode PNG, write "
                "every record through each I/O method)"};
   app.set_help_all_flag("--help-all");
@@ -128,9 +153,11 @@ int main(int argc, char** argv) {
   std::string load = "fixed";
   unsigned files = 1, amplify = 1, fsync_every = 0;
   bool overwrite = false, fdatasync = false, direct = false, direct_unpadded = false, read_input = false;
+  std::string input_dir, json_path, csv_path;
   app.add_option("--threads", threads_text, "OpenMP compute threads; a list (1,2,4) runs each count")->capture_default_str();
   app.add_option("--method", method_list, "comma-separated I/O methods (--list-methods)")->capture_default_str();
   app.add_option("--synthetic,--images", images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
+  app.add_option("--input", input_dir, "a directory tree of .png/.jpg/.jpeg images (default: the synthetic set)");
   app.add_option("--sizes", sizes_text, "the synthetic images' sizes, WxH,... (image i has size i mod count)")->capture_default_str();
   app.add_option("--output", output, "directory for the output files (records, indexes, run manifests)")->capture_default_str();
   app.add_option("--files", files, "spread the records over this many files per run (image id mod K)")->check(CLI::Range(1u, 4096u))->capture_default_str();
@@ -149,6 +176,8 @@ int main(int argc, char** argv) {
   app.add_option("--load", load, "TAI workers: fixed = 2 beside the compute threads (the paper's fixed load), full = every hardware thread the compute threads leave idle (at least 1)")->check(CLI::IsMember({"fixed", "full"}))->capture_default_str();
   app.add_option("--tai-workers", tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
   app.add_flag("--verify", verify, "read every output of this invocation back (as the verify subcommand)");
+  app.add_option("--json", json_path, "write the configuration, the machine and every run's figures as JSON (docs/json_schema.md)");
+  app.add_option("--csv", csv_path, "write every run's figures as CSV, one row per run");
   app.add_flag("--list-methods", list, "list the I/O methods and exit");
   app.add_flag("--stats", show_stats, "print each method's own counters (TAI's controller statistics) for the median run");
   CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
@@ -221,26 +250,50 @@ int main(int argc, char** argv) {
 
   omp_set_num_threads(int(*std::max_element(thread_counts.begin(), thread_counts.end())));
   const auto g0 = std::chrono::steady_clock::now();
-  std::vector<EncodedImage> input = synthetic_set(seed, images, sizes);
-  if (input.empty()) {
-    fmt::print(stderr, "tai-augment: encoding the synthetic input set failed\n");
-    return 1;
-  }
+  std::vector<EncodedImage> input;
   std::uint64_t input_bytes = 0;
-  for (const EncodedImage& e : input) input_bytes += e.data.size();
-  const std::string content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images,
-                                          sizes_text, png_level, grey ? 1 : 0);
-  fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
-             input.size(), sizes_text, input_bytes / 1e6,
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
-             read_input ? "read from disk inside the loop" : "in memory");
-  if (read_input) {
-    if (!spill_input(input, output + "/input")) {
-      fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", output, std::strerror(errno));
+  std::string content;
+  if (!input_dir.empty()) {
+    InputSet set;
+    std::string err;
+    if (!load_input_dir(input_dir, !read_input, set, &err)) {
+      fmt::print(stderr, "tai-augment: {}\n", err);
+      return 2;
+    }
+    for (const std::string& line : set.skipped) fmt::print("input: {}\n", line);
+    input = std::move(set.images);
+    input_bytes = set.bytes;
+    char resolved[PATH_MAX];
+    content = fmt::format("input={} png-level={} grey={}", ::realpath(input_dir.c_str(), resolved) ? resolved : input_dir,
+                          png_level, grey ? 1 : 0);
+    fmt::print("input: {} images from {} ({} skipped, {} other files ignored), {:.1f} MB, checked in {:.2f} s, {}\n",
+               input.size(), input_dir, set.skipped.size(), set.ignored, input_bytes / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
+               read_input ? "read from disk inside the loop" : "in memory");
+  } else {
+    input = synthetic_set(seed, images, sizes);
+    if (input.empty()) {
+      fmt::print(stderr, "tai-augment: encoding the synthetic input set failed\n");
       return 1;
     }
-    for (EncodedImage& e : input) Bytes().swap(e.data);
+    for (const EncodedImage& e : input) input_bytes += e.data.size();
+    content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images, sizes_text,
+                          png_level, grey ? 1 : 0);
+    fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
+               input.size(), sizes_text, input_bytes / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
+               read_input ? "read from disk inside the loop" : "in memory");
+    if (read_input) {
+      std::string err;
+      if (!write_input_files(input, output + "/input", &err)) {
+        fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", output, err);
+        return 1;
+      }
+      for (EncodedImage& e : input) Bytes().swap(e.data);
+    }
   }
+  if (!cache_counters.available())
+    fmt::print("cache misses: n/a: {}\n", cache_counters.reason());
   fmt::print("run: threads {}, batch {}, PNG level {}, seed {}, files {}, amplify {}, overwrite {}, {} every {}, "
              "{}, {} repeat(s), output in {}/\n",
              threads_text, batch, png_level, seed, files, amplify, overwrite ? "on" : "off",
@@ -260,6 +313,7 @@ int main(int argc, char** argv) {
   config.files = files;
   config.read_input = read_input;
   config.content = content;
+  config.cache_counters = &cache_counters;
   config.method.direct = direct;
   config.method.direct_unpadded = direct_unpadded;
   config.method.fdatasync = fdatasync;
@@ -286,6 +340,8 @@ int main(int argc, char** argv) {
   std::map<Key, std::vector<RunResult>> results;
   std::map<std::string, std::string> skipped_methods;
   std::vector<std::string> manifests;
+  std::vector<Fields> report_runs;
+  bool warned_page_cache = false;
   bool failed = false;
   for (unsigned r = 0; r < repeat; ++r) {
     for (unsigned threads : thread_counts) {
@@ -301,27 +357,40 @@ int main(int argc, char** argv) {
           fmt::print("{}: skipped: {}\n", spec, info->unavailable);
           continue;
         }
-        drop_from_page_cache(input);
+        if (read_input) {
+          std::string err;
+          if (!evict_from_page_cache(input, &err)) fmt::print("input: could not drop the input from the page cache: {}\n", err);
+        }
+        config.progress_label = fmt::format("{} t{} r{}", spec, threads, r + 1);
         RunResult res = run_method(input, spec, output + "/" + stem_for(spec, threads, r), config);
         if (!res.refused.empty()) {
           skipped_methods[spec] = res.refused;
           fmt::print("{}: skipped: {}\n", spec, res.refused);
+          report_runs.push_back(run_fields(res, r, config));
           continue;
         }
         if (!res.ok()) {
           fmt::print("{} ({} threads): FAILED: {}\n", spec, threads, res.error);
+          report_runs.push_back(run_fields(res, r, config));
           failed = true;
           continue;
         }
         if (res.skipped) fmt::print("{}: {} input images did not decode and were skipped\n", spec, res.skipped);
+        if (!warned_page_cache) {
+          const std::string w = page_cache_warning(res.bytes, fsync_every > 0, direct);
+          if (!w.empty()) fmt::print("{}\n", w);
+          warned_page_cache = true;
+        }
+        report_runs.push_back(run_fields(res, r, config));
         manifests.push_back(res.manifest);
         results[{threads, spec}].push_back(std::move(res));
       }
     }
   }
 
-  fmt::print("\n{:>3} {:<16} {:>9} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}  {}\n", "thr", "method",
-             "images/s", "MB/s", "seconds", "compute", "in I/O", "syncs", "user s", "sys s", "vol. cs", "vs posix", "note");
+  fmt::print("\n{:>3} {:<16} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>8}  {}\n",
+             "thr", "method", "images/s", "MB/s", "seconds", "compute", "in I/O", "syncs", "user s", "sys s", "vol. cs",
+             "inv. cs", "min. flt", "dev. MB", "RSS MB", "L1/2/3", "vs posix", "note");
   for (unsigned threads : thread_counts) {
     auto posix = results.find({threads, "posix"});
     double posix_wall = 0;
@@ -341,21 +410,58 @@ int main(int argc, char** argv) {
       const double wall = median(walls);
       const RunResult& m = runs[(runs.size() - 1) / 2];
       const std::string ratio = posix_wall > 0 ? fmt::format("{:.2f}x", posix_wall / wall) : "-";
-      fmt::print("{:>3} {:<16} {:>9.1f} {:>7.1f} {:>8.3f} {:>7.0f}% {:>6.0f}% {:>7} {:>7.2f} {:>7.2f} {:>8} {:>8}  {}\n",
+      const auto& cm = m.measured.cache_misses.misses;
+      const std::string misses = m.measured.cache_misses.any()
+                                     ? fmt::format("{:.0f}/{:.0f}/{:.0f}M", cm[0] ? *cm[0] / 1e6 : -1.0,
+                                                   cm[1] ? *cm[1] / 1e6 : -1.0, cm[2] ? *cm[2] / 1e6 : -1.0)
+                                     : "n/a";
+      fmt::print("{:>3} {:<16} {:>8.1f} {:>7.1f} {:>7.2f} {:>6.0f}% {:>5.0f}% {:>6} {:>6.2f} {:>6.2f} {:>7} {:>7} {:>7} {:>7} "
+                 "{:>7.0f} {:>6} {:>8}  {}\n",
                  threads, spec, m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
-                 100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches, ratio, m.note);
+                 100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches,
+                 m.involuntary_switches, m.minor_faults, mb_or_na(m), m.measured.peak_rss.bytes / 1e6, misses, ratio, m.note);
       if (show_stats && !m.library_stats.empty()) fmt::print("{:>3} {:<16} {}\n", "", "", m.library_stats);
     }
   }
-  fmt::print("(medians of {} run(s); MB/s counts every record once (headers and padding included, overwrites not); "
-             "compute = decode+transform+encode time / (threads x wall); in I/O = time the compute threads spent in the "
-             "method's calls / (threads x wall); syncs = fsyncs asked by the seeded draw, the final one per file not "
-             "counted; user s, sys s, vol. cs = the whole process's CPU time and voluntary context switches, getrusage)\n",
+  fmt::print("(the run with the median wall time of {} repeat(s) per row; MB/s counts every record once (headers and "
+             "padding included, overwrites not); compute = decode+transform+encode time / (threads x wall); in I/O = time "
+             "the compute threads spent in the method's calls / (threads x wall); syncs = fsyncs asked by the seeded "
+             "draw, the final one per file not counted; user s, sys s, vol./inv. cs, min. flt = the whole process, "
+             "getrusage; dev. MB = /proc/self/io write_bytes, bytes sent toward the device; RSS MB = peak resident set "
+             "over the run; L1/2/3 = PAPI data-cache misses)\n",
              repeat);
 
   if (verify && !manifests.empty()) {
     fmt::print("\n");
     if (!verify_runs(manifests, true)) failed = true;
+  }
+  if (!json_path.empty() || !csv_path.empty()) {
+    RunSet set;
+    set.config = {{"threads", threads_text}, {"method", method_list}, {"input", input_dir.empty() ? Value() : Value(input_dir)},
+                  {"synthetic", input_dir.empty() ? Value(images) : Value()}, {"read_input", read_input},
+                  {"sizes", sizes_text}, {"seed", seed}, {"batch", batch}, {"repeat", repeat}, {"png_level", png_level},
+                  {"grey", grey}, {"output", output}, {"files", files}, {"amplify", amplify}, {"overwrite", overwrite},
+                  {"fsync_every", fsync_every}, {"fdatasync", fdatasync}, {"direct", direct},
+                  {"direct_unpadded", direct_unpadded}, {"load", load},
+                  {"tai_workers", tai_workers ? Value(tai_workers) : Value()}, {"verify", verify},
+                  {"json", json_path.empty() ? Value() : Value(json_path)},
+                  {"csv", csv_path.empty() ? Value() : Value(csv_path)}};
+    set.machine = describe_machine(output);
+    ProcessCounters probe = read_process_counters();
+    PeakRssMeter rss_probe;
+    set.machine.emplace_back("cache_counters", cache_counters.available() && cache_counters.reason().empty() ? "ok" : cache_counters.reason());
+    set.machine.emplace_back("io_accounting", probe.io_available ? "ok" : probe.io_unavailable_reason);
+    set.machine.emplace_back("peak_rss_reset", rss_probe.start() ? "ok" : rss_probe.peak().note);
+    set.runs = report_runs;
+    std::string err;
+    if (!json_path.empty() && !write_text_file(json_path, to_json(set), &err)) {
+      fmt::print(stderr, "tai-augment: --json {}: {}\n", json_path, err);
+      failed = true;
+    }
+    if (!csv_path.empty() && !write_text_file(csv_path, to_csv(report_runs), &err)) {
+      fmt::print(stderr, "tai-augment: --csv {}: {}\n", csv_path, err);
+      failed = true;
+    }
   }
   return failed ? 1 : 0;
 }

@@ -1,7 +1,6 @@
 #include "run.hpp"
 
 #include <omp.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "progress.hpp"
 #include "record.hpp"
 
 namespace augment {
@@ -93,8 +93,11 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   std::atomic<std::uint64_t> syncs{0};
   double compute_s = 0, io_s = 0, input_s = 0;
 
-  rusage u0{}, u1{};
-  ::getrusage(RUSAGE_SELF, &u0);
+  ProgressOptions progress_options;
+  if (config.progress_label.empty()) progress_options.fd = -1;  // no line at all
+  Progress progress(input.size(), config.progress_label, progress_options);
+  RunMeter meter(config.cache_counters);
+  meter.start();
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t start = 0; start < input.size(); start += batch) {
     const std::size_t n = std::min(batch, input.size() - start);
@@ -113,6 +116,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
         input_s += seconds_since(r0);
         if (!read) {
           skipped.fetch_add(1, std::memory_order_relaxed);
+          progress.advance(1);
           continue;
         }
         in = &from_disk;
@@ -128,6 +132,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
       compute_s += seconds_since(c0);
       if (!made) {
         skipped.fetch_add(1, std::memory_order_relaxed);
+        progress.advance(1);
         continue;
       }
       written[start + k] = 1;
@@ -145,6 +150,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
         slot += sync_slots;
       }
       io_s += seconds_since(w0);
+      progress.advance(1);
     }
     const auto e0 = std::chrono::steady_clock::now();
     method->end_batch();
@@ -154,13 +160,13 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   method->finish();
   io_s += seconds_since(f0);
   res.wall_s = seconds_since(t0);
-  ::getrusage(RUSAGE_SELF, &u1);
-  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
-  res.user_s = tv(u1.ru_utime) - tv(u0.ru_utime);
-  res.sys_s = tv(u1.ru_stime) - tv(u0.ru_stime);
-  res.voluntary_switches = u1.ru_nvcsw - u0.ru_nvcsw;
-  res.involuntary_switches = u1.ru_nivcsw - u0.ru_nivcsw;
-  res.minor_faults = u1.ru_minflt - u0.ru_minflt;
+  res.measured = meter.stop();
+  progress.finish();
+  res.user_s = res.measured.delta.user_s;
+  res.sys_s = res.measured.delta.sys_s;
+  res.voluntary_switches = res.measured.delta.voluntary_switches;
+  res.involuntary_switches = res.measured.delta.involuntary_switches;
+  res.minor_faults = res.measured.delta.minor_faults;
 
   res.compute_s = compute_s;
   res.io_s = io_s;

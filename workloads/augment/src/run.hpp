@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "cache_counters.hpp"
 #include "image.hpp"
 #include "method.hpp"
+#include "run_meter.hpp"
 
 namespace augment {
 
@@ -23,6 +25,8 @@ struct RunConfig {
   unsigned files = 1;         // records spread over this many files (image id mod files)
   bool read_input = false;    // read each input image from its path inside the loop
   std::string content;        // what the records depend on (seed, input, level, grey): the manifest's
+  const CacheCounters* cache_counters = nullptr;  // the process's PAPI counters (started in main), or null
+  std::string progress_label; // a progress line on a terminal for runs longer than 2 s; empty: none
 };
 
 struct RunResult {
@@ -43,8 +47,9 @@ struct RunResult {
   double compute_s = 0;      // decode + transform + encode (+ CRC32C), summed over the compute threads
   double io_s = 0;           // time the compute threads spent in write/sync/end_batch/finish, summed
   double input_s = 0;        // time spent reading input files inside the loop (--read-input)
-  // getrusage(RUSAGE_SELF) over the clocked part: the whole process (TAI's workers, glibc's AIO
-  // threads and the kernel work they cause included).
+  // The whole process over the clocked part (TAI's workers, glibc's AIO threads and the kernel
+  // work they cause included): getrusage, /proc/self/io, peak RSS, PAPI cache misses.
+  RunMeasurement measured;
   double user_s = 0, sys_s = 0;
   long voluntary_switches = 0, involuntary_switches = 0, minor_faults = 0;
   bool ok() const { return error.empty(); }

@@ -4,6 +4,7 @@
 // controller's engine ("tai-def:posix", "tai-def:uring"); without one it is "auto", and note()
 // names the engine really used. With --direct the files are opened O_DIRECT; with
 // --direct-unpadded TAI gets the records unpadded and its cache does the read-modify-write.
+#include <fmt/core.h>
 #include <tai/tai.hpp>
 
 #include <cerrno>
@@ -64,12 +65,11 @@ class TaiMethod final : public Method {
       if (tai::Receipt c = f.close(); !c.ok()) fail("tai close: " + c.message());
     files_.clear();
     const tai::ControllerStats s = ctl_->stats();
-    stats_ = "engine writes " + std::to_string(s.engine_writes) + ", syncs " + std::to_string(s.engine_syncs) +
-             ", MB to engine " + std::to_string(s.bytes_to_engine / 1000000) + ", MB merged in cache " +
-             std::to_string(s.merged_bytes / 1000000) + ", write-throughs " + std::to_string(s.write_throughs) +
-             ", reroutes " + std::to_string(s.reroutes) + ", evictions " + std::to_string(s.evictions) + ", steps " +
-             std::to_string(s.steps) + ", sleeps " + std::to_string(s.sleeps) + ", quota peak MB " +
-             std::to_string(s.quota_peak / 1000000) + ", copy waits " + std::to_string(s.write_copy_waits);
+    stats_ = fmt::format(
+        "engine writes {}, syncs {}, MB to engine {:.1f}, MB merged in cache {:.1f}, write-throughs {}, reroutes {}, "
+        "evictions {}, steps {}, sleeps {}, quota peak MB {:.1f}, copy waits {}",
+        s.engine_writes, s.engine_syncs, s.bytes_to_engine / 1e6, s.merged_bytes / 1e6, s.write_throughs, s.reroutes,
+        s.evictions, s.steps, s.sleeps, s.quota_peak / 1e6, s.write_copy_waits);
   }
   std::string stats() const override { return stats_; }
   std::string note() const override { return "engine " + ctl_->engine_note(); }

@@ -170,7 +170,7 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
       return 2;
     }
     if (id == "3.6") {
-      for (const std::string& panel : {"buffered", "direct"})
+      for (const char* panel : {"buffered", "direct"})
         for (unsigned every : o.fsync_frequencies) {
           std::vector<Point> g;
           for (const std::string& m : o.methods) {
@@ -193,7 +193,7 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
           g.push_back({id, "", threads, m, with(threads, overwrite, every, direct)});
           continue;
         }
-        for (const std::string& panel : {"fixed", "full"}) {
+        for (const char* panel : {"fixed", "full"}) {
           RunConfig c = with(threads, overwrite, every, direct);
           c.method.tai_workers = panel == std::string("fixed") ? 2u : std::max(1u, hw > threads ? hw - threads : 1u);
           g.push_back({id, panel, threads, m, c});

@@ -41,6 +41,11 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
       t_worker->copy_release += bytes;
     else
       copies.release(bytes);
+    // The write is over (its bytes are in the cache or at the engine), so its copy goes now, not
+    // when the last receipt does: a program that holds its receipts until a batch ends would
+    // otherwise hold every copy of the batch, past the budget. A small copy stays for the task's
+    // reuse (Task::recycle keeps up to kKeepDataBytes). Nothing reads `data` of a finished write.
+    if (t.data.size() > Task::kKeepDataBytes) t.data.reset();
   }
   finish_task(t, s, error, reason);
 }

@@ -91,6 +91,22 @@ struct Peak {
   std::uint64_t samples = 0;
 };
 
+/// The heap's peak above the baseline taken at construction, over the samples taken.
+class HeapPeak {
+ public:
+  HeapPeak() : base_(heap_allocated_bytes().value_or(0)) {}
+  void sample() {
+    const std::uint64_t now = heap_allocated_bytes().value_or(0);
+    p_.peak = std::max(p_.peak, now > base_ ? now - base_ : 0);
+    ++p_.samples;
+  }
+  const Peak& peak() const { return p_; }
+
+ private:
+  std::uint64_t base_;
+  Peak p_;
+};
+
 /// Runs `w` on `engine` writing `bytes`; the heap's peak above the baseline.
 Peak run_workload(Workload w, const std::string& engine, std::uint64_t bytes) {
   ScratchDir dir;
@@ -104,13 +120,9 @@ Peak run_workload(Workload w, const std::string& engine, std::uint64_t bytes) {
   std::mt19937_64 rng(test_seed());
   const std::uint64_t count = bytes / kWriteSize;
 
-  const std::uint64_t base = heap_allocated_bytes().value_or(0);
-  Peak p;
-  auto sample = [&] {
-    const std::uint64_t now = heap_allocated_bytes().value_or(0);
-    p.peak = std::max(p.peak, now > base ? now - base : 0);
-    ++p.samples;
-  };
+  HeapPeak heap;
+  const Peak& p = heap.peak();
+  auto sample = [&] { heap.sample(); };
   for (std::uint64_t i = 0; i < count; ++i) {
     std::uint64_t offset = i * kWriteSize;
     if (w == Workload::random) offset = rng() % (kRandomRange / kWriteSize) * kWriteSize;
@@ -185,13 +197,9 @@ TEST_F(ControllerMemoryBound, HeldReceiptsOfLargeWritesOnNull) {
   const std::uint64_t count = workload_bytes(64) / kLarge;
   std::vector<Receipt> held;
   held.reserve(count);
-  const std::uint64_t base = heap_allocated_bytes().value_or(0);
-  Peak p;
-  auto sample = [&] {
-    const std::uint64_t now = heap_allocated_bytes().value_or(0);
-    p.peak = std::max(p.peak, now > base ? now - base : 0);
-    ++p.samples;
-  };
+  HeapPeak heap;
+  const Peak& p = heap.peak();
+  auto sample = [&] { heap.sample(); };
   for (std::uint64_t i = 0; i < count; ++i) {
     held.push_back(f.write(i * kLarge, src.data(), src.size()));
     if (i % 16 == 15) sample();

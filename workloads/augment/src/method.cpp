@@ -52,6 +52,14 @@ bool open_outputs(const std::vector<std::string>& paths, bool direct, std::vecto
   return true;
 }
 
+bool Method::open_descriptors(const std::vector<std::string>& paths, bool direct, std::vector<int>* fds,
+                              const std::string& why_direct) {
+  std::string error, refused;
+  if (open_outputs(paths, direct, fds, &error, &refused)) return true;
+  refused.empty() ? fail(error) : refuse(refused + why_direct);
+  return false;
+}
+
 int sync_fd(int fd, bool data_only) {
   int r;
   while ((r = data_only ? ::fdatasync(fd) : ::fsync(fd)) != 0 && errno == EINTR) {

@@ -89,6 +89,10 @@ class Method {
     std::lock_guard<std::mutex> lock(error_mutex_);
     refused_ = why;
   }
+  // open_outputs() for a method's open(): a refused O_DIRECT becomes refuse(reason + why_direct),
+  // any other failure fail().
+  bool open_descriptors(const std::vector<std::string>& paths, bool direct, std::vector<int>* fds,
+                        const std::string& why_direct = "");
 
  private:
   mutable std::mutex error_mutex_;

@@ -1,5 +1,7 @@
 #include "page_cache_warning.hpp"
 
+#include "process_counters.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -8,26 +10,8 @@
 namespace augment {
 
 bool read_mem_available(std::uint64_t& bytes, std::string* err) {
-  std::ifstream in("/proc/meminfo");
-  if (!in) {
-    if (err) *err = std::string("/proc/meminfo: ") + std::strerror(errno);
-    return false;
-  }
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.compare(0, 13, "MemAvailable:") != 0) continue;
-    std::istringstream fields(line.substr(13));
-    std::uint64_t kib = 0;
-    std::string unit;
-    if (fields >> kib >> unit && unit == "kB") {
-      bytes = kib * 1024;
-      return true;
-    }
-    break;
-  }
   // MemAvailable exists since Linux 3.14; older kernels only have MemFree + Cached estimates.
-  if (err) *err = "/proc/meminfo has no MemAvailable line";
-  return false;
+  return read_kib_field("/proc/meminfo", "MemAvailable", bytes, err);
 }
 
 std::string page_cache_warning(std::uint64_t bytes_to_write, bool intermediate_fsync, bool direct_io,

@@ -80,10 +80,10 @@ ProcessCounters operator-(const ProcessCounters& after, const ProcessCounters& b
   return d;
 }
 
-bool read_status_bytes(const char* field, std::uint64_t& bytes, std::string* err) {
-  std::ifstream in("/proc/self/status");
+bool read_kib_field(const char* path, const char* field, std::uint64_t& bytes, std::string* err) {
+  std::ifstream in(path);
   if (!in) {
-    if (err) *err = std::string("/proc/self/status: ") + std::strerror(errno);
+    if (err) *err = std::string(path) + ": " + std::strerror(errno);
     return false;
   }
   const std::string prefix = std::string(field) + ":";
@@ -99,8 +99,12 @@ bool read_status_bytes(const char* field, std::uint64_t& bytes, std::string* err
     }
     break;
   }
-  if (err) *err = std::string("/proc/self/status has no readable ") + field;
+  if (err) *err = std::string(path) + " has no readable " + field + " line";
   return false;
+}
+
+bool read_status_bytes(const char* field, std::uint64_t& bytes, std::string* err) {
+  return read_kib_field("/proc/self/status", field, bytes, err);
 }
 
 bool PeakRssMeter::start() {

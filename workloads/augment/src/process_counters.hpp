@@ -58,5 +58,7 @@ class PeakRssMeter {
 
 // VmHWM / VmRSS of /proc/self/status in bytes; false (and *err) when unreadable.
 bool read_status_bytes(const char* field, std::uint64_t& bytes, std::string* err);
+// A "Field:   N kB" line of a /proc file (status, meminfo) in bytes; false and *err when missing.
+bool read_kib_field(const char* path, const char* field, std::uint64_t& bytes, std::string* err);
 
 }  // namespace augment

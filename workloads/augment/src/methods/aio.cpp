@@ -19,10 +19,7 @@ class AioMethod final : public Method {
  public:
   explicit AioMethod(const MethodConfig& config) : config_(config) {}
   bool open(const std::vector<std::string>& paths) override {
-    std::string error, refused;
-    if (open_outputs(paths, config_.direct, &fds_, &error, &refused)) return true;
-    refused.empty() ? fail(error) : refuse(refused);
-    return false;
+    return open_descriptors(paths, config_.direct, &fds_);
   }
   std::size_t record_alignment() const override { return config_.direct ? kDirectAlignment : 1; }
   void begin_batch(std::size_t ops) override {

@@ -26,11 +26,7 @@ class LibaioMethod final : public Method {
  public:
   explicit LibaioMethod(const MethodConfig& config) : config_(config) {}
   bool open(const std::vector<std::string>& paths) override {
-    std::string error, refused;
-    if (!open_outputs(paths, true, &fds_, &error, &refused)) {
-      refused.empty() ? fail(error) : refuse(refused + ", which kernel AIO needs");
-      return false;
-    }
+    if (!open_descriptors(paths, true, &fds_, ", which kernel AIO needs")) return false;
     if (const int e = io_setup(kDepth, &ctx_); e < 0) {
       ctx_ = nullptr;
       refuse(errno_text("io_setup (kernel AIO unavailable here)", -e));

@@ -13,10 +13,7 @@ class PosixMethod final : public Method {
  public:
   explicit PosixMethod(const MethodConfig& config) : config_(config) {}
   bool open(const std::vector<std::string>& paths) override {
-    std::string error, refused;
-    if (open_outputs(paths, config_.direct, &fds_, &error, &refused)) return true;
-    refused.empty() ? fail(error) : refuse(refused);
-    return false;
+    return open_descriptors(paths, config_.direct, &fds_);
   }
   std::size_t record_alignment() const override { return config_.direct ? kDirectAlignment : 1; }
   void write(std::size_t, unsigned file, std::uint64_t offset, const void* data, std::size_t n) override {

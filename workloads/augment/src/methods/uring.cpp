@@ -23,11 +23,7 @@ class UringMethod final : public Method {
  public:
   explicit UringMethod(const MethodConfig& config) : config_(config) {}
   bool open(const std::vector<std::string>& paths) override {
-    std::string error, refused;
-    if (!open_outputs(paths, config_.direct, &fds_, &error, &refused)) {
-      refused.empty() ? fail(error) : refuse(refused);
-      return false;
-    }
+    if (!open_descriptors(paths, config_.direct, &fds_)) return false;
     if (const int e = io_uring_queue_init(kDepth, &ring_, 0); e < 0) {
       refuse(errno_text("io_uring_queue_init (io_uring refused here)", -e));
       return false;

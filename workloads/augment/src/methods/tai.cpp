@@ -67,9 +67,11 @@ class TaiMethod final : public Method {
     const tai::ControllerStats s = ctl_->stats();
     stats_ = fmt::format(
         "engine writes {}, syncs {}, MB to engine {:.1f}, MB merged in cache {:.1f}, write-throughs {}, reroutes {}, "
-        "evictions {}, steps {}, sleeps {}, quota peak MB {:.1f}, copy waits {}",
+        "evictions {}, restructures {} (quiesced {}), collects {}, steps {}, steals {}, rounds normal/recycle/flush/idle "
+        "{}/{}/{}/{}, sleeps {}, quota peak MB {:.1f}, copy waits {}",
         s.engine_writes, s.engine_syncs, s.bytes_to_engine / 1e6, s.merged_bytes / 1e6, s.write_throughs, s.reroutes,
-        s.evictions, s.steps, s.sleeps, s.quota_peak / 1e6, s.write_copy_waits);
+        s.evictions, s.restructures, s.quiesces, s.collects, s.steps, s.steals, s.rounds_normal, s.rounds_recycle,
+        s.rounds_flush, s.rounds_idle, s.sleeps, s.quota_peak / 1e6, s.write_copy_waits);
   }
   std::string stats() const override { return stats_; }
   std::string note() const override { return "engine " + ctl_->engine_note(); }

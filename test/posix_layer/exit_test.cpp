@@ -1,0 +1,57 @@
+// The exit handler: at exit every routed file is written back; a write-back that fails is
+// printed on stderr and the process exits with status 75 even when the program exited 0.
+// Death tests in the "threadsafe" style (the child re-executes this binary): a forked child
+// would have the parent's controller without its threads.
+#include <cstdlib>
+#include <filesystem>
+
+#include "posix_layer/support.hpp"
+
+namespace tai::test {
+namespace {
+
+using Exit = LayerTest;
+
+// The same path in the parent and in the re-executed child (which inherits the environment).
+std::string shared_path(const char* var, const std::string& fresh) {
+  if (const char* p = std::getenv(var)) return p;
+  ::setenv(var, fresh.c_str(), 1);
+  return fresh;
+}
+
+TEST_F(Exit, ExitWritesEverythingBack) {
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  const std::string path = shared_path("TAI_POSIX_TEST_EXIT_OK", file("exit-ok.dat"));
+  ::unlink(path.c_str());
+  EXPECT_EXIT(
+      {
+        posix::detail::Settings s = layer_settings();
+        s.options.flush_idle_ns = -1;  // nothing written back before exit
+        posix::detail::restart_for_testing(s);
+        const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+        if (fd < 0 || !posix::routed(fd)) std::_Exit(3);
+        if (write_all(fd, pattern(100000, 5)) != 100000) std::_Exit(4);
+        std::exit(0);  // no fsync, no close
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_TRUE(kernel_contents(path) == pattern(100000, 5));
+  ::unsetenv("TAI_POSIX_TEST_EXIT_OK");
+}
+
+TEST_F(Exit, AFailedWriteBackAtExitChangesTheStatus) {
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  const std::string path = shared_path("TAI_POSIX_TEST_EXIT_FAIL", file("exit-fail.dat"));
+  EXPECT_EXIT(
+      {
+        posix::detail::restart_for_testing(fault_settings("write:nth=1:errno=EIO:once"));
+        const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+        if (fd < 0 || !posix::routed(fd)) std::_Exit(3);
+        if (write_all(fd, "doomed") != 6) std::_Exit(4);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(75), "data could not be written back");
+  ::unsetenv("TAI_POSIX_TEST_EXIT_FAIL");
+}
+
+}  // namespace
+}  // namespace tai::test

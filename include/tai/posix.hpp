@@ -33,7 +33,8 @@
 // O_CLOEXEC. The program's descriptor is not used for data: its kernel file offset stays where
 // open left it (the layer keeps the offset of a routed descriptor itself); a program that hands
 // a routed descriptor to libc calls behind the layer's back (::write, ::dup, a child process)
-// must call tai::posix::wait(fd) (write-back) first and should not mix the two. (The preload
+// must call tai::posix::fsync(fd) first (which writes the cache back) and should not mix the
+// two. The layer's own descriptors are O_CLOEXEC; they are not (yet) moved to high numbers. (The preload
 // library, which sees every call, takes care of this for unmodified programs.)
 //
 // POSIX meaning, kept:
@@ -60,7 +61,7 @@
 //
 // The controller. Made at the first call that needs it (thread-safe), configured from the
 // environment:
-//   TAI_ENGINE   engine name (default "posix"; "auto", "uring", "libaio", ...). An engine that
+//   TAI_ENGINE   engine name (default "auto": uring, else libaio, else posix). An engine that
 //                cannot open a file leaves that file unrouted (TAI_LOG says why).
 //   TAI_TREE     default | trivial (BTreeDefault or BTreeTrivial, i.e. no cache)
 //   TAI_WORKERS  worker threads (default 2)
@@ -119,12 +120,17 @@ int fstat(int fd, struct stat* st);
 
 /// Starts an fsync of `fd` and returns at once. The receipt finishes when every write made
 /// before the call is durable (ok()) or with the error fsync would have returned. A descriptor
-/// that is not routed is fsynced with ::fsync on a TAI worker. EBADF (on the receipt) for a
-/// descriptor that is not open. The fsync is also remembered for wait(fd).
+/// that is not routed is fsynced with ::fsync on a TAI worker (its failure fails the receipt with
+/// ECANCELED: the errno does not travel; use fsync for it). EBADF (on the receipt) for a
+/// descriptor that is not open. The fsync is also remembered for wait(fd). The receipt carries
+/// the tree's write-back errors; the error of an uncached write that failed (BTreeTrivial, or a
+/// write the strict quota sent straight to the engine) is reported by the next fsync, close or
+/// wait instead.
 Receipt fsync_async(int fd);
-/// Waits for the last fsync_async(fd) and barrier(fd) and for the write-back of every earlier
-/// write of `fd` (written to the kernel, not synced). 0, or -1 with errno: the fsync's error,
-/// or a write-back's. On a descriptor that is not routed: 0 (nothing is pending).
+/// Waits for the last fsync_async(fd) or barrier(fd) and for every earlier write of `fd` to have
+/// finished (taken by the cache, or written to the kernel when it went uncached). 0, or -1 with
+/// errno: that fsync's or barrier's error, else the error of an uncached write that failed (then
+/// reported once: the next fsync does not report it again). Not routed: 0 (EBADF if not open).
 int wait(int fd);
 /// An ordering barrier (DESIGN "Ordering barrier"): returns at once; no write made after it
 /// becomes durable before every write made before it. 0, or -1 with EBADF. On a descriptor that

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -565,6 +566,10 @@ void maybe_route(int fd, int flags, const char* path) {
 }
 
 int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
+  if (path == nullptr) {  // glibc declares it nonnull; the kernel answers EFAULT
+    errno = EFAULT;
+    return -1;
+  }
   const int saved = errno;
   int fd;
   do {
@@ -884,7 +889,9 @@ int ftruncate(int fd, off_t length) {
 
 int fstat(int fd, struct stat* st) {
   Ref d(fd);
-  const int rc = ::fstat(fd, st);
+  // glibc declares fstat's buffer nonnull; the system call answers a null one (EBADF first,
+  // else EFAULT), so that is what a null buffer gets.
+  const int rc = st ? ::fstat(fd, st) : static_cast<int>(::syscall(SYS_fstat, fd, st));
   if (rc != 0 || !d) return rc;
   const std::uint64_t size = d->inode->size.load(std::memory_order_acquire);
   if (static_cast<std::uint64_t>(st->st_size) < size) st->st_size = static_cast<off_t>(size);

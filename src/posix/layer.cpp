@@ -143,7 +143,7 @@ struct Inode {
   dev_t dev = 0;
   ino_t ino = 0;
   std::string name;          // for messages
-  std::string reopen_path;   // how TAI's engine reached the file ("/proc/self/fd/N" at open)
+  bool via_proc = true;      // TAI's engine reaches the file through /proc/self/fd/<fd> (else `name`)
   bool engine_readable = true;
   int opens = 0;             // descriptions referring to it (under g_reg_mu)
   std::atomic<long> refs{1}; // memory: 1 while registered, plus one per write continuation
@@ -261,7 +261,9 @@ int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
   const int terr = rc < 0 ? errno : 0;
   struct stat st {};
   if (::fstat(fd, &st) == 0) ino.size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_release);
-  auto f = open_engine_file(ino.reopen_path, ino.engine_readable);
+  // Through the descriptor at hand: the one the inode was first opened as may be closed by now
+  // (and its number reused).
+  auto f = open_engine_file(ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name, ino.engine_readable);
   if (f) {
     ino.file = std::move(f.value());
   } else {
@@ -527,12 +529,12 @@ void maybe_route(int fd, int flags, const char* path) {
       owned->dev = st.st_dev;
       owned->ino = st.st_ino;
       owned->name = path;
-      owned->reopen_path = "/proc/self/fd/" + std::to_string(fd);
-      if (::access("/proc/self/fd", F_OK) != 0) owned->reopen_path = path;  // no /proc
-      auto f = open_engine_file(owned->reopen_path, true);
+      owned->via_proc = ::access("/proc/self/fd", F_OK) == 0;  // else the path (no /proc)
+      const std::string how = owned->via_proc ? "/proc/self/fd/" + std::to_string(fd) : owned->name;
+      auto f = open_engine_file(how, true);
       if (!f && f.error().code == std::errc::permission_denied) {
         owned->engine_readable = false;
-        f = open_engine_file(owned->reopen_path, false);
+        f = open_engine_file(how, false);
       }
       if (!f) {
         logf("%s (fd %d) not routed: %s", path, fd, f.error().message.c_str());
@@ -901,9 +903,11 @@ int fstat(int fd, struct stat* st) {
 Receipt fsync_async(int fd) {
   Ref d(fd);
   if (!d) {
-    if (::fcntl(fd, F_GETFD) < 0) return File().fsync();  // rejected: EBADF
-    Controller* c = detail::controller();
-    if (!c) return File().fsync();
+    const int saved = errno;  // the answer is on the receipt: errno stays as it was
+    const bool open = ::fcntl(fd, F_GETFD) >= 0;
+    Controller* c = open ? detail::controller() : nullptr;
+    errno = saved;
+    if (!c) return File().fsync();  // rejected: EBADF
     return c->submit([fd] {
       if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
     });

@@ -48,6 +48,10 @@ TEST_F(ErrnoPreserved, SuccessfulCallsLeaveErrnoAlone) {
   const int wo = posix::open(file("wo.dat").c_str(), O_WRONLY | O_CREAT, 0200);
   check("open write-only file", wo);
   check("close write-only file", posix::close(wo));
+  // fsync_async answers on its receipt, never through errno.
+  const Receipt bad = posix::fsync_async(-1);
+  EXPECT_EQ(bad.error().value(), EBADF);
+  EXPECT_EQ(errno, kMarker);
 }
 
 TEST_F(ErrnoPreserved, AFailingCallSetsErrnoOnce) {

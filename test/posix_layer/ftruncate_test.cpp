@@ -67,6 +67,25 @@ TEST_P(Truncate, OTruncOfAFileStillCachedDropsItsCache) {
   EXPECT_EQ(kernel_contents(path), "new");
 }
 
+TEST_P(Truncate, ThroughASecondDescriptorAfterTheFirstWasClosedAndItsNumberReused) {
+  const std::string path = file("second.dat"), other = file("other.dat");
+  const int a = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  const int b = posix::open(path.c_str(), O_RDWR);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  const std::string data = pattern(20000, 6);
+  ASSERT_EQ(write_all(b, data), 20000);
+  ASSERT_EQ(posix::close(a), 0);
+  const int o = ::open(other.c_str(), O_RDWR | O_CREAT, 0644);  // takes a's number
+  ASSERT_EQ(o, a);
+  ASSERT_EQ(posix::ftruncate(b, 100), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::pwrite(b, "tail", 4, 100), 4);
+  ASSERT_EQ(posix::close(b), 0);
+  ::close(o);
+  EXPECT_TRUE(kernel_contents(path) == data.substr(0, 100) + "tail");
+  EXPECT_EQ(kernel_contents(other), "");
+}
+
 TEST_P(Truncate, BadLengthAndReadOnlyDescriptor) {
   const std::string path = file("bad.dat");
   const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);

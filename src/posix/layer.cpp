@@ -283,7 +283,6 @@ struct Description {
   Inode* inode = nullptr;
   int accmode = O_RDONLY;
   bool append = false;
-  int fd = -1;  // the descriptor it was opened as (for the exit handler's offset hand-back)
   std::mutex mu;            // offset users: read, write, readv, writev, lseek
   std::uint64_t offset = 0; // under mu
 };
@@ -554,7 +553,6 @@ void maybe_route(int fd, int flags, const char* path) {
   d->inode = ino;
   d->accmode = acc;
   d->append = (flags & O_APPEND) != 0;
-  d->fd = fd;
   d->offset = 0;
   d->refs.store(1, std::memory_order_relaxed);
   if (!fresh && (flags & O_TRUNC) && wants_write) {
@@ -589,11 +587,14 @@ void hand_back_offsets() {
   for (int top = 0; top < (1 << kTopBits); ++top) {
     Chunk* c = g_top[top].load(std::memory_order_acquire);
     if (!c) continue;
-    for (auto& s : c->slot) {
-      Description* d = s.load(std::memory_order_acquire);
+    for (int i = 0; i < (1 << kChunkBits); ++i) {
+      Description* d = c->slot[i].load(std::memory_order_acquire);
       if (!d) continue;
+      // By slot, not by the number the description was opened as: that one may be closed (an
+      // alias made by dup outlives it). Aliases share the kernel offset: setting it twice is fine.
+      const int fd = (top << kChunkBits) | i;
       std::lock_guard<std::mutex> lock(d->mu);
-      if (d->fd >= 0) (void)::lseek(d->fd, static_cast<off_t>(d->offset), SEEK_SET);
+      (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
     }
   }
 }
@@ -667,6 +668,29 @@ Controller* controller() {
        c->options().weak_quota, c->options().strict_quota);
   g_ctl.store(c, std::memory_order_release);
   return c;
+}
+
+int alias_descriptor(int oldfd, int newfd) {
+  Description* d = g_down.load(std::memory_order_acquire) ? nullptr : acquire(oldfd);
+  if (!d) return -1;
+  if (oldfd == newfd) {
+    release(d);
+    return 0;
+  }
+  std::atomic<Description*>* s = slot_of(newfd, true);
+  if (!s) {
+    release(d);
+    return -1;
+  }
+  // The reference taken by acquire() becomes the new slot's.
+  Description* old = s->exchange(d, std::memory_order_acq_rel);
+  return old ? release(old) : 0;
+}
+
+int forget_descriptor(int fd) {
+  std::atomic<Description*>* s = slot_of(fd, false);
+  Description* d = s ? s->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
+  return d ? release(d) : 0;
 }
 
 ShutdownReport restart_for_testing(const Settings& settings) {

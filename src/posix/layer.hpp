@@ -59,6 +59,18 @@ Settings settings_from_env(std::vector<std::string>* warnings);
 /// or after the exit handler shut it down.
 Controller* controller();
 
+/// For the preload library (dup, dup2, dup3, fcntl F_DUPFD): makes `newfd`, which the caller
+/// has just made a kernel duplicate of `oldfd`, an alias of it in the layer: both share one
+/// description (one offset, one O_APPEND flag, one cache). Whatever `newfd` had is dropped
+/// first (dup2 onto a routed descriptor: that one's last close writes it back; its error is
+/// returned as errno, 0 if none). Returns -1 when `oldfd` is not routed (nothing to do).
+int alias_descriptor(int oldfd, int newfd);
+
+/// For the preload library: the layer forgets `fd` without closing the kernel descriptor (the
+/// caller closes it: close_range, closefrom, a dup2 over it). The file's write-back error, if
+/// this was its last descriptor, is returned (errno), 0 if none.
+int forget_descriptor(int fd);
+
 /// For tests: shuts the current controller down (every routed descriptor must be closed first)
 /// and makes the next one, at its first use, with `settings` instead of the environment's.
 /// Returns the shutdown's report. Not thread-safe with any other call of the layer.

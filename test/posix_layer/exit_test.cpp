@@ -38,6 +38,21 @@ TEST_F(Exit, ExitWritesEverythingBack) {
   ::unsetenv("TAI_POSIX_TEST_EXIT_OK");
 }
 
+TEST_F(Exit, AfterTheShutdownLibcContinuesAtTheLayersOffsets) {
+  const std::string path = file("handback.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const int alias = ::dup(fd);
+  ASSERT_EQ(posix::detail::alias_descriptor(fd, alias), 0);
+  ASSERT_EQ(write_all(fd, "abc"), 3);
+  ASSERT_EQ(posix::close(fd), 0);  // the alias keeps the file routed
+  EXPECT_TRUE(posix::detail::shutdown_for_testing().empty());
+  EXPECT_FALSE(posix::routed(alias));
+  ASSERT_EQ(write_all(alias, "d"), 1);  // libc, at the offset the layer handed back
+  EXPECT_EQ(posix::close(alias), 0);
+  EXPECT_EQ(kernel_contents(path), "abcd");
+}
+
 TEST_F(Exit, AFailedWriteBackAtExitChangesTheStatus) {
   ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
   const std::string path = shared_path("TAI_POSIX_TEST_EXIT_FAIL", file("exit-fail.dat"));

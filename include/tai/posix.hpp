@@ -54,10 +54,16 @@
 //    (negative offsets, offset + count past the largest off_t, bad whence or iovcnt), EFAULT
 //    (a null buffer with count > 0 where the kernel would copy bytes: a read at or past end of
 //    file returns 0 as the kernel does), EISDIR, ENOENT, EACCES, EEXIST (from the program's
-//    ::open). EOVERFLOW: on 64-bit Linux none of these calls gives it for a regular file (off_t
-//    is 64 bits); the layer gives it exactly where the kernel does, through the same checks.
+//    ::open). EOVERFLOW: on 64-bit Linux none of these calls gives it for a
+//    regular file (off_t is 64 bits) and neither does the layer; test/posix_layer/errno_test.cpp
+//    compares every case with the same call on a plain kernel descriptor.
 //    Writes past the file system's largest file size fail at write-back (EFBIG from the next
 //    fsync/close) rather than at the write.
+//  Known differences: a write-back error is reported once per file (to the next fsync or close
+//  of any of its descriptors), where Linux reports it to every open file description; a
+//  read-only descriptor opened *before* the file was routed is not routed and reads what the
+//  kernel has (the cached writes only after their write-back); an invalid non-null buffer
+//  crashes in the layer's memcpy where the kernel would return EFAULT.
 //
 // The controller. Made at the first call that needs it (thread-safe), configured from the
 // environment:

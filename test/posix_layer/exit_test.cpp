@@ -10,7 +10,15 @@
 namespace tai::test {
 namespace {
 
-using Exit = LayerTest;
+class Exit : public LayerTest {
+ protected:
+  // The re-executed child's fixture made a scratch directory of its own, which exit() would
+  // leave behind (no destructors run): the child removes it itself. (It works in the parent's.)
+  void drop_own_scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(std::filesystem::path(file("x")).parent_path(), ec);
+  }
+};
 
 // The same path in the parent and in the re-executed child (which inherits the environment).
 std::string shared_path(const char* var, const std::string& fresh) {
@@ -31,6 +39,7 @@ TEST_F(Exit, ExitWritesEverythingBack) {
         const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
         if (fd < 0 || !posix::routed(fd)) std::_Exit(3);
         if (write_all(fd, pattern(100000, 5)) != 100000) std::_Exit(4);
+        drop_own_scratch_dir();
         std::exit(0);  // no fsync, no close
       },
       ::testing::ExitedWithCode(0), "");
@@ -62,6 +71,7 @@ TEST_F(Exit, AFailedWriteBackAtExitChangesTheStatus) {
         const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
         if (fd < 0 || !posix::routed(fd)) std::_Exit(3);
         if (write_all(fd, "doomed") != 6) std::_Exit(4);
+        drop_own_scratch_dir();
         std::exit(0);
       },
       ::testing::ExitedWithCode(75), "data could not be written back");

@@ -1,0 +1,149 @@
+// tai/posix.hpp - the drop-in layer: POSIX file calls over one process-wide tai::Controller.
+//
+//     #include "tai/posix.hpp"
+//     namespace io = tai::posix;                       // or: using tai::posix::write; ...
+//     int fd = io::open("out.dat", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+//     io::write(fd, buf, n);                          // returns once the bytes are copied
+//     if (io::fsync(fd) != 0) perror("fsync");        // durable, or the write-back's error
+//     io::close(fd);
+//
+// Every function has the signature and the meaning of its POSIX namesake (Linux's where POSIX
+// leaves a choice): int descriptors, -1 or (ssize_t)-1 with errno on failure. A program that
+// swaps `::write` for `tai::posix::write` cannot tell the difference except by the clock: the
+// write returns once the bytes are copied into TAI's cache, and TAI's workers write them back
+// while the program computes, so that its fsync finds little left to do.
+//
+// What is routed through TAI. open/openat/creat open the file with ::open themselves, so the
+// descriptor returned is a real kernel descriptor of that file (select, fcntl, fd arithmetic,
+// fstat through libc all work). A descriptor is *routed* (its reads and writes go through TAI's
+// cache) when it names a regular file opened with write access (O_WRONLY or O_RDWR) without
+// O_DIRECT, O_SYNC, O_DSYNC or O_PATH, or when it names a file that an earlier routed
+// descriptor still has open (so that its reads see the cached writes). Everything else passes
+// straight to libc: read-only opens, directories, pipes, ttys, /dev/*, sockets, and any
+// descriptor the layer did not open (unknown descriptors). The layer keeps a table from
+// descriptor to its state; descriptors at or above 2^26 are never routed.
+//
+// TAI's own descriptor. TAI's engine does not use the program's descriptor: the layer opens the
+// same file again through /proc/self/fd/<fd> (the same inode even if the path was renamed or
+// unlinked meanwhile; the path itself when /proc is not mounted) with O_RDWR (O_WRONLY when the
+// file cannot be read), never with O_CREAT, O_EXCL, O_TRUNC or O_APPEND: the program's ::open
+// did the creating, the exclusive check and the truncation, once, with the program's flags and
+// umask; O_APPEND is done by the layer (below). Every routed descriptor of one file (same
+// st_dev and st_ino) shares one tai::File, one cache and one size. TAI's own descriptors are
+// O_CLOEXEC. The program's descriptor is not used for data: its kernel file offset stays where
+// open left it (the layer keeps the offset of a routed descriptor itself); a program that hands
+// a routed descriptor to libc calls behind the layer's back (::write, ::dup, a child process)
+// must call tai::posix::fsync(fd) first (which writes the cache back) and should not mix the
+// two. The layer's own descriptors are O_CLOEXEC; they are not (yet) moved to high numbers. (The preload
+// library, which sees every call, takes care of this for unmodified programs.)
+//
+// POSIX meaning, kept:
+//  * write/pwrite/writev return once the bytes are copied; read/pread/readv see every earlier
+//    write of the process on that file, whichever thread or routed descriptor made it.
+//  * lseek(SEEK_END), fstat's st_size and O_APPEND use the size with cached writes included.
+//    O_APPEND takes the end of file atomically per write (two threads or two descriptors
+//    appending never overlap or lose a record). As on Linux, pwrite on an O_APPEND descriptor
+//    appends (the offset is ignored).
+//  * ftruncate drops cached bytes beyond the new size (and grows with zeros).
+//  * fsync/fdatasync return when every earlier write of the file is durable, with the error
+//    (EIO, ENOSPC, ...) of any write-back that failed since the last fsync; after a failed
+//    engine sync every later fsync fails until the data was written again (tai::File::fsync).
+//    close returns such an error too (it waits for the file's write-back, not for an fsync).
+//  * errno is set only by a failing call, never by the layer's own work on a successful one.
+//  * Bad input gets the kernel's errno: EBADF (closed, unknown or not opened for it), EINVAL
+//    (negative offsets, offset + count past the largest off_t, bad whence or iovcnt), EFAULT
+//    (a null buffer with count > 0 where the kernel would copy bytes: a read at or past end of
+//    file returns 0 as the kernel does), EISDIR, ENOENT, EACCES, EEXIST (from the program's
+//    ::open). EOVERFLOW: on 64-bit Linux none of these calls gives it for a
+//    regular file (off_t is 64 bits) and neither does the layer; test/posix_layer/errno_test.cpp
+//    compares every case with the same call on a plain kernel descriptor.
+//    Writes past the file system's largest file size fail at write-back (EFBIG from the next
+//    fsync/close) rather than at the write.
+//  Known differences: a write-back error is reported once per file (to the next fsync or close
+//  of any of its descriptors), where Linux reports it to every open file description; a
+//  read-only descriptor opened *before* the file was routed is not routed and reads what the
+//  kernel has (the cached writes only after their write-back); an invalid non-null buffer
+//  crashes in the layer's memcpy where the kernel would return EFAULT.
+//
+// The controller. Made at the first call that needs it (thread-safe), configured from the
+// environment:
+//   TAI_ENGINE   engine name (default "auto": uring, else libaio, else posix). An engine that
+//                cannot open a file leaves that file unrouted (TAI_LOG says why).
+//   TAI_TREE     default | trivial (BTreeDefault or BTreeTrivial, i.e. no cache)
+//   TAI_WORKERS  worker threads (default 2)
+//   TAI_QUOTA    weak,strict in bytes, suffixes K, M, G allowed (default 256M,512M)
+//   TAI_LOG      1: one line on stderr per decision (configuration, routed or not and why,
+//                errors found at close and at exit)
+// A malformed value is reported on stderr and its default used.
+// Exit: an atexit handler registered when libtai is loaded (so it runs after every handler and
+// static destructor registered later, i.e. after the program's own) shuts the controller down:
+// every routed file's data is written back and closed. If anything could not be written back it
+// prints what on stderr and, because an atexit handler cannot change the exit status that exit()
+// was given, flushes stdio and ends the process with _exit(75) (EX_TEMPFAIL): the failure is
+// visible in the status even when the program exited 0. After that, routed descriptors are
+// served by libc directly (their data is already in the kernel). _exit(), quick_exit() and fatal
+// signals skip the handler: cached data not yet written back is then lost, as it is from a
+// crash; call fsync (or wait) first.
+// fork: the controller's threads do not survive fork(); a child must not use routed descriptors
+// (the preload library handles fork; with this header call wait() on every routed descriptor
+// before forking and use libc in the child).
+//
+// Thread-safety: every function is safe from any number of threads at once, as its POSIX
+// namesake. Closing a descriptor while another thread uses it is the program's race, as in
+// POSIX, but never a crash: the other call either finishes on the file or fails with EBADF.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+
+#include "tai/receipt.hpp"
+
+namespace tai::posix {
+
+int open(const char* path, int flags, mode_t mode = 0);
+int openat(int dirfd, const char* path, int flags, mode_t mode = 0);
+int creat(const char* path, mode_t mode);
+int close(int fd);
+
+ssize_t read(int fd, void* buf, std::size_t count);
+ssize_t write(int fd, const void* buf, std::size_t count);
+ssize_t pread(int fd, void* buf, std::size_t count, off_t offset);
+ssize_t pwrite(int fd, const void* buf, std::size_t count, off_t offset);
+ssize_t readv(int fd, const struct iovec* iov, int iovcnt);
+ssize_t writev(int fd, const struct iovec* iov, int iovcnt);
+off_t lseek(int fd, off_t offset, int whence);
+
+int fsync(int fd);
+int fdatasync(int fd);
+int ftruncate(int fd, off_t length);
+int fstat(int fd, struct stat* st);
+
+// --- extras for code willing to change a line -----------------------------------------------
+
+/// Starts an fsync of `fd` and returns at once. The receipt finishes when every write made
+/// before the call is durable (ok()) or with the error fsync would have returned. A descriptor
+/// that is not routed is fsynced with ::fsync on a TAI worker (its failure fails the receipt with
+/// ECANCELED: the errno does not travel; use fsync for it). EBADF (on the receipt) for a
+/// descriptor that is not open. The fsync is also remembered for wait(fd). The receipt carries
+/// the tree's write-back errors; the error of an uncached write that failed (BTreeTrivial, or a
+/// write the strict quota sent straight to the engine) is reported by the next fsync, close or
+/// wait instead.
+Receipt fsync_async(int fd);
+/// Waits for the last fsync_async(fd) or barrier(fd) and for every earlier write of `fd` to have
+/// finished (taken by the cache, or written to the kernel when it went uncached). 0, or -1 with
+/// errno: that fsync's or barrier's error, else the error of an uncached write that failed (then
+/// reported once: the next fsync does not report it again). Not routed: 0 (EBADF if not open).
+int wait(int fd);
+/// An ordering barrier (DESIGN "Ordering barrier"): returns at once; no write made after it
+/// becomes durable before every write made before it. 0, or -1 with EBADF. On a descriptor that
+/// is not routed: ::fdatasync (the kernel gives no cheaper way to order).
+int barrier(int fd);
+
+/// True when `fd` is routed through TAI (for tests, logging and the preload library).
+bool routed(int fd) noexcept;
+
+}  // namespace tai::posix

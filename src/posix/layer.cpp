@@ -1,0 +1,990 @@
+// tai/posix.hpp: the POSIX-shaped layer over a process-wide controller. Structures and the
+// cross-thread ordering rule: src/posix/layer.hpp. Internal functions return -errno (as the
+// kernel does) and never read errno except right after a system call; the public functions turn
+// that into -1 and errno, and restore the caller's errno on success.
+#include "src/posix/layer.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include "tai/posix.hpp"
+
+namespace tai::posix::detail {
+namespace {
+
+constexpr std::uint64_t kOffMax = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+// The kernel's MAX_RW_COUNT (INT_MAX rounded down to a page): longer transfers are short.
+constexpr std::size_t kMaxRw = static_cast<std::size_t>(INT_MAX) & ~static_cast<std::size_t>(4095);
+constexpr int kExitStatusOnLoss = 75;  // EX_TEMPFAIL
+
+// ---------------------------------------------------------------------------------------------
+// Settings and logging
+
+std::atomic<bool> g_log{false};
+
+void logf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void logf(const char* fmt, ...) {
+  if (!g_log.load(std::memory_order_relaxed)) return;
+  const int saved = errno;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "tai::posix: %s\n", line);
+  errno = saved;
+}
+
+bool parse_bytes(const std::string& s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || s[0] == '-') return false;
+  std::uint64_t mul = 1;
+  std::string rest(end);
+  if (rest == "" || rest == "B") {
+    mul = 1;
+  } else if (rest == "K" || rest == "k" || rest == "KiB") {
+    mul = 1ull << 10;
+  } else if (rest == "M" || rest == "m" || rest == "MiB") {
+    mul = 1ull << 20;
+  } else if (rest == "G" || rest == "g" || rest == "GiB") {
+    mul = 1ull << 30;
+  } else {
+    return false;
+  }
+  if (v > std::numeric_limits<std::uint64_t>::max() / mul) return false;
+  out = v * mul;
+  return true;
+}
+
+}  // namespace
+
+Settings settings_from_env(std::vector<std::string>* warnings) {
+  const int saved = errno;
+  Settings s;
+  s.options.workers = 2;
+  s.options.engine = "auto";
+  auto warn = [&](const std::string& w) {
+    if (warnings) warnings->push_back(w);
+  };
+  if (const char* e = std::getenv("TAI_ENGINE"); e && *e) s.options.engine = e;
+  if (const char* t = std::getenv("TAI_TREE"); t && *t) {
+    const std::string v = t;
+    if (v == "default") {
+      s.trivial_tree = false;
+    } else if (v == "trivial") {
+      s.trivial_tree = true;
+    } else {
+      warn("TAI_TREE='" + v + "' is neither 'default' nor 'trivial'; using 'default'");
+    }
+  }
+  if (const char* w = std::getenv("TAI_WORKERS"); w && *w) {
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(w, &end, 10);
+    if (errno != 0 || *end != '\0' || n < 1 || n > 1024)
+      warn(std::string("TAI_WORKERS='") + w + "' is not a number in 1..1024; using 2");
+    else
+      s.options.workers = static_cast<unsigned>(n);
+  }
+  if (const char* q = std::getenv("TAI_QUOTA"); q && *q) {
+    const std::string v = q;
+    const auto comma = v.find(',');
+    std::uint64_t weak = 0, strict = 0;
+    if (comma == std::string::npos || !parse_bytes(v.substr(0, comma), weak) ||
+        !parse_bytes(v.substr(comma + 1), strict) || weak > strict || strict == 0) {
+      warn("TAI_QUOTA='" + v + "' is not 'weak,strict' in bytes (suffixes K, M, G) with weak <= strict; using " +
+           std::to_string(s.options.weak_quota) + "," + std::to_string(s.options.strict_quota));
+    } else {
+      s.options.weak_quota = weak;
+      s.options.strict_quota = strict;
+    }
+  }
+  if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
+  errno = saved;
+  return s;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// The controller's lifecycle
+
+std::mutex g_init_mu;                       // making, restarting and shutting down
+std::atomic<Controller*> g_ctl{nullptr};    // release by the maker, acquire by users
+std::atomic<bool> g_down{false};            // after the exit handler: libc serves everything
+std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
+std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
+
+// ---------------------------------------------------------------------------------------------
+// Inodes
+
+struct Inode {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string name;          // for messages
+  bool via_proc = true;      // TAI's engine reaches the file through /proc/self/fd/<fd> (else `name`)
+  bool engine_readable = true;
+  int opens = 0;             // descriptions referring to it (under g_reg_mu)
+  std::atomic<long> refs{1}; // memory: 1 while registered, plus one per write continuation
+
+  std::mutex mu;             // submissions (their order across threads), `file` swaps
+  File file;                 // under mu
+  std::thread::id last_tid;  // under mu: who submitted `last`
+  Receipt last;              // under mu: the last asynchronous operation
+  Receipt last_sync;         // under mu: the last fsync_async / barrier (for wait())
+  std::atomic<std::uint64_t> size{0};  // logical size, cached writes included
+  std::atomic<int> write_error{0};     // first failed write not yet reported (errno)
+  std::atomic<std::uint64_t> writes_submitted{0};  // under mu (atomic for the settle wait)
+  std::atomic<std::uint64_t> writes_settled{0};    // by the writes' continuations
+};
+
+void inode_unref(Inode* ino) noexcept {
+  if (ino->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete ino;
+}
+
+void note_error(Inode& ino, int err) noexcept {
+  int expected = 0;
+  ino.write_error.compare_exchange_strong(expected, err, std::memory_order_acq_rel);
+}
+
+int error_of(const Receipt& r) noexcept {
+  const std::error_code e = r.error();
+  if (!e) return 0;
+  return e.category() == std::generic_category() || e.category() == std::system_category() ? e.value() : EIO;
+}
+
+// Waits until every write submitted before `target` was counted by its continuation (the
+// continuation runs just after the write's receipt finishes, so this is short).
+void settle(Inode& ino, std::uint64_t target) noexcept {
+  while (ino.writes_settled.load(std::memory_order_acquire) < target) std::this_thread::yield();
+}
+
+// Under ino.mu: makes this thread's next submission come after the last asynchronous one of
+// another thread (see layer.hpp, "Ordering across threads").
+void order(Inode& ino) noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  if (ino.last_tid != me) {
+    if (ino.last.valid()) ino.last.wait();
+    ino.last_tid = me;
+  }
+}
+
+struct InodeKey {
+  dev_t dev;
+  ino_t ino;
+  bool operator<(const InodeKey& o) const noexcept { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+};
+std::mutex g_reg_mu;
+std::map<InodeKey, Inode*>& registry() {
+  static auto* m = new std::map<InodeKey, Inode*>;  // never destroyed: used by the exit handler
+  return *m;
+}
+
+// Never takes g_init_mu (callers hold g_reg_mu or an inode's mutex, which the exit handler takes
+// after g_init_mu): the controller must exist already.
+Result<File> open_engine_file(const std::string& path, bool readable) {
+  Controller* c = g_ctl.load(std::memory_order_acquire);
+  if (!c || g_down.load(std::memory_order_acquire))
+    return Error{std::make_error_code(std::errc::operation_canceled), "the controller is not available"};
+  const OpenMode mode(readable ? Open::read | Open::write : Open::write);
+  const bool trivial = g_trivial.load(std::memory_order_acquire);
+  return trivial ? c->open<BTreeTrivial>(path, mode) : c->open<BTreeDefault>(path, mode);
+}
+
+// Closes the inode's File, waiting for its write-back; the close's error (or an earlier write's
+// not yet reported) is returned (errno, 0 if none). Under ino.mu.
+int close_file_locked(Inode& ino) noexcept {
+  order(ino);
+  const std::uint64_t target = ino.writes_submitted.load(std::memory_order_relaxed);
+  int err = 0;
+  if (ino.file.is_open()) {
+    const Receipt c = ino.file.close();
+    err = error_of(c);
+  }
+  ino.file = File();
+  ino.last = Receipt();
+  ino.last_sync = Receipt();
+  settle(ino, target);
+  if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) {
+    if (err == 0) err = w;
+  }
+  return err;
+}
+
+// Last description of the inode gone: unregister, close the File. Returns its error (errno).
+int inode_release_open(Inode* ino) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    if (--ino->opens > 0) return 0;
+    registry().erase(InodeKey{ino->dev, ino->ino});
+  }
+  int err;
+  {
+    std::lock_guard<std::mutex> lock(ino->mu);
+    err = close_file_locked(*ino);
+  }
+  if (err) logf("close of %s: write-back failed: %s", ino->name.c_str(), std::strerror(err));
+  inode_unref(ino);
+  return err;
+}
+
+// Truncation through the cache: write everything back and close the File (its cache goes with
+// it), truncate with the program's descriptor, open the File again. Under ino.mu. Returns -errno
+// of the truncation; a write-back error is kept for the next fsync/close.
+int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
+  if (const int err = close_file_locked(ino)) note_error(ino, err);
+  int rc;
+  do {
+    rc = ::ftruncate(fd, static_cast<off_t>(length));
+  } while (rc < 0 && errno == EINTR);
+  const int terr = rc < 0 ? errno : 0;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) ino.size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_release);
+  // Through the descriptor at hand: the one the inode was first opened as may be closed by now
+  // (and its number reused).
+  auto f = open_engine_file(ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name, ino.engine_readable);
+  if (f) {
+    ino.file = std::move(f.value());
+  } else {
+    // The descriptor is still the program's: the file cannot be reopened only if /proc or the
+    // controller went away. Later operations fail with EIO (the Receipt of a closed File).
+    logf("truncate of %s: cannot reopen through TAI: %s", ino.name.c_str(), f.error().message.c_str());
+    note_error(ino, EIO);
+  }
+  return -terr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Descriptions and the descriptor table
+
+struct Description {
+  std::atomic<long> refs{0};
+  Inode* inode = nullptr;
+  int accmode = O_RDONLY;
+  bool append = false;
+  std::mutex mu;            // offset users: read, write, readv, writev, lseek
+  std::uint64_t offset = 0; // under mu
+};
+
+std::mutex g_pool_mu;
+std::vector<Description*>& pool() {
+  static auto* p = new std::vector<Description*>;  // descriptions are never freed (type-stable)
+  return *p;
+}
+
+Description* new_description() {
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    if (!pool().empty()) {
+      Description* d = pool().back();
+      pool().pop_back();
+      return d;
+    }
+  }
+  return new Description;
+}
+
+// Drops a reference; the last one releases the inode. Returns the close's error (errno) when
+// this was the inode's last description.
+int release(Description* d) noexcept {
+  if (d->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return 0;
+  Inode* ino = std::exchange(d->inode, nullptr);
+  const int err = ino ? inode_release_open(ino) : 0;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  try {
+    pool().push_back(d);
+  } catch (...) {
+    // Leaked rather than freed: a stale lookup may still touch its counter.
+  }
+  return err;
+}
+
+constexpr int kChunkBits = 10;
+constexpr int kTopBits = 16;
+constexpr int kMaxFd = 1 << (kChunkBits + kTopBits);
+struct Chunk {
+  std::atomic<Description*> slot[1u << kChunkBits] = {};
+};
+std::atomic<Chunk*> g_top[1u << kTopBits] = {};  // zero-initialised: untouched pages cost nothing
+
+std::atomic<Description*>* slot_of(int fd, bool make) {
+  if (fd < 0 || fd >= kMaxFd) return nullptr;
+  std::atomic<Chunk*>& top = g_top[fd >> kChunkBits];
+  Chunk* c = top.load(std::memory_order_acquire);
+  if (!c) {
+    if (!make) return nullptr;
+    auto* fresh = new (std::nothrow) Chunk;
+    if (!fresh) return nullptr;
+    if (top.compare_exchange_strong(c, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      c = fresh;
+    } else {
+      delete fresh;  // another thread made it; c holds theirs
+    }
+  }
+  return &c->slot[fd & ((1 << kChunkBits) - 1)];
+}
+
+// A reference to fd's description, or nullptr when fd is not routed.
+Description* acquire(int fd) noexcept {
+  std::atomic<Description*>* s = slot_of(fd, false);
+  if (!s) return nullptr;
+  for (;;) {
+    Description* d = s->load(std::memory_order_acquire);
+    if (!d) return nullptr;
+    long r = d->refs.load(std::memory_order_relaxed);
+    bool got = false;
+    while (r > 0) {
+      if (d->refs.compare_exchange_weak(r, r + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+        got = true;
+        break;
+      }
+    }
+    if (got) {
+      if (s->load(std::memory_order_acquire) == d) return d;
+      release(d);
+    }
+    // Released or recycled meanwhile: look again.
+  }
+}
+
+struct Ref {
+  Description* d;
+  explicit Ref(int fd) noexcept : d(g_down.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
+  ~Ref() {
+    if (d) release(d);
+  }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  explicit operator bool() const noexcept { return d != nullptr; }
+  Description* operator->() const noexcept { return d; }
+};
+
+// Puts `d` (one reference, the slot's) at fd. A description left there by a descriptor the
+// program closed behind the layer's back (::close) is stale: it is released.
+void install(int fd, Description* d) {
+  std::atomic<Description*>* s = slot_of(fd, true);
+  Description* old = s->exchange(d, std::memory_order_acq_rel);
+  if (old) {
+    logf("fd %d was closed behind the layer's back; its old state is dropped", fd);
+    release(old);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transfers (routed descriptors). All return -errno or bytes.
+
+bool readable(const Description& d) { return d.accmode == O_RDONLY || d.accmode == O_RDWR; }
+bool writable(const Description& d) { return d.accmode == O_WRONLY || d.accmode == O_RDWR; }
+
+std::uint64_t current_size(const Inode& ino, int fd) {
+  std::uint64_t size = ino.size.load(std::memory_order_acquire);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) size = std::max<std::uint64_t>(size, static_cast<std::uint64_t>(st.st_size));
+  return size;
+}
+
+void grow_size(Inode& ino, std::uint64_t end) noexcept {
+  std::uint64_t cur = ino.size.load(std::memory_order_relaxed);
+  while (cur < end && !ino.size.compare_exchange_weak(cur, end, std::memory_order_acq_rel)) {
+  }
+}
+
+// Submits one write under ino.mu at `pos` (or at the end of file when `append`: pos is set).
+// Returns -errno or the bytes (all of them: the cache takes everything).
+ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
+  if (append) pos = ino.size.load(std::memory_order_acquire);
+  if (pos > kOffMax || n > kOffMax - pos) return append ? -EFBIG : -EINVAL;
+  Receipt r = ino.file.write(pos, buf, n);
+  if (r.finished() && !r.ok()) return -error_of(r);
+  grow_size(ino, pos + n);
+  ino.writes_submitted.fetch_add(1, std::memory_order_relaxed);
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+  Inode* ip = &ino;
+  r.then([ip](const Receipt& done) {
+    if (!done.ok()) note_error(*ip, error_of(done));
+    ip->writes_settled.fetch_add(1, std::memory_order_release);
+    inode_unref(ip);
+  });
+  ino.last = std::move(r);
+  ino.last_tid = std::this_thread::get_id();
+  return static_cast<ssize_t>(n);
+}
+
+// The kernel's order after the access-mode check: access_ok (a range whose end passes the top
+// of the user address space is EFAULT: 2^56 - 4096 covers 5-level paging, and a count above
+// SSIZE_MAX always passes it), then rw_verify_area (EINVAL), then the clamp to MAX_RW_COUNT.
+ssize_t clamp_count(const void* buf, std::size_t& n) {
+  constexpr std::uintptr_t kUserTop = (std::uintptr_t{1} << 56) - 4096;
+  const auto at = reinterpret_cast<std::uintptr_t>(buf);
+  if (n > kUserTop || at > kUserTop - n) return -EFAULT;
+  if (static_cast<ssize_t>(n) < 0) return -EINVAL;
+  if (n > kMaxRw) n = kMaxRw;
+  return 0;
+}
+
+// count is clamped here. pos: the explicit offset, or the description's (then
+// `append` decides). Returns bytes or -errno.
+ssize_t do_write(Description& d, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
+  if (!writable(d)) return -EBADF;
+  if (const ssize_t e = clamp_count(buf, n)) return e;
+  if (n == 0) return 0;
+  if (!append && (pos > kOffMax || n > kOffMax - pos)) return -EINVAL;
+  if (buf == nullptr) return -EFAULT;
+  Inode& ino = *d.inode;
+  std::lock_guard<std::mutex> lock(ino.mu);
+  order(ino);
+  return submit_write_locked(ino, buf, n, pos, append);
+}
+
+ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos) {
+  if (!readable(d)) return -EBADF;
+  if (const ssize_t e = clamp_count(buf, n)) return e;
+  if (n == 0) return 0;
+  if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
+  Inode& ino = *d.inode;
+  if (buf == nullptr) return pos >= current_size(ino, fd) ? 0 : -EFAULT;
+  Receipt r;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    order(ino);
+    r = ino.file.read(pos, buf, n);
+  }
+  if (!r.ok()) return -error_of(r);
+  return static_cast<ssize_t>(r.bytes());
+}
+
+
+int sync_routed(Description& d, bool data_only) {
+  Inode& ino = *d.inode;
+  Receipt r;
+  std::uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    order(ino);
+    target = ino.writes_submitted.load(std::memory_order_relaxed);
+    r = data_only ? ino.file.fdatasync() : ino.file.fsync();
+  }
+  const int err = error_of(r);
+  settle(ino, target);
+  if (err) return -err;
+  if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;
+  return 0;
+}
+
+template <class T>
+T finish(T ret, int saved) {
+  if (ret < 0) {
+    errno = static_cast<int>(-ret);
+    return -1;
+  }
+  errno = saved;
+  return ret;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening
+
+// Decides whether `fd` (just opened by the program's call with `flags`) is routed, and routes
+// it. Never fails the open: a file that cannot be routed passes through.
+void maybe_route(int fd, int flags, const char* path) {
+  if (g_down.load(std::memory_order_acquire)) return;
+  if (flags & (O_PATH | O_DIRECT | O_DSYNC)) return;  // O_SYNC includes O_DSYNC's bit
+  if (fd >= kMaxFd) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const int acc = flags & O_ACCMODE;
+  const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
+  if (wants_write && !controller()) return;  // made here, before g_reg_mu (lock order: init, reg, inode)
+  Inode* ino = nullptr;
+  bool fresh = false;
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    auto it = registry().find(InodeKey{st.st_dev, st.st_ino});
+    if (it != registry().end()) {
+      ino = it->second;
+    } else if (wants_write) {
+      auto owned = std::make_unique<Inode>();
+      owned->dev = st.st_dev;
+      owned->ino = st.st_ino;
+      owned->name = path;
+      owned->via_proc = ::access("/proc/self/fd", F_OK) == 0;  // else the path (no /proc)
+      const std::string how = owned->via_proc ? "/proc/self/fd/" + std::to_string(fd) : owned->name;
+      auto f = open_engine_file(how, true);
+      if (!f && f.error().code == std::errc::permission_denied) {
+        owned->engine_readable = false;
+        f = open_engine_file(how, false);
+      }
+      if (!f) {
+        logf("%s (fd %d) not routed: %s", path, fd, f.error().message.c_str());
+        return;
+      }
+      owned->file = std::move(f.value());
+      owned->size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
+      ino = owned.release();
+      registry()[InodeKey{st.st_dev, st.st_ino}] = ino;
+      fresh = true;
+    } else {
+      return;  // read-only, and nothing of it is cached
+    }
+    ++ino->opens;
+  }
+  Description* d = new_description();
+  d->inode = ino;
+  d->accmode = acc;
+  d->append = (flags & O_APPEND) != 0;
+  d->offset = 0;
+  d->refs.store(1, std::memory_order_relaxed);
+  if (!fresh && (flags & O_TRUNC) && wants_write) {
+    // The program's ::open truncated the file, but this process's cache may hold bytes of it
+    // that a write-back would bring back: truncate through the cache as ftruncate(fd, 0) does.
+    std::lock_guard<std::mutex> lock(ino->mu);
+    (void)truncate_locked(*ino, fd, 0);
+  }
+  install(fd, d);  // release: the description's fields above happen-before its users
+  logf("%s (fd %d) routed%s", path, fd, fresh ? "" : " (file already routed: shares its cache)");
+}
+
+int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
+  if (path == nullptr) {  // glibc declares it nonnull; the kernel answers EFAULT
+    errno = EFAULT;
+    return -1;
+  }
+  const int saved = errno;
+  int fd;
+  do {
+    fd = ::openat(dirfd, path, flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return -1;  // the kernel's errno
+  maybe_route(fd, flags, path);
+  errno = saved;
+  return fd;
+}
+
+// Hands each routed descriptor's offset to the kernel (the exit handler: libc serves them
+// afterwards).
+void hand_back_offsets() {
+  for (int top = 0; top < (1 << kTopBits); ++top) {
+    Chunk* c = g_top[top].load(std::memory_order_acquire);
+    if (!c) continue;
+    for (int i = 0; i < (1 << kChunkBits); ++i) {
+      Description* d = c->slot[i].load(std::memory_order_acquire);
+      if (!d) continue;
+      // By slot, not by the number the description was opened as: that one may be closed (an
+      // alias made by dup outlives it). Aliases share the kernel offset: setting it twice is fine.
+      const int fd = (top << kChunkBits) | i;
+      std::lock_guard<std::mutex> lock(d->mu);
+      (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+    }
+  }
+}
+
+std::vector<std::string> shutdown_locked() {
+  std::vector<std::string> failures;
+  Controller* c = g_ctl.load(std::memory_order_acquire);
+  g_down.store(true, std::memory_order_release);
+  if (!c) return failures;
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    for (auto& [key, ino] : registry()) {
+      std::lock_guard<std::mutex> il(ino->mu);
+      if (const int err = close_file_locked(*ino))
+        failures.push_back("write-back of " + ino->name + " failed: " + std::strerror(err));
+    }
+  }
+  hand_back_offsets();
+  ShutdownReport report = c->shutdown();
+  for (auto& f : report.failures) failures.push_back(std::move(f));
+  return failures;
+}
+
+void at_exit() {
+  const int saved = errno;
+  std::vector<std::string> failures;
+  {
+    std::lock_guard<std::mutex> lock(g_init_mu);
+    failures = shutdown_locked();
+  }
+  if (failures.empty()) {
+    errno = saved;
+    return;
+  }
+  std::fprintf(stderr, "tai::posix: at exit, data could not be written back:\n");
+  for (const auto& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
+  std::fprintf(stderr, "tai::posix: exiting with status %d\n", kExitStatusOnLoss);
+  std::fflush(nullptr);
+  ::_exit(kExitStatusOnLoss);
+}
+
+// Registered when libtai is loaded, before the program's own handlers and static objects: it
+// runs after them (atexit handlers run in reverse order), so their writes are written back too.
+__attribute__((constructor(101))) void register_exit_handler() { std::atexit(&at_exit); }
+
+}  // namespace
+
+Controller* controller() {
+  if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_down.load(std::memory_order_acquire)) return nullptr;
+  if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
+  std::vector<std::string> warnings;
+  Settings s = g_override ? *g_override : settings_from_env(&warnings);
+  g_log.store(s.log, std::memory_order_relaxed);
+  for (const auto& w : warnings) std::fprintf(stderr, "tai::posix: %s\n", w.c_str());
+  Controller* c = nullptr;
+  try {
+    c = new Controller(s.options);
+    if (s.setup) s.setup(*c);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "tai::posix: cannot make the controller (%s): every file passes through to libc\n",
+                 ex.what());
+    delete c;
+    g_down.store(true, std::memory_order_release);
+    return nullptr;
+  }
+  g_trivial.store(s.trivial_tree, std::memory_order_release);
+  logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64, c->workers(),
+       s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
+       c->options().weak_quota, c->options().strict_quota);
+  g_ctl.store(c, std::memory_order_release);
+  return c;
+}
+
+int alias_descriptor(int oldfd, int newfd) {
+  Description* d = g_down.load(std::memory_order_acquire) ? nullptr : acquire(oldfd);
+  if (!d) return -1;
+  if (oldfd == newfd) {
+    release(d);
+    return 0;
+  }
+  std::atomic<Description*>* s = slot_of(newfd, true);
+  if (!s) {
+    release(d);
+    return -1;
+  }
+  // The reference taken by acquire() becomes the new slot's.
+  Description* old = s->exchange(d, std::memory_order_acq_rel);
+  return old ? release(old) : 0;
+}
+
+int forget_descriptor(int fd) {
+  std::atomic<Description*>* s = slot_of(fd, false);
+  Description* d = s ? s->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
+  return d ? release(d) : 0;
+}
+
+ShutdownReport restart_for_testing(const Settings& settings) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  ShutdownReport report;
+  if (Controller* c = g_ctl.exchange(nullptr, std::memory_order_acq_rel)) {
+    report = c->shutdown();
+    delete c;
+  }
+  g_override = settings;
+  g_down.store(false, std::memory_order_release);
+  return report;
+}
+
+std::vector<std::string> shutdown_for_testing() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  return shutdown_locked();
+}
+
+}  // namespace tai::posix::detail
+
+// =============================================================================================
+// The public functions
+
+namespace tai::posix {
+
+using detail::Description;
+using detail::finish;
+using detail::Ref;
+
+int open(const char* path, int flags, mode_t mode) { return detail::open_impl(AT_FDCWD, path, flags, mode); }
+int openat(int dirfd, const char* path, int flags, mode_t mode) { return detail::open_impl(dirfd, path, flags, mode); }
+int creat(const char* path, mode_t mode) { return detail::open_impl(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+
+int close(int fd) {
+  const int saved = errno;
+  std::atomic<Description*>* s = detail::slot_of(fd, false);
+  Description* d = s ? s->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
+  int err = d ? detail::release(d) : 0;
+  if (::close(fd) != 0) {
+    if (err == 0) err = errno;
+  }
+  return finish(err ? -err : 0, saved);
+}
+
+ssize_t write(int fd, const void* buf, std::size_t count) {
+  Ref d(fd);
+  if (!d) return ::write(fd, buf, count);
+  const int saved = errno;
+  std::lock_guard<std::mutex> lock(d->mu);
+  std::uint64_t pos = d->offset;
+  const ssize_t r = detail::do_write(*d.d, buf, count, pos, d->append);
+  if (r > 0) d->offset = pos + static_cast<std::uint64_t>(r);
+  return finish(r, saved);
+}
+
+ssize_t pwrite(int fd, const void* buf, std::size_t count, off_t offset) {
+  const int saved = errno;
+  if (offset < 0) return finish<ssize_t>(-EINVAL, saved);  // before the descriptor, as the kernel
+  Ref d(fd);
+  if (!d) return ::pwrite(fd, buf, count, offset);
+  std::uint64_t pos = static_cast<std::uint64_t>(offset);
+  return finish(detail::do_write(*d.d, buf, count, pos, d->append), saved);  // Linux: O_APPEND appends
+}
+
+ssize_t read(int fd, void* buf, std::size_t count) {
+  Ref d(fd);
+  if (!d) return ::read(fd, buf, count);
+  const int saved = errno;
+  std::lock_guard<std::mutex> lock(d->mu);
+  const ssize_t r = detail::do_read(*d.d, fd, buf, count, d->offset);
+  if (r > 0) d->offset += static_cast<std::uint64_t>(r);
+  return finish(r, saved);
+}
+
+ssize_t pread(int fd, void* buf, std::size_t count, off_t offset) {
+  const int saved = errno;
+  if (offset < 0) return finish<ssize_t>(-EINVAL, saved);
+  Ref d(fd);
+  if (!d) return ::pread(fd, buf, count, offset);
+  return finish(detail::do_read(*d.d, fd, buf, count, static_cast<std::uint64_t>(offset)), saved);
+}
+
+namespace {
+// The checks of the kernel's import_iovec: -errno, or 0 with the total (clamped to MAX_RW_COUNT
+// as the kernel does, by trimming the vector's use).
+ssize_t check_iov(const struct iovec* iov, int iovcnt, std::size_t& total) {
+  total = 0;
+  if (iovcnt < 0 || iovcnt > IOV_MAX) return -EINVAL;
+  if (iovcnt > 0 && iov == nullptr) return -EFAULT;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (static_cast<ssize_t>(iov[i].iov_len) < 0) return -EINVAL;
+    if (iov[i].iov_len > static_cast<std::size_t>(std::numeric_limits<ssize_t>::max()) - total) return -EINVAL;
+    total += iov[i].iov_len;
+  }
+  return 0;
+}
+}  // namespace
+
+ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  Ref d(fd);
+  if (!d) return ::writev(fd, iov, iovcnt);
+  const int saved = errno;
+  std::size_t total;
+  if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
+  if (!detail::writable(*d.d)) return finish<ssize_t>(-EBADF, saved);
+  std::lock_guard<std::mutex> lock(d->mu);
+  detail::Inode& ino = *d->inode;
+  std::lock_guard<std::mutex> il(ino.mu);  // the pieces go in together: no other write between
+  detail::order(ino);
+  std::uint64_t pos = d->append ? ino.size.load(std::memory_order_acquire) : d->offset;
+  if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
+  ssize_t done = 0;
+  std::size_t left = std::min(total, detail::kMaxRw);
+  for (int i = 0; i < iovcnt && left > 0; ++i) {
+    const std::size_t n = std::min(iov[i].iov_len, left);
+    if (n == 0) continue;
+    if (iov[i].iov_base == nullptr) {
+      if (done == 0) return finish<ssize_t>(-EFAULT, saved);
+      break;  // the kernel stops at the fault and reports what it copied
+    }
+    std::uint64_t at = pos + static_cast<std::uint64_t>(done);
+    const ssize_t r = detail::submit_write_locked(ino, iov[i].iov_base, n, at, false);
+    if (r < 0) {
+      if (done == 0) return finish(r, saved);
+      break;
+    }
+    done += r;
+    left -= n;
+  }
+  d->offset = pos + static_cast<std::uint64_t>(done);
+  return finish(done, saved);
+}
+
+ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
+  Ref d(fd);
+  if (!d) return ::readv(fd, iov, iovcnt);
+  const int saved = errno;
+  std::size_t total;
+  if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
+  if (!detail::readable(*d.d)) return finish<ssize_t>(-EBADF, saved);
+  std::lock_guard<std::mutex> lock(d->mu);
+  const std::uint64_t pos = d->offset;
+  if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
+  ssize_t done = 0;
+  std::size_t left = std::min(total, detail::kMaxRw);
+  for (int i = 0; i < iovcnt && left > 0; ++i) {
+    const std::size_t n = std::min(iov[i].iov_len, left);
+    if (n == 0) continue;
+    const ssize_t r = detail::do_read(*d.d, fd, iov[i].iov_base, n, pos + static_cast<std::uint64_t>(done));
+    if (r < 0) {
+      if (done == 0) return finish(r, saved);
+      break;
+    }
+    done += r;
+    left -= n;
+    if (static_cast<std::size_t>(r) < n) break;  // end of file
+  }
+  d->offset = pos + static_cast<std::uint64_t>(done);
+  return finish(done, saved);
+}
+
+off_t lseek(int fd, off_t offset, int whence) {
+  Ref d(fd);
+  if (!d) return ::lseek(fd, offset, whence);
+  const int saved = errno;
+  std::lock_guard<std::mutex> lock(d->mu);
+  const off_t cur = static_cast<off_t>(d->offset);
+  off_t next = 0;
+  switch (whence) {
+    case SEEK_SET:
+      next = offset;
+      break;
+    case SEEK_CUR:
+      if (__builtin_add_overflow(cur, offset, &next)) return finish<off_t>(-EINVAL, saved);
+      break;
+    case SEEK_END: {
+      const off_t size = static_cast<off_t>(detail::current_size(*d->inode, fd));
+      if (__builtin_add_overflow(size, offset, &next)) return finish<off_t>(-EINVAL, saved);
+      break;
+    }
+    case SEEK_DATA:
+    case SEEK_HOLE: {
+      // The whole file counts as data (allowed by POSIX, and true of what is cached): SEEK_DATA
+      // stays, SEEK_HOLE goes to the end; both fail with ENXIO at or past the end.
+      const off_t size = static_cast<off_t>(detail::current_size(*d->inode, fd));
+      if (offset < 0 || offset >= size) return finish<off_t>(-ENXIO, saved);
+      next = whence == SEEK_DATA ? offset : size;
+      break;
+    }
+    default:
+      return finish<off_t>(-EINVAL, saved);
+  }
+  if (next < 0) return finish<off_t>(-EINVAL, saved);
+  d->offset = static_cast<std::uint64_t>(next);
+  return finish(next, saved);
+}
+
+int fsync(int fd) {
+  Ref d(fd);
+  if (!d) return ::fsync(fd);
+  const int saved = errno;
+  return finish(detail::sync_routed(*d.d, false), saved);
+}
+
+int fdatasync(int fd) {
+  Ref d(fd);
+  if (!d) return ::fdatasync(fd);
+  const int saved = errno;
+  return finish(detail::sync_routed(*d.d, true), saved);
+}
+
+int ftruncate(int fd, off_t length) {
+  Ref d(fd);
+  if (!d || !detail::writable(*d.d)) return ::ftruncate(fd, length);  // the kernel's checks and errno
+  const int saved = errno;
+  if (length < 0) return finish(-EINVAL, saved);
+  detail::Inode& ino = *d->inode;
+  std::lock_guard<std::mutex> lock(ino.mu);
+  return finish(detail::truncate_locked(ino, fd, static_cast<std::uint64_t>(length)), saved);
+}
+
+int fstat(int fd, struct stat* st) {
+  Ref d(fd);
+  // glibc declares fstat's buffer nonnull; the system call answers a null one (EBADF first,
+  // else EFAULT), so that is what a null buffer gets.
+  const int rc = st ? ::fstat(fd, st) : static_cast<int>(::syscall(SYS_fstat, fd, st));
+  if (rc != 0 || !d) return rc;
+  const std::uint64_t size = d->inode->size.load(std::memory_order_acquire);
+  if (static_cast<std::uint64_t>(st->st_size) < size) st->st_size = static_cast<off_t>(size);
+  return 0;
+}
+
+Receipt fsync_async(int fd) {
+  Ref d(fd);
+  if (!d) {
+    const int saved = errno;  // the answer is on the receipt: errno stays as it was
+    const bool open = ::fcntl(fd, F_GETFD) >= 0;
+    Controller* c = open ? detail::controller() : nullptr;
+    errno = saved;
+    if (!c) return File().fsync();  // rejected: EBADF
+    return c->submit([fd] {
+      if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
+    });
+  }
+  detail::Inode& ino = *d->inode;
+  std::lock_guard<std::mutex> lock(ino.mu);
+  detail::order(ino);
+  Receipt r = ino.file.fsync();
+  ino.last = r;
+  ino.last_sync = r;
+  ino.last_tid = std::this_thread::get_id();
+  return r;
+}
+
+int barrier(int fd) {
+  Ref d(fd);
+  if (!d) return ::fdatasync(fd);
+  const int saved = errno;
+  detail::Inode& ino = *d->inode;
+  std::lock_guard<std::mutex> lock(ino.mu);
+  detail::order(ino);
+  Receipt r = ino.file.barrier();
+  if (r.finished() && !r.ok()) return finish(-detail::error_of(r), saved);
+  ino.last = r;
+  ino.last_sync = r;
+  ino.last_tid = std::this_thread::get_id();
+  return finish(0, saved);
+}
+
+int wait(int fd) {
+  Ref d(fd);
+  const int saved = errno;
+  if (!d) return ::fcntl(fd, F_GETFD) < 0 ? -1 : 0;
+  detail::Inode& ino = *d->inode;
+  Receipt last, sync;
+  std::uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    last = ino.last;
+    sync = ino.last_sync;
+    target = ino.writes_submitted.load(std::memory_order_relaxed);
+  }
+  last.wait();
+  sync.wait();
+  detail::settle(ino, target);
+  if (sync.valid() && !sync.ok()) return finish(-detail::error_of(sync), saved);
+  if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return finish(-w, saved);
+  return finish(0, saved);
+}
+
+bool routed(int fd) noexcept {
+  Ref d(fd);
+  return static_cast<bool>(d);
+}
+
+}  // namespace tai::posix

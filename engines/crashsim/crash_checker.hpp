@@ -1,7 +1,7 @@
 // engines/crashsim/crash_checker.hpp - what the program was told (ProgramLog) and TAI's oracle
 // (TaiCrashOracle), a CrashChecker for crash_states.hpp.
 //
-//     tai::engines::ProgramLog prog([sim] { return sim->now(); });   // the crash log's clock
+//     tai::engines::ProgramLog prog([sim] { return sim->tick(); });   // the crash log's clock
 //     auto i = prog.begin_write(path, offset, data, n);
 //     tai::Receipt r = file.write(offset, data, n);
 //     prog.submitted(i);
@@ -29,6 +29,8 @@
 //     submitted after B, every write submitted before B must be wholly present (each of its bytes
 //     reads as its value or as that of a source not before it).
 // Truncates (an open with Open::truncate) are sources whose value is "0 or past the end of file".
+// Past the end of every write the file may hold zeros (the padding of a direct-I/O write whose
+// trim is not in the log, see crash_checker.cpp), nothing else.
 #pragma once
 
 #include <cstddef>
@@ -66,7 +68,9 @@ struct ProgramOp {
 /// once (one mutex).
 class ProgramLog {
  public:
-  /// `clock` gives the crash log's time (CrashSimEngine::now); it must be thread-safe.
+  /// `clock` takes a time on the crash log's clock (CrashSimEngine::tick: a fresh seq per call,
+  /// so that an operation's times are never equal to an event's or another operation's); it
+  /// must be thread-safe.
   explicit ProgramLog(std::function<std::uint64_t()> clock);
 
   /// Starts an operation: records it with submit_begin = now. Returns its index.

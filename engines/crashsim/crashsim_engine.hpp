@@ -108,6 +108,11 @@ class CrashSimEngine final : public WrapperEngine {
   /// The next sequence number: every logged event that happened before this call returned has
   /// a smaller one. Lock-free, thread-safe.
   std::uint64_t now() const noexcept;
+  /// Takes a sequence number of its own, as an event would: every event that happened before
+  /// this call has a smaller seq and every event after it a larger one. The clock of a
+  /// ProgramLog (two ticks are never equal, so two program operations are always ordered by
+  /// their times). Lock-free, thread-safe.
+  std::uint64_t tick() noexcept { return take_seq(); }
   /// Logs a persistence point of the program (e.g. "fsync receipt 4 ok"); returns its seq.
   /// Thread-safe.
   std::uint64_t mark(std::string label);

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -268,7 +269,11 @@ struct RunResult {
 /// cost more than the workload).
 class CrashRig {
  public:
-  CrashRig(const CrashConfig& config, const std::string& dir) : config_(config), dir_(dir) {
+  /// Wraps the crashsim engine before the controller gets it (tests of the checker put a
+  /// deliberately broken engine above it, so that the log shows what the broken engine did).
+  using Wrap = std::function<std::unique_ptr<Engine>(std::unique_ptr<engines::CrashSimEngine>)>;
+
+  CrashRig(const CrashConfig& config, const std::string& dir, Wrap wrap = {}) : config_(config), dir_(dir) {
     ControllerOptions o;
     o.workers = 2;
     o.flush_idle_ns = -1;  // write-back only where the workload causes it: runs are repeatable
@@ -284,7 +289,10 @@ class CrashRig {
     }
     auto sim = engines::make_crashsim(std::move(inner.value()));
     sim_ = sim.get();
-    ctl_->add_engine("crashsim", std::move(sim));
+    if (wrap)
+      ctl_->add_engine("crashsim", wrap(std::move(sim)));
+    else
+      ctl_->add_engine("crashsim", std::move(sim));
   }
   const std::string& error() const { return error_; }
   engines::CrashSimEngine& sim() { return *sim_; }

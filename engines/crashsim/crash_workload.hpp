@@ -376,7 +376,9 @@ class CrashRig {
   template <class Tree>
   RunResult run_tree(const Workload& w, std::uint64_t seed, const engines::CrashStateOptions& opt) {
     RunResult res;
-    const std::string path = dir_ + "/w" + std::to_string(serial_++);
+    // One file per run, named after the configuration too: rigs of several configurations may
+    // share a directory (tai-bench crash).
+    const std::string path = dir_ + "/" + config_.label() + "-w" + std::to_string(serial_++);
     sim_->clear();
     engines::ProgramLog prog([s = sim_] { return s->tick(); });
     std::vector<Receipt> receipts;
@@ -394,7 +396,12 @@ class CrashRig {
       prog.track(idx, r);
       receipts.push_back(std::move(r));
     };
+    // The file starts empty: the program's first operation is the truncating open (it matters
+    // when the path held something before, e.g. from an earlier run).
+    const std::size_t first_truncate = prog.begin_op(engines::ProgramOp::Kind::truncate, path);
     File f = open(true);
+    prog.submitted(first_truncate);
+    prog.finished(first_truncate, static_cast<bool>(f));
     if (!f) return res;
     for (std::size_t i = 0; i < w.ops.size(); ++i) {
       const WOp& op = w.ops[i];

@@ -156,7 +156,7 @@ TEST(CrashSimChecker, CatchesASyncThatOvertakesTheWritesBeforeIt) {
 
 TEST(CrashSimChecker, CatchesAWriteThatOvertakesAnotherAcrossABarrier) {
   const auto lines = run_broken(kBarrier, broken(BrokenEngine::Mode::write_overtakes_write, 1));
-  EXPECT_TRUE(any_contains(lines, "barrier#1") && any_contains(lines, "broken: offset")) << joined(lines);
+  EXPECT_TRUE(any_contains(lines, "barrier#2") && any_contains(lines, "broken: offset")) << joined(lines);  // op 0 is the truncating open
 }
 
 // ---------------------------------------------------------------------------------------------

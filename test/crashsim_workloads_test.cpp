@@ -2,6 +2,8 @@
 // ones, through a controller on the crashsim engine, over every tree x engine x quota; every
 // crash state of each run's log is checked with TAI's oracle (durability, provenance, barriers).
 //
+// Plus, per configuration, a few runs of two threads at once on one file.
+//
 // One body over every configuration (value-parameterised; the tree is picked inside). Each
 // configuration prints one line with its counts; the ctest fixture test `crashsim.summary`
 // (test/CMakeLists.txt) adds them up after the suite and prints the total, and requires at least
@@ -78,6 +80,23 @@ TEST_P(CrashSimSuite, EveryCrashStateKeepsTheOrderAndDurabilityPromises) {
       if (failures++ < 5) ADD_FAILURE() << f;
     }
     if (failures >= 5) break;
+  }
+  // Two threads at once on one handle of one file (random workloads without close/reopen): the
+  // order promise across threads is the real-time order of submission.
+  const unsigned concurrent = std::max(1u, static_cast<unsigned>(2 * scale));
+  for (unsigned i = 0; i < concurrent && failures < 5; ++i) {
+    engines::CrashStateOptions opt;
+    opt.sector_size = i % 2 ? 4096 : 512;
+    opt.samples = 64;
+    opt.seed = seed + 7777 + i;
+    const std::vector<Workload> threads = {random_workload(rng(), 6 + static_cast<unsigned>(rng() % 5)),
+                                           random_workload(rng(), 6 + static_cast<unsigned>(rng() % 5))};
+    RunResult r = rig.run_concurrent(threads, seed, opt);
+    total += r.stats;
+    workloads.push_back(threads[0]);  // counted as one workload below
+    for (const auto& f : r.failures) {
+      if (failures++ < 5) ADD_FAILURE() << f;
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("[crashsim] %-28s seed %llu: %zu workloads, %llu crash points (%llu exhaustive, %llu sampled), "

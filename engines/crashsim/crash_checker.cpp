@@ -113,6 +113,7 @@ struct TaiCrashOracle::FileModel {
     bool truncate = false;
     std::uint64_t begin = 0, end = 0;  // covered range (truncate and initial: [0, extent))
     std::uint64_t submit_begin = 0, submit_end = 0;
+    unsigned thread = 0;
     const std::vector<unsigned char>* data = nullptr;  // write: its bytes; initial: the content
   };
   struct BeforeWrite {
@@ -137,8 +138,22 @@ struct TaiCrashOracle::FileModel {
   bool cached = false;
   std::uint64_t cached_seq = 0;
   std::vector<Bits> allowed;             // over [0, extent)
-  std::vector<std::uint64_t> required;   // per byte: the latest submit_begin of a required source (0: none)
+  // Per byte (and per thread when the order is per thread: index x * threads + thread): the
+  // latest submit_begin of a required source (0: none).
+  std::vector<std::uint64_t> required;
+  unsigned threads = 1;  // slots per byte in `required`
   std::vector<int> required_by_sync;     // per byte: the sync op making it required (-1)
+
+  /// Whether source `v` is not before any required source of byte x (the initial content is
+  /// before everything).
+  bool allowed_source(const Source& v, std::uint64_t x) const {
+    if (v.op < 0) {
+      for (unsigned t = 0; t < threads; ++t)
+        if (required[x * threads + t] != 0) return false;
+      return true;
+    }
+    return v.submit_end >= required[x * threads + (threads > 1 ? v.thread : 0)];
+  }
 
   void add_value(Bits& b, const Source& s, std::uint64_t x) const {
     if (s.truncate) {
@@ -154,7 +169,12 @@ struct TaiCrashOracle::FileModel {
   }
 };
 
-TaiCrashOracle::TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops) : log_(log), ops_(std::move(ops)) {}
+TaiCrashOracle::TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops, bool order_across_threads)
+    : log_(log), ops_(std::move(ops)), order_across_threads_(order_across_threads) {}
+
+bool TaiCrashOracle::before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread) const {
+  return a_end < b_begin && (order_across_threads_ || a_thread == b_thread);
+}
 TaiCrashOracle::~TaiCrashOracle() = default;
 
 TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
@@ -189,6 +209,7 @@ TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
     s.end = s.truncate ? m->extent : op.offset + op.data.size();
     s.submit_begin = op.submit_begin;
     s.submit_end = op.submit_end;
+    s.thread = op.thread;
     s.data = &op.data;
     m->sources.push_back(s);
   }
@@ -203,7 +224,7 @@ TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
     bar.nonafter.resize(m->extent);
     bool any_after = false;
     for (const auto& s : m->sources) {
-      const bool after = s.op >= 0 && b.submit_end < s.submit_begin;
+      const bool after = s.op >= 0 && before(b.submit_end, b.thread, s.submit_begin, s.thread);
       if (after && s.truncate) continue;  // a truncate after the barrier is no evidence of anything
       any_after |= after;
       for (std::uint64_t x = s.begin; x < s.end; ++x) m->add_value(after ? bar.after[x] : bar.nonafter[x], s, x);
@@ -211,13 +232,13 @@ TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
     if (!any_after) continue;  // nothing after it: nothing to check
     for (std::size_t si = 1; si < m->sources.size(); ++si) {
       const auto& v = m->sources[si];
-      if (v.truncate || !(v.submit_end < b.submit_begin)) continue;
+      if (v.truncate || !before(v.submit_end, v.thread, b.submit_begin, b.thread)) continue;
       FileModel::BeforeWrite bw;
       bw.source = si;
       bw.allowed.resize(v.end - v.begin);
       for (const auto& u : m->sources) {
         const bool is_v = &u == &v;
-        if (!is_v && (u.op < 0 || u.submit_end < v.submit_begin)) continue;  // u is before v
+        if (!is_v && (u.op < 0 || before(u.submit_end, u.thread, v.submit_begin, v.thread))) continue;  // u is before v
         const std::uint64_t lo = std::max(u.begin, v.begin), hi = std::min(u.end, v.end);
         for (std::uint64_t x = lo; x < hi; ++x) m->add_value(bw.allowed[x - v.begin], u, x);
       }
@@ -251,7 +272,10 @@ void TaiCrashOracle::check(const CrashState& state, std::vector<std::string>& ou
     m.cached = true;
     m.cached_seq = c;
     m.allowed.assign(E, Bits{});
-    m.required.assign(E, 0);
+    m.threads = 1;
+    if (!order_across_threads_)
+      for (const auto& v : m.sources) m.threads = std::max(m.threads, v.thread + 1);
+    m.required.assign(E * m.threads, 0);
     m.required_by_sync.assign(E, -1);
     // Required sources: before a sync that succeeded before c. The latest such sync's submit
     // decides (every source before an earlier one is before it too).
@@ -259,20 +283,22 @@ void TaiCrashOracle::check(const CrashState& state, std::vector<std::string>& ou
       const ProgramOp& s = ops_[si];
       if (!(s.done_seq != 0 && s.done_seq < c && s.ok)) continue;
       for (const auto& v : m.sources) {
-        if (v.op < 0 || !(v.submit_end < s.submit_begin)) continue;
+        if (v.op < 0 || !before(v.submit_end, v.thread, s.submit_begin, s.thread)) continue;
         const ProgramOp& vop = ops_[static_cast<std::size_t>(v.op)];
         if (vop.done_seq != 0 && !vop.ok) continue;  // a write that failed is not promised
-        for (std::uint64_t x = v.begin; x < v.end; ++x)
-          if (v.submit_begin > m.required[x]) {
-            m.required[x] = v.submit_begin;
+        for (std::uint64_t x = v.begin; x < v.end; ++x) {
+          std::uint64_t& slot = m.required[x * m.threads + (m.threads > 1 ? v.thread : 0)];
+          if (v.submit_begin > slot) {
+            slot = v.submit_begin;
             m.required_by_sync[x] = static_cast<int>(si);
           }
+        }
       }
     }
     for (const auto& v : m.sources) {
       if (v.op >= 0 && !(v.submit_begin < c)) continue;  // not submitted yet
       for (std::uint64_t x = v.begin; x < v.end; ++x)
-        if (v.submit_end >= m.required[x]) m.add_value(m.allowed[x], v, x);
+        if (m.allowed_source(v, x)) m.add_value(m.allowed[x], v, x);
     }
   }
 
@@ -310,7 +336,7 @@ void TaiCrashOracle::check(const CrashState& state, std::vector<std::string>& ou
       for (unsigned val = 0; val <= kEof; ++val)
         if (one.has(val)) vals += (vals.empty() ? "" : "/") + value_text(val);
       const bool submitted = v.op < 0 || v.submit_begin < c;
-      const bool allowed = submitted && v.submit_end >= m.required[x];
+      const bool allowed = submitted && m.allowed_source(v, x);
       s += " {" + (v.op < 0 ? std::string("initial") : ops_[static_cast<std::size_t>(v.op)].to_string(static_cast<std::size_t>(v.op))) +
            " = " + vals + (allowed ? "" : submitted ? " (stale)" : " (not yet submitted)") + "}";
     }

@@ -14,7 +14,8 @@
 // (taken before the call that submits it), submit_end (after that call returned) and done_seq
 // (when its receipt finished, taken in the receipt's continuation; 0: never). Operation A is
 // *before* B when A.submit_end < B.submit_begin: program order within a thread, and real-time
-// order across threads (what TAI's order promise is about; DESIGN section 2).
+// order across threads (what TAI's order promise is about; DESIGN section 2). The oracle can be
+// told to order only operations of the same thread (TaiCrashOracle's order_across_threads).
 //
 // The oracle (DESIGN section 2, "Order", "Durability", File::barrier), for a state of one file at
 // crash time c; "sources" of a byte x are the file's initial content and every write or truncate
@@ -36,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -98,7 +100,11 @@ class ProgramLog {
 /// thread.
 class TaiCrashOracle : public CrashChecker {
  public:
-  TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops);
+  /// `log` must outlive the oracle. `order_across_threads`: operation A is before B when A's
+  /// submission returned before B's began, whatever their threads (DESIGN's "submitted before";
+  /// true), or only when they are also of the same thread (false: what TAI does today, see
+  /// test/crashsim_cross_thread_test.cpp).
+  TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops, bool order_across_threads = true);
   ~TaiCrashOracle() override;
 
   /// Hash of (operations of the file submitted before seq, receipts finished before seq).
@@ -108,9 +114,11 @@ class TaiCrashOracle : public CrashChecker {
  private:
   struct FileModel;
   FileModel& model(std::uint32_t file);
+  bool before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread) const;
   const CrashLog& log_;
   std::vector<ProgramOp> ops_;
   std::unordered_map<std::uint32_t, std::unique_ptr<FileModel>> models_;
+  bool order_across_threads_;
 };
 
 }  // namespace tai::engines

@@ -48,7 +48,7 @@
 
 namespace tai::engines {
 
-/// One operation of the program. Plain data.
+/// One operation of the program. Plain data (not synchronised).
 struct ProgramOp {
   enum class Kind : std::uint8_t { write, truncate, fsync, fdatasync, barrier, close };
   Kind kind = Kind::write;

@@ -88,12 +88,15 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
   std::uint64_t prev_signature = 0;
   bool have_prev = false;
 
+  // The durable cut: the latest submit of a successful sync of this file completed before the
+  // point (events are in completion order, so it only grows with k).
+  std::uint64_t cut = 0;
   for (std::size_t k = 0; k <= n_events; ++k) {
     const std::uint64_t c = k < n_events ? ev[k].complete_seq : std::numeric_limits<std::uint64_t>::max();
-    // The durable cut: the latest submit of a successful sync of this file completed before c.
-    std::uint64_t cut = 0;
-    for (std::size_t i = 0; i < k; ++i)
-      if (ev[i].file == file && ev[i].kind == CrashEvent::Kind::sync && ev[i].ok()) cut = std::max(cut, ev[i].submit_seq);
+    if (k > 0) {
+      const CrashEvent& prev = ev[k - 1];
+      if (prev.file == file && prev.kind == CrashEvent::Kind::sync && prev.ok()) cut = std::max(cut, prev.submit_seq);
+    }
     auto durable = [&](const CrashEvent& e) { return e.ok() && e.complete_seq < cut; };
 
     // Candidates (in completion order) and the first of them.

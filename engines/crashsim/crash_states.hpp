@@ -45,6 +45,7 @@
 
 namespace tai::engines {
 
+/// Plain data (not synchronised).
 struct CrashStateOptions {
   enum class Order : std::uint8_t { any_subset, sequential };
   Order order = Order::any_subset;
@@ -59,9 +60,10 @@ struct CrashStateOptions {
   /// Stop after this many unique states in total (0: no limit).
   std::uint64_t max_states = 0;
 };
+/// "any-subset" or "sequential". Thread-safe.
 const char* to_string(CrashStateOptions::Order order) noexcept;
 
-/// One candidate state handed to the checker. Valid only during the call.
+/// One candidate state handed to the checker. Valid only during the call; not synchronised.
 struct CrashState {
   std::uint32_t file = 0;        ///< index into CrashLog::paths
   std::size_t point = 0;         ///< crash just before events[point] completes (== size: after all)
@@ -86,6 +88,7 @@ class CrashChecker {
   virtual void check(const CrashState& state, std::vector<std::string>& out) = 0;
 };
 
+/// Counts of one enumeration (add them up with +=). Plain data (not synchronised).
 struct CrashStats {
   std::uint64_t points = 0;        ///< crash points visited (with at least one state)
   std::uint64_t exhaustive_points = 0;

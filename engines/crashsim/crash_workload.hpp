@@ -330,6 +330,7 @@ struct RunResult {
   std::vector<std::string> failures;  ///< each with the workload, the state and the violation
 };
 
+/// Not thread-safe: one thread at a time (run_concurrent starts threads of its own).
 /// One controller on the crashsim engine for many workloads (a controller per workload would
 /// cost more than the workload).
 class CrashRig {

@@ -44,7 +44,7 @@
 
 namespace tai::engines {
 
-/// One entry of the crash log. Plain data.
+/// One entry of the crash log. Plain data (not synchronised).
 struct CrashEvent {
   enum class Kind : std::uint8_t {
     write,     ///< a native write: `offset`, `data` (the bytes handed to the inner engine)
@@ -74,6 +74,7 @@ struct CrashEvent {
 };
 
 /// A copy of the log: the paths seen and the events in completion order (complete_seq rising).
+/// Plain data (not synchronised; const members may be used from several threads at once).
 struct CrashLog {
   std::vector<std::string> paths;
   /// The content each path had when this engine first opened it (empty when it was created, or
@@ -85,6 +86,7 @@ struct CrashLog {
   int file_index(const std::string& path) const;
 };
 
+/// Plain data (not synchronised).
 struct CrashSimOptions {
   /// Hand fsync/fdatasync to the inner engine (true), or complete them at once with success
   /// without asking it (false). The crash states come from the log either way; not forwarding

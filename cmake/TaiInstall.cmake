@@ -6,7 +6,7 @@
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains, and of
 #                                    engines/common what engine headers and users' engines need
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
-#   lib/libtai_testing.a             the test engines fault and recording (TAI_BUILD_TESTING_ENGINES)
+#   lib/libtai_testing.a             the test engines fault, recording and crashsim (TAI_BUILD_TESTING_ENGINES)
 #   lib/cmake/tai/                   find_package(tai) -> tai::tai, and tai::testing when built
 #                                    (find_package(tai COMPONENTS testing) requires it)
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai

@@ -43,4 +43,7 @@ void add_idle_command(CLI::App& app);
 /// `tai-bench memory`: peak RSS and heap while writing far more than a small quota (memory.cpp).
 void add_memory_command(CLI::App& app);
 
+/// `tai-bench crash`: the crash-state suite for longer than CI runs it (crash.cpp; needs tai::testing).
+void add_crash_command(CLI::App& app);
+
 }  // namespace tai::bench

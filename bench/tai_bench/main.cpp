@@ -16,6 +16,7 @@ void register_commands(CLI::App& app) {
   tai::bench::add_overhead_command(app);
   tai::bench::add_idle_command(app);
   tai::bench::add_memory_command(app);
+  tai::bench::add_crash_command(app);
 }
 
 }  // namespace

@@ -1,0 +1,262 @@
+// Crash-state enumeration: see crash_states.hpp.
+#include "engines/crashsim/crash_states.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <unordered_set>
+
+namespace tai::engines {
+namespace {
+
+std::uint64_t mix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// One piece of a candidate event that persists or not on its own.
+struct Unit {
+  std::size_t event;  // index into log.events
+  std::uint64_t begin, end;  // file range (a truncate: 0, 0)
+  std::size_t sector;        // sector number (for descriptions)
+};
+
+void apply_piece(std::vector<unsigned char>& img, const CrashEvent& e, std::uint64_t begin, std::uint64_t end) {
+  if (e.kind == CrashEvent::Kind::truncate) {
+    img.clear();
+    return;
+  }
+  if (end <= begin) return;
+  if (img.size() < end) img.resize(end, 0);
+  std::memcpy(img.data() + begin, e.data.data() + (begin - e.offset), end - begin);
+}
+
+}  // namespace
+
+const char* to_string(CrashStateOptions::Order order) noexcept {
+  return order == CrashStateOptions::Order::any_subset ? "any-subset" : "sequential";
+}
+
+std::uint64_t CrashChecker::context(std::uint32_t, std::uint64_t) const { return 0; }
+
+CrashStats& CrashStats::operator+=(const CrashStats& o) {
+  points += o.points;
+  exhaustive_points += o.exhaustive_points;
+  sampled_points += o.sampled_points;
+  generated += o.generated;
+  unique += o.unique;
+  violations += o.violations;
+  max_units = std::max(max_units, o.max_units);
+  return *this;
+}
+
+std::uint64_t hash_bytes(const unsigned char* data, std::size_t n, std::uint64_t seed) noexcept {
+  std::uint64_t h = mix64(seed ^ (n * 0x2545F4914F6CDD1Dull));
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, data + i, 8);
+    h = (h ^ mix64(w + i)) * 0x9FB21C651E98DF25ull;
+    h ^= h >> 29;
+  }
+  std::uint64_t tail = 0;
+  for (std::size_t k = 0; i + k < n; ++k) tail |= static_cast<std::uint64_t>(data[i + k]) << (8 * k);
+  return mix64(h ^ mix64(tail + n));
+}
+
+CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const CrashStateOptions& opt,
+                                  CrashChecker& checker,
+                                  const std::function<void(const CrashState&, const std::vector<std::string>&)>&
+                                      on_violation) {
+  CrashStats stats;
+  const auto& ev = log.events;
+  const std::size_t n_events = ev.size();
+  const unsigned bound = std::min(opt.exhaustive_bound, 20u);
+  std::unordered_set<std::uint64_t> seen;
+  std::vector<unsigned char> image;
+  std::vector<std::string> lines;
+
+  auto is_data = [&](const CrashEvent& e) {
+    return e.file == file && (e.kind == CrashEvent::Kind::write || e.kind == CrashEvent::Kind::truncate);
+  };
+
+  // The previous point's shape: a point with the same durable set, candidates and context as the
+  // one before it would only rebuild the same states.
+  std::uint64_t prev_signature = 0;
+  bool have_prev = false;
+
+  // The durable cut: the latest submit of a successful sync of this file completed before the
+  // point (events are in completion order, so it only grows with k).
+  std::uint64_t cut = 0;
+  for (std::size_t k = 0; k <= n_events; ++k) {
+    const std::uint64_t c = k < n_events ? ev[k].complete_seq : std::numeric_limits<std::uint64_t>::max();
+    if (k > 0) {
+      const CrashEvent& prev = ev[k - 1];
+      if (prev.file == file && prev.kind == CrashEvent::Kind::sync && prev.ok()) cut = std::max(cut, prev.submit_seq);
+    }
+    auto durable = [&](const CrashEvent& e) { return e.ok() && e.complete_seq < cut; };
+
+    // Candidates (in completion order) and the first of them.
+    std::vector<std::size_t> cands;
+    for (std::size_t i = 0; i < n_events; ++i) {
+      const CrashEvent& e = ev[i];
+      if (!is_data(e) || e.submit_seq >= c) continue;
+      if (!durable(e)) cands.push_back(i);
+    }
+    const std::uint64_t context = checker.context(file, c);
+    std::uint64_t signature = mix64(cut ^ mix64(context));
+    for (std::size_t i : cands) signature = mix64(signature ^ i);
+    if (have_prev && signature == prev_signature) continue;
+    prev_signature = signature;
+    have_prev = true;
+
+    const std::size_t first = cands.empty() ? n_events : cands.front();
+    // The base image: the initial content and the durable events before the first candidate.
+    std::vector<unsigned char> base = file < log.initial.size() ? log.initial[file] : std::vector<unsigned char>{};
+    for (std::size_t i = 0; i < first && i < n_events; ++i)
+      if (is_data(ev[i]) && ev[i].submit_seq < c && durable(ev[i])) apply_piece(base, ev[i], ev[i].offset, ev[i].end());
+
+    // Units.
+    std::vector<Unit> units;
+    std::vector<std::size_t> first_unit;  // per candidate: its first unit (units of one candidate are contiguous)
+    for (std::size_t i : cands) {
+      const CrashEvent& e = ev[i];
+      first_unit.push_back(units.size());
+      if (e.kind == CrashEvent::Kind::truncate || opt.sector_size == 0 || e.data.empty()) {
+        units.push_back({i, e.offset, e.end(), 0});
+        continue;
+      }
+      const std::uint64_t s = opt.sector_size;
+      for (std::uint64_t a = e.offset; a < e.end();) {
+        const std::uint64_t b = std::min(e.end(), (a / s + 1) * s);
+        units.push_back({i, a, b, static_cast<std::size_t>(a / s)});
+        a = b;
+      }
+    }
+    first_unit.push_back(units.size());
+    stats.max_units = std::max<std::uint64_t>(stats.max_units, units.size());
+
+    std::vector<char> chosen(units.size(), 0);
+    CrashState state;
+    state.file = file;
+    state.point = k;
+    state.seq = c;
+    state.image = &image;
+    state.describe = [&]() {
+      std::string s = "crash before event " + std::to_string(k) +
+                      (k < n_events ? " (" + ev[k].to_string() + ")" : std::string(" (after the last event)")) +
+                      "; durable: writes completed before seq " + std::to_string(cut) + "; persisted beyond that:";
+      bool any = false;
+      for (std::size_t ci = 0; ci < cands.size(); ++ci) {
+        std::string sectors;
+        std::size_t count = 0;
+        for (std::size_t u = first_unit[ci]; u < first_unit[ci + 1]; ++u)
+          if (chosen[u]) {
+            sectors += (count++ ? "," : "") + std::to_string(units[u].sector);
+          }
+        if (!count) continue;
+        any = true;
+        s += " [" + ev[cands[ci]].to_string();
+        if (first_unit[ci + 1] - first_unit[ci] > 1)
+          s += (count == first_unit[ci + 1] - first_unit[ci] ? " all sectors" : " sectors {" + sectors + "}");
+        s += "]";
+      }
+      if (!any) s += " nothing";
+      return s;
+    };
+
+    bool counted_point = false;
+    auto visit = [&]() -> bool {  // false: stop (max_states reached)
+      image = base;
+      std::size_t u = 0;
+      for (std::size_t i = first; i < n_events; ++i) {
+        const CrashEvent& e = ev[i];
+        if (!is_data(e) || e.submit_seq >= c) continue;
+        if (durable(e)) {
+          apply_piece(image, e, e.offset, e.end());
+          continue;
+        }
+        for (; u < units.size() && units[u].event == i; ++u)
+          if (chosen[u]) apply_piece(image, e, units[u].begin, units[u].end);
+      }
+      ++stats.generated;
+      const std::uint64_t key = hash_bytes(image.data(), image.size(), context);
+      if (!seen.insert(key).second) return true;
+      if (!counted_point) {
+        ++stats.points;
+        counted_point = true;
+      }
+      ++stats.unique;
+      lines.clear();
+      checker.check(state, lines);
+      if (!lines.empty()) {
+        stats.violations += lines.size();
+        if (on_violation) on_violation(state, lines);
+      }
+      return opt.max_states == 0 || stats.unique < opt.max_states;
+    };
+
+    std::mt19937_64 rng(mix64(opt.seed ^ mix64(k + 1) ^ (static_cast<std::uint64_t>(file) << 40)));
+    bool go_on = true;
+    if (opt.order == CrashStateOptions::Order::any_subset) {
+      if (units.size() <= bound) {
+        ++stats.exhaustive_points;
+        const std::uint64_t total = std::uint64_t{1} << units.size();
+        for (std::uint64_t m = 0; m < total && go_on; ++m) {
+          for (std::size_t b = 0; b < units.size(); ++b) chosen[b] = static_cast<char>((m >> b) & 1);
+          go_on = visit();
+        }
+      } else {
+        ++stats.sampled_points;
+        state.sampled = true;
+        for (unsigned s = 0; s < opt.samples + 2 && go_on; ++s) {
+          for (std::size_t b = 0; b < units.size(); ++b)
+            chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
+          go_on = visit();
+        }
+      }
+    } else {
+      // Sequential: the first j candidates whole, then any subset of candidate j's units.
+      std::uint64_t total = 1;  // j == cands.size(): everything
+      bool small = true;
+      for (std::size_t j = 0; j < cands.size(); ++j) {
+        const std::size_t nu = first_unit[j + 1] - first_unit[j];
+        if (nu > bound) small = false;
+        else total += std::uint64_t{1} << nu;
+        if (total > (std::uint64_t{1} << bound)) small = false;
+      }
+      auto set_prefix = [&](std::size_t j, std::uint64_t sub_mask, bool random_sub) {
+        std::fill(chosen.begin(), chosen.end(), 0);
+        for (std::size_t u = 0; u < first_unit[j]; ++u) chosen[u] = 1;
+        if (j < cands.size())
+          for (std::size_t u = first_unit[j]; u < first_unit[j + 1]; ++u)
+            chosen[u] = random_sub ? static_cast<char>(rng() & 1) : static_cast<char>((sub_mask >> (u - first_unit[j])) & 1);
+      };
+      if (small) {
+        ++stats.exhaustive_points;
+        for (std::size_t j = 0; j <= cands.size() && go_on; ++j) {
+          const std::uint64_t subsets = j < cands.size() ? std::uint64_t{1} << (first_unit[j + 1] - first_unit[j]) : 1;
+          for (std::uint64_t m = 0; m < subsets && go_on; ++m) {
+            set_prefix(j, m, false);
+            go_on = visit();
+          }
+        }
+      } else {
+        ++stats.sampled_points;
+        state.sampled = true;
+        for (unsigned s = 0; s < opt.samples + 2 && go_on; ++s) {
+          const std::size_t j = s == 0 ? 0 : s == 1 ? cands.size() : static_cast<std::size_t>(rng() % (cands.size() + 1));
+          set_prefix(j, 0, s >= 2);
+          go_on = visit();
+        }
+      }
+    }
+    if (!go_on) break;
+  }
+  return stats;
+}
+
+}  // namespace tai::engines

@@ -1,0 +1,164 @@
+// engines/crashsim/crashsim_engine.hpp - the `crashsim` test engine: wraps any engine, keeps a
+// log of every write (offset and bytes) and every sync in completion order, plus user marks, so
+// that engines/crashsim/crash_states.hpp can enumerate the disk images a power cut could leave
+// and engines/crashsim/crash_checker.hpp can judge them.
+//
+//     auto sim = tai::engines::make_crashsim(tai::make_engine("posix").value());
+//     tai::engines::CrashSimEngine* log = sim.get();
+//     controller.add_engine("crashsim", std::move(sim));
+//     ... open files with engine "crashsim", run a workload; log->mark("receipt 3 ok") ...
+//     tai::engines::CrashLog copy = log->snapshot();   // then enumerate_crash_states(copy, ...)
+//
+// Layering (engines/common/wrapper_engine.hpp, as fault and recording): the crashsim engine is a
+// WrapperEngine, so its own base class validates, bounces unaligned direct I/O and chains; what
+// it logs are the native requests that base hands to the inner engine, i.e. exactly what would
+// reach the device (on a direct file: aligned whole blocks after read-modify-write). It must be
+// the outermost layer.
+//
+// What a power cut is modelled on: the log is what the *device* was asked to do. A write is
+// durable once a successful fsync/fdatasync of the same path was submitted after the write had
+// completed (and that sync has completed); everything else submitted before the crash may or may
+// not have reached the platter, in whole or per sector. The file is identified by its path: a
+// reopen of the same path continues the same image (what the kernel does: fsync covers the
+// inode, whichever descriptor wrote). Opening with Open::truncate logs a truncation to 0 bytes,
+// which is itself a change that needs a sync to be durable.
+//
+// Sequence numbers, as the recording engine's: one counter, taken before a request reaches the
+// inner engine (submit_seq) and after it finished (complete_seq; for an asynchronous inner engine
+// when its completion is reaped, the earliest moment anyone can know). now() gives a program the
+// same clock, so that it can say when it learned something (a receipt finished) in the log's time.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tai/engine.hpp"
+#include "tai/engines/common/wrapper_engine.hpp"
+#include "tai/error.hpp"
+
+namespace tai::engines {
+
+/// One entry of the crash log. Plain data (not synchronised).
+struct CrashEvent {
+  enum class Kind : std::uint8_t {
+    write,     ///< a native write: `offset`, `data` (the bytes handed to the inner engine)
+    sync,      ///< a native fsync or fdatasync (`op`)
+    truncate,  ///< an open with Open::truncate: the file became 0 bytes long
+    mark,      ///< CrashSimEngine::mark(): a persistence point of the program (`label`)
+  };
+  Kind kind = Kind::write;
+  std::uint32_t file = 0;  ///< index into CrashLog::paths (unused by marks)
+  Op op = Op::write;       ///< write, fsync or fdatasync
+  std::uint64_t offset = 0;
+  std::vector<unsigned char> data;
+  /// Bytes written, 0 for a sync, or -errno. A write that failed or came back short may have
+  /// changed any part of its range: the enumerator treats it as never durable.
+  std::int64_t result = 0;
+  std::uint64_t submit_seq = 0;    ///< before the inner engine saw it (marks: == complete_seq)
+  std::uint64_t complete_seq = 0;  ///< after it finished
+  std::string label;               ///< marks
+
+  std::uint64_t end() const noexcept { return offset + data.size(); }
+  /// A write that moved all its bytes, or a sync that succeeded; truncates and marks are ok.
+  bool ok() const noexcept {
+    return kind == Kind::write ? result == static_cast<std::int64_t>(data.size()) : result >= 0;
+  }
+  /// "write#3 f0 [4096, +512) seq 10..11 -> 512" and the like.
+  std::string to_string() const;
+};
+
+/// A copy of the log: the paths seen and the events in completion order (complete_seq rising).
+/// Plain data (not synchronised; const members may be used from several threads at once).
+struct CrashLog {
+  std::vector<std::string> paths;
+  /// The content each path had when this engine first opened it (empty when it was created, or
+  /// opened with Open::truncate, or could not be read): the image before any logged event.
+  std::vector<std::vector<unsigned char>> initial;
+  std::vector<CrashEvent> events;
+
+  /// The index of `path` in `paths`, or -1.
+  int file_index(const std::string& path) const;
+};
+
+/// Plain data (not synchronised).
+struct CrashSimOptions {
+  /// Hand fsync/fdatasync to the inner engine (true), or complete them at once with success
+  /// without asking it (false). The crash states come from the log either way; not forwarding
+  /// saves the device's sync latency (about 4 ms per fdatasync on the development VM's ext4)
+  /// when a suite runs thousands of workloads, at the cost of not exercising the inner engine's
+  /// sync path.
+  bool forward_syncs = true;
+};
+
+/// The crash-simulation engine. Capabilities, options and eventfd are the inner engine's;
+/// name() is "crashsim(<inner>)".
+/// Thread-safety: as tai::Engine for the Engine interface (submit/reap from the queue owner's
+/// thread, open/close from any thread). now(), mark(), snapshot(), size() and clear() are safe
+/// from any thread at any time (the log is behind a mutex; now() is one atomic load).
+class CrashSimEngine final : public WrapperEngine {
+ public:
+  explicit CrashSimEngine(std::unique_ptr<Engine> inner, CrashSimOptions options = {});
+  ~CrashSimEngine() override;
+  const CrashSimOptions& crash_options() const noexcept { return options_; }
+
+  /// The next sequence number: every logged event that happened before this call returned has
+  /// a smaller one. Lock-free, thread-safe.
+  std::uint64_t now() const noexcept;
+  /// Takes a sequence number of its own, as an event would: every event that happened before
+  /// this call has a smaller seq and every event after it a larger one. The clock of a
+  /// ProgramLog (two ticks are never equal, so two program operations are always ordered by
+  /// their times). Lock-free, thread-safe.
+  std::uint64_t tick() noexcept { return take_seq(); }
+  /// Logs a persistence point of the program (e.g. "fsync receipt 4 ok"); returns its seq.
+  /// Thread-safe.
+  std::uint64_t mark(std::string label);
+  /// A copy of the log (events sorted by complete_seq). Thread-safe.
+  CrashLog snapshot() const;
+  /// Events logged so far. Thread-safe.
+  std::size_t size() const;
+  /// Forgets the events and paths logged so far (requests in flight are logged when they
+  /// complete; files still open keep their index only until their next request names a path
+  /// again). Meant for between workloads, with no file open. Thread-safe.
+  void clear();
+
+ protected:
+  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
+  std::error_code do_close(EngineFile& file) override;
+  std::size_t do_submit(const Request* requests, std::size_t n) override;
+  std::size_t do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) override;
+
+ private:
+  std::uint64_t take_seq(std::uint64_t n = 1) noexcept;
+  /// The path index of `file` (caller holds mutex_).
+  std::uint32_t path_index_locked(const std::string& path, bool created);
+  /// A logged event for request `r` (caller holds mutex_).
+  CrashEvent event_for(const Request& r, std::uint64_t submit_seq);
+  void append_locked(CrashEvent e);
+
+  /// Increments the inner engine's eventfd so that a poll loop wakes for absorbed syncs.
+  void signal_local() noexcept;
+
+  const CrashSimOptions options_;
+  const bool inner_synchronous_;
+  // The clock. fetch_add (acq_rel) by the thread of the event; see the file comment.
+  std::atomic<std::uint64_t> next_seq_{1};
+
+  mutable std::mutex mutex_;  // guards everything below
+  CrashLog log_;
+  std::unordered_map<std::string, std::uint32_t> path_ids_;
+  std::unordered_map<std::uint64_t, CrashEvent> in_flight_;  // native user_data -> its event
+  // Completions of absorbed syncs (forward_syncs == false), returned by the next do_reap. Only
+  // the queue owner's thread touches it (submit and reap are single-threaded by contract).
+  std::vector<Completion> local_;
+};
+
+/// Wraps `inner` (which must not be used directly afterwards). Never fails.
+std::unique_ptr<CrashSimEngine> make_crashsim(std::unique_ptr<Engine> inner, CrashSimOptions options = {});
+
+}  // namespace tai::engines

@@ -27,6 +27,7 @@ BTree<Bits...>::~BTree() = default;
 template <unsigned... Bits>
 void BTree<Bits...>::run(const Step& s, StepSink& sink) {
   if (s.kind == StepKind::op_io_done) return op_io_done(s, sink);  // touches no node
+  if (s.kind == StepKind::io_done && s.purpose == IoPurpose::gather) return gather_done(s, sink);  // nor this
   run_step(sink, [&](StepSink& ctx) {
     switch (s.kind) {
       case StepKind::visit:
@@ -340,7 +341,21 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   });
   if (targets.empty()) return finished(s, sink);
   if (targets.size() > 1) op_add(op, targets.size() - 1);
-  for (detail::Node* c : targets) {
+  // Each target holds one count of the operation, whether a step of its own carries it or a
+  // gathered write's io_done step for it does.
+  const bool gather = options_.gather_bytes != 0 && targets.size() > 1 && !redirtying(op) &&
+                      (op.kind == TreeOp::write_back || op.kind == TreeOp::fsync ||
+                       op.kind == TreeOp::fdatasync || op.kind == TreeOp::drop);
+  for (std::size_t i = 0; i < targets.size();) {
+    if (gather) {
+      // gather_run checks each member's last_seq before issue_gather raises it (below).
+      const std::size_t k = gather_run(targets.data() + i, targets.size() - i);
+      if (k > 1 && issue_gather(op, targets.data() + i, k, sink)) {
+        i += k;
+        continue;
+      }
+    }
+    detail::Node* c = targets[i++];
     // max: a redirty belongs to an older operation than those that may have passed since (every
     // other visit arrives in start order, so for it this is op.seq()).
     c->last_seq = std::max(c->last_seq, op.seq());
@@ -354,23 +369,14 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   return false;  // handed over
 }
 
-// Writes back the first group of n's dirty ranges (ranges whose gaps are at most one request's
-// cost, valid blocks only). The continuation's first/last hold the request's range.
+// Writes back the first group of n's dirty ranges (write_back_range). The continuation's
+// first/last hold the request's range.
 template <unsigned... Bits>
 bool BTree<Bits...>::write_back_next(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
-  const detail::DirtyRanges& d = n.dirty;
   int j = 1;
-  if (n.valid)
-    while (j < d.count() && d[j].begin - d[j - 1].end <= options_.request_cost_bytes) ++j;
-  std::uint64_t b = d[0].begin, e = d[j - 1].end;
-  if (direct_ && n.valid && io_align_ > 1) {
-    // The aligned superset, straight from the block's aligned memory: no bounce, no
-    // read-modify-write. The end is widened only within the file, never making it longer.
-    b = b / io_align_ * io_align_;
-    const std::uint64_t wide = (e + io_align_ - 1) / io_align_ * io_align_;
-    if (wide <= block_size(n) && n.base + wide - 1 <= logical_last_or_max()) e = wide;
-  }
+  std::uint64_t b = 0, e = 0;
+  write_back_range(n, j, b, e);
   n.busy = true;
   Step c = s;
   c.kind = StepKind::io_done;
@@ -452,6 +458,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
     }
     case IoPurpose::none:
     case IoPurpose::sync:
+    case IoPurpose::gather:
       assert(false && "io_done step without a node purpose");
       return;
   }

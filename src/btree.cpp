@@ -769,6 +769,26 @@ std::optional<std::uint64_t> TreeCore::logical_size() const noexcept {
   return size_end_.load(std::memory_order_relaxed);
 }
 
+// --- writes and write-backs over many children ----------------------------------------------
+
+bool TreeCore::write_at_idle_child(Node& c, const Step& piece) noexcept {
+  // Idle: every operation that went into c has completed, so no step of c is queued, parked or
+  // waiting for I/O (done_up_to; its acquire load makes their effects visible here), and c's
+  // later steps come from later steps of this parent: this step may act as c's own.
+  if (!done_up_to(c.last_seq) || c.busy || c.has_parked() || c.direct_count != 0) return false;
+  if (c.block == nullptr) {
+    // A leaf for every request that has no block yet: at_leaf() would allocate one. Checked
+    // against available() first so that a refusal (the step then reroutes) is counted once.
+    if (c.child_count != 0 || !bottom(c) || !cacheable(c.depth)) return false;
+    if (quota_.available() < block_size(c) || !allocate_block(c)) return false;
+  }
+  const std::uint64_t lo = piece.first - c.base, hi = piece.last - c.base + 1;
+  // The tiny-write rule's case (write_into_block): the step decides, with its engine request.
+  if (!(lo == 0 && hi == block_size(c)) && c.dirty.count_after(lo, hi) > DirtyRanges::kMax) return false;
+  absorb_write(c, lo, hi, op_data(piece), false);
+  return true;
+}
+
 // --- gathered write-back --------------------------------------------------------------------
 
 namespace {

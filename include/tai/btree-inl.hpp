@@ -309,10 +309,13 @@ bool BTree<Bits...>::descend(const Step& s, StepSink& sink) {
     cs_step.first = std::max(s.first, c.base);
     cs_step.last = std::min(s.last, node_last(c));
     cs_step.aux = 0;
-    const bool done = write_at_idle_child(c, cs_step);  // reads c.last_seq: before it is raised
-    c.last_seq = s.op->seq();
-    c.last_write_seq = s.op->seq();
-    if (!done) {
+    // A piece written here leaves nothing of this operation in c: c.last_seq and
+    // last_write_seq stay as they are, so c is idle again at once (a write-back may gather
+    // it while the rest of this write still waits at a busy sibling). A piece sent as a step
+    // raises them, as for any operation the parent sends into a child.
+    if (!write_at_idle_child(c, cs_step)) {
+      c.last_seq = s.op->seq();
+      c.last_write_seq = s.op->seq();
       if (m == kBatch) {
         op_add(*s.op, kBatch);
         for (const Step& b : batch) sink.emit(b);

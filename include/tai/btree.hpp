@@ -456,8 +456,9 @@ class TreeCore {
   /// parent's step may touch it: see done_up_to) and the piece needs no engine I/O and no
   /// restructuring (c holds a block, or is a bottom leaf that gets one now, and the piece keeps
   /// at most DirtyRanges::kMax ranges), writes it into c's block as c's own step would, and
-  /// returns true. Otherwise changes nothing and returns false: the caller emits the step.
-  /// Call before raising c.last_seq.
+  /// returns true. Otherwise changes nothing and returns false: the caller emits the step
+  /// (and raises c.last_seq). A piece written here leaves nothing of the operation in c, so
+  /// c.last_seq is not raised for it: c stays idle.
   bool write_at_idle_child(Node& c, const Step& piece) noexcept;
 
   // Gathered write-back (see "Write-back of a block" in the file comment).
@@ -468,8 +469,10 @@ class TreeCore {
   /// operation is still in it, so no step of n runs or waits: the parent's step may touch it),
   /// holds a dirty block and nothing keeps it busy.
   bool gatherable(const Node& n) const noexcept {
-    return n.block != nullptr && !n.dirty.empty() && !n.busy && !n.has_parked() && n.direct_count == 0 &&
-           done_up_to(n.last_seq);
+    // done_up_to first: until it holds, n's own fields may be changing under n's steps (its
+    // acquire load makes their last writes visible once it does).
+    return done_up_to(n.last_seq) && n.block != nullptr && !n.dirty.empty() && !n.busy && !n.has_parked() &&
+           n.direct_count == 0;
   }
   /// How many of targets[i..] (children of one parent in index order, each holding one count
   /// of `op`) one engine write can carry: consecutive blocks whose first write-back groups

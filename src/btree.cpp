@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace tai {
 
@@ -767,6 +769,156 @@ std::optional<std::uint64_t> TreeCore::logical_size() const noexcept {
   return size_end_.load(std::memory_order_relaxed);
 }
 
+// --- writes and write-backs over many children ----------------------------------------------
+
+bool TreeCore::write_at_idle_child(Node& c, const Step& piece) noexcept {
+  // Idle: every operation that went into c has completed, so no step of c is queued, parked or
+  // waiting for I/O (done_up_to; its acquire load makes their effects visible here), and c's
+  // later steps come from later steps of this parent: this step may act as c's own.
+  if (!done_up_to(c.last_seq) || c.busy || c.has_parked() || c.direct_count != 0) return false;
+  if (c.block == nullptr) {
+    // A leaf for every request that has no block yet: at_leaf() would allocate one. Checked
+    // against available() first so that a refusal (the step then reroutes) is counted once.
+    if (c.child_count != 0 || !bottom(c) || !cacheable(c.depth)) return false;
+    if (quota_.available() < block_size(c) || !allocate_block(c)) return false;
+  }
+  const std::uint64_t lo = piece.first - c.base, hi = piece.last - c.base + 1;
+  // The tiny-write rule's case (write_into_block): the step decides, with its engine request.
+  if (!(lo == 0 && hi == block_size(c)) && c.dirty.count_after(lo, hi) > DirtyRanges::kMax) return false;
+  absorb_write(c, lo, hi, op_data(piece), false);
+  return true;
+}
+
+// --- gathered write-back --------------------------------------------------------------------
+
+namespace {
+/// One gathered write in flight: its staging copy (charged to the quota) and, per block, the
+/// write_back io_done step that block's own request would have continued with. Owned by the
+/// request: made by issue_gather, freed by gather_done.
+struct GatherIo {
+  std::byte* buffer = nullptr;
+  std::uint64_t bytes = 0;
+  std::vector<Step> members;
+};
+}  // namespace
+
+void TreeCore::write_back_range(const Node& n, int& groups, std::uint64_t& b, std::uint64_t& e) const noexcept {
+  // Ranges whose gaps are at most one request's cost go together (valid blocks only: the gaps
+  // of a block that was never read are unknown bytes).
+  const DirtyRanges& d = n.dirty;
+  int j = 1;
+  if (n.valid)
+    while (j < d.count() && d[j].begin - d[j - 1].end <= options_.request_cost_bytes) ++j;
+  b = d[0].begin;
+  e = d[j - 1].end;
+  if (direct_ && n.valid && io_align_ > 1) {
+    // The aligned superset, straight from the block's aligned memory: no bounce, no
+    // read-modify-write. The end is widened only within the file, never making it longer.
+    b = b / io_align_ * io_align_;
+    const std::uint64_t wide = (e + io_align_ - 1) / io_align_ * io_align_;
+    if (wide <= block_size(n) && n.base + wide - 1 <= logical_last_or_max()) e = wide;
+  }
+  groups = j;
+}
+
+std::size_t TreeCore::gather_run(Node* const* targets, std::size_t count) const noexcept {
+  const Node& first = *targets[0];
+  if (!gatherable(first)) return 0;
+  const std::uint64_t size = block_size(first);
+  int groups = 0;
+  std::uint64_t b = 0, e = 0;
+  write_back_range(first, groups, b, e);
+  if (e != size || e - b > options_.gather_bytes) return 0;  // nothing can follow it
+  std::uint64_t total = e - b;
+  std::size_t k = 1;
+  while (k < count) {
+    const Node& c = *targets[k];
+    // Siblings of one parent: the same depth, so the same block size. Adjacent in the file:
+    // the next index (targets skip clean children, so check the base).
+    if (c.base != targets[k - 1]->base + size || !gatherable(c)) break;
+    write_back_range(c, groups, b, e);
+    if (b != 0 || total + e > options_.gather_bytes) break;
+    total += e;
+    ++k;
+    if (e != size) break;  // its group ends inside the block: the run ends with it
+  }
+  return k;
+}
+
+bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, StepSink& sink) {
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    int j = 0;
+    std::uint64_t b = 0, e = 0;
+    write_back_range(*members[i], j, b, e);
+    total += e - b;
+  }
+  // The staging copy counts against the quota like a block: the strict limit then bounds every
+  // byte of data the tree holds. Checked first so that a full quota (which the per-block path
+  // handles without memory) does not count a denial.
+  if (quota_.available() < total) return false;
+  const std::size_t align = std::max<std::size_t>(mem_align_, 4096);
+  std::byte* buffer = quota_.allocate(total, align);
+  if (buffer == nullptr) return false;
+  auto* g = new GatherIo();
+  g->buffer = buffer;
+  g->bytes = total;
+  g->members.reserve(k);
+  // One stamp for every member, loaded before the request (see note_block_written).
+  const std::uint32_t issued = write_issued_now();
+  std::uint64_t pos = 0, offset = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    Node& n = *members[i];
+    int j = 0;
+    std::uint64_t b = 0, e = 0;
+    write_back_range(n, j, b, e);
+    if (i == 0) offset = n.base + b;
+    std::memcpy(buffer + pos, n.block + b, e - b);
+    pos += e - b;
+    // As the member's own write_back_next would: busy until its io_done step (later visits
+    // park behind it), and this operation is now in it (last_seq, as maintain() sets it).
+    n.busy = true;
+    n.write_issued = issued;
+    n.last_seq = std::max(n.last_seq, op.seq());
+    Step m;
+    m.tree = this;
+    m.node = &n;
+    m.op = &op;
+    m.first = n.base + b;
+    m.last = n.base + e - 1;
+    m.aux = static_cast<std::uint32_t>(j);
+    m.kind = StepKind::io_done;
+    m.purpose = IoPurpose::write_back;
+    g->members.push_back(m);
+  }
+  count(counters_.engine_writes);
+  count(counters_.gathered_blocks, k);
+  Step c;
+  c.tree = this;
+  c.op = &op;
+  c.first = reinterpret_cast<std::uintptr_t>(g);
+  c.kind = StepKind::io_done;
+  c.purpose = IoPurpose::gather;
+  sink.io(make_request(Op::write, buffer, offset, total), c);
+  return true;
+}
+
+void TreeCore::gather_done(const Step& s, StepSink& sink) {
+  auto* g = reinterpret_cast<GatherIo*>(static_cast<std::uintptr_t>(s.first));
+  const bool ok = s.io_result >= 0 && static_cast<std::uint64_t>(s.io_result) == g->bytes;
+  // Members count the bytes of a full success; a short write's bytes are counted here.
+  if (!ok && s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
+  const std::int64_t err = s.io_result < 0 ? s.io_result : -EIO;
+  quota_.release(g->buffer, g->bytes);  // the engine is done with the copy
+  for (Step m : g->members) {
+    // A short write fails every member: which of them reached the file is not known, and each
+    // stays dirty and is written again (the write-back failure rule, per block).
+    m.io_result = ok ? static_cast<std::int64_t>(m.last - m.first + 1) : err;
+    sink.emit(m);
+  }
+  delete g;
+}
+
 // --- parking and uncached requests ---------------------------------------------------------
 
 void TreeCore::park_back(Node& n, const Step& s) {
@@ -835,6 +987,7 @@ BTreeStats TreeCore::stats() const noexcept {
   s.size_refreshes = ld(counters_.size_refreshes);
   s.node_bytes = ld(node_bytes_);
   s.collects = ld(collects_);
+  s.gathered_blocks = ld(counters_.gathered_blocks);
   return s;
 }
 

@@ -104,6 +104,7 @@ std::string ControllerStats::table() const {
   row("inline ops", inline_ops);
   row("size refreshes", size_refreshes);
   row("collects", collects);
+  row("gathered blocks", gathered_blocks);
   row("cached bytes", cached_bytes);
   row("dirty bytes", dirty_bytes);
   row("blocks", blocks);

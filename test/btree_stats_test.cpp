@@ -40,6 +40,7 @@ BTreeStats numbered(std::uint64_t base) {
   s.size_refreshes = i++;
   s.node_bytes = i++;
   s.collects = i++;
+  s.gathered_blocks = i++;
   return s;
 }
 
@@ -58,6 +59,7 @@ TEST(BTreeStats, SumAddsEveryField) {
   EXPECT_EQ(sum.write_back_errors, 1001u + 2 * 18);
   EXPECT_EQ(sum.size_refreshes, 1001u + 2 * 20);
   EXPECT_EQ(sum.node_bytes, 1001u + 2 * 21);
+  EXPECT_EQ(sum.gathered_blocks, 1001u + 2 * 23);
 }
 
 TEST(BTreeStats, FieldListNamesEachFieldOnce) {

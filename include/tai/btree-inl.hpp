@@ -27,6 +27,7 @@ BTree<Bits...>::~BTree() = default;
 template <unsigned... Bits>
 void BTree<Bits...>::run(const Step& s, StepSink& sink) {
   if (s.kind == StepKind::op_io_done) return op_io_done(s, sink);  // touches no node
+  if (s.kind == StepKind::io_done && s.purpose == IoPurpose::gather) return gather_done(s, sink);  // nor this
   run_step(sink, [&](StepSink& ctx) {
     switch (s.kind) {
       case StepKind::visit:
@@ -276,21 +277,57 @@ bool BTree<Bits...>::descend(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
-  // This step's count on the operation passes to the first child: no atomic for one child.
-  if (i1 > i0) op_add(*s.op, i1 - i0);
   const bool write = s.op->kind == TreeOp::write;
+  if (!write) {
+    // This step's count on the operation passes to the first child: no atomic for one child.
+    if (i1 > i0) op_add(*s.op, i1 - i0);
+    for (std::uint64_t i = i0;; ++i) {
+      detail::Node& c = child_or_create(n, i);
+      c.last_seq = s.op->seq();
+      Step cs_step = s;
+      cs_step.node = &c;
+      cs_step.first = std::max(s.first, c.base);
+      cs_step.last = std::min(s.last, node_last(c));
+      cs_step.aux = 0;
+      sink.emit(cs_step);
+      if (i == i1) break;
+    }
+    return false;  // handed over
+  }
+  // A write: the pieces for idle children that can simply take them (write_at_idle_child) are
+  // written here, without a step each (a 150 KB write into 4 KiB blocks: 1 step, not 37). The
+  // others get their step as before; each emitted step needs a count of the operation, added
+  // in batches before the batch is emitted (this step's own count still holds the operation
+  // open meanwhile), the last batch taking over this step's count.
+  constexpr std::size_t kBatch = 16;
+  Step batch[kBatch];
+  std::size_t m = 0;
   for (std::uint64_t i = i0;; ++i) {
     detail::Node& c = child_or_create(n, i);
-    c.last_seq = s.op->seq();
-    if (write) c.last_write_seq = s.op->seq();
     Step cs_step = s;
     cs_step.node = &c;
     cs_step.first = std::max(s.first, c.base);
     cs_step.last = std::min(s.last, node_last(c));
     cs_step.aux = 0;
-    sink.emit(cs_step);
+    // A piece written here leaves nothing of this operation in c: c.last_seq and
+    // last_write_seq stay as they are, so c is idle again at once (a write-back may gather
+    // it while the rest of this write still waits at a busy sibling). A piece sent as a step
+    // raises them, as for any operation the parent sends into a child.
+    if (!write_at_idle_child(c, cs_step)) {
+      c.last_seq = s.op->seq();
+      c.last_write_seq = s.op->seq();
+      if (m == kBatch) {
+        op_add(*s.op, kBatch);
+        for (const Step& b : batch) sink.emit(b);
+        m = 0;
+      }
+      batch[m++] = cs_step;
+    }
     if (i == i1) break;
   }
+  if (m == 0) return finished(s, sink);  // every piece written here
+  if (m > 1) op_add(*s.op, m - 1);
+  for (std::size_t k = 0; k < m; ++k) sink.emit(batch[k]);
   return false;  // handed over
 }
 
@@ -340,7 +377,21 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   });
   if (targets.empty()) return finished(s, sink);
   if (targets.size() > 1) op_add(op, targets.size() - 1);
-  for (detail::Node* c : targets) {
+  // Each target holds one count of the operation, whether a step of its own carries it or a
+  // gathered write's io_done step for it does.
+  const bool gather = options_.gather_bytes != 0 && targets.size() > 1 && !redirtying(op) &&
+                      (op.kind == TreeOp::write_back || op.kind == TreeOp::fsync ||
+                       op.kind == TreeOp::fdatasync || op.kind == TreeOp::drop);
+  for (std::size_t i = 0; i < targets.size();) {
+    if (gather) {
+      // gather_run checks each member's last_seq before issue_gather raises it (below).
+      const std::size_t k = gather_run(targets.data() + i, targets.size() - i);
+      if (k > 1 && issue_gather(op, targets.data() + i, k, sink)) {
+        i += k;
+        continue;
+      }
+    }
+    detail::Node* c = targets[i++];
     // max: a redirty belongs to an older operation than those that may have passed since (every
     // other visit arrives in start order, so for it this is op.seq()).
     c->last_seq = std::max(c->last_seq, op.seq());
@@ -354,23 +405,14 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   return false;  // handed over
 }
 
-// Writes back the first group of n's dirty ranges (ranges whose gaps are at most one request's
-// cost, valid blocks only). The continuation's first/last hold the request's range.
+// Writes back the first group of n's dirty ranges (write_back_range). The continuation's
+// first/last hold the request's range.
 template <unsigned... Bits>
 bool BTree<Bits...>::write_back_next(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
-  const detail::DirtyRanges& d = n.dirty;
   int j = 1;
-  if (n.valid)
-    while (j < d.count() && d[j].begin - d[j - 1].end <= options_.request_cost_bytes) ++j;
-  std::uint64_t b = d[0].begin, e = d[j - 1].end;
-  if (direct_ && n.valid && io_align_ > 1) {
-    // The aligned superset, straight from the block's aligned memory: no bounce, no
-    // read-modify-write. The end is widened only within the file, never making it longer.
-    b = b / io_align_ * io_align_;
-    const std::uint64_t wide = (e + io_align_ - 1) / io_align_ * io_align_;
-    if (wide <= block_size(n) && n.base + wide - 1 <= logical_last_or_max()) e = wide;
-  }
+  std::uint64_t b = 0, e = 0;
+  write_back_range(n, j, b, e);
   n.busy = true;
   Step c = s;
   c.kind = StepKind::io_done;
@@ -452,6 +494,7 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
     }
     case IoPurpose::none:
     case IoPurpose::sync:
+    case IoPurpose::gather:
       assert(false && "io_done step without a node purpose");
       return;
   }

@@ -109,8 +109,10 @@ enum class StepKind : std::uint8_t {
   quiesce,     ///< passes behind every earlier step of a subtree, for an overwrite waiting above
 };
 
-/// Why a node's engine request was issued (for io_done).
-enum class IoPurpose : std::uint8_t { none, fill, direct, write_through, write_back, sync };
+/// Why a node's engine request was issued (for io_done). `gather`: one write-back request for
+/// the dirty ranges of several adjacent blocks (a node-less io_done step: it hands the result to
+/// one write_back io_done step per block, see TreeCore::gather_done).
+enum class IoPurpose : std::uint8_t { none, fill, direct, write_through, write_back, sync, gather };
 
 class StepSink;
 

@@ -207,6 +207,7 @@ ControllerStats ControllerCore::stats() const {
   s.inline_ops = sum.inline_ops;
   s.size_refreshes = sum.size_refreshes;
   s.collects = sum.collects;
+  s.gathered_blocks = sum.gathered_blocks;
   s.quota_denials = quota.denials();
   s.quota_used = quota.used();
   s.quota_peak = quota.peak();

@@ -66,10 +66,10 @@ class TaiMethod final : public Method {
     files_.clear();
     const tai::ControllerStats s = ctl_->stats();
     stats_ = fmt::format(
-        "engine writes {}, syncs {}, MB to engine {:.1f}, MB merged in cache {:.1f}, write-throughs {}, reroutes {}, "
+        "engine writes {} (blocks gathered {}), syncs {}, MB to engine {:.1f}, MB merged in cache {:.1f}, write-throughs {}, reroutes {}, "
         "evictions {}, restructures {} (quiesced {}), collects {}, steps {}, steals {}, rounds normal/recycle/flush/idle "
         "{}/{}/{}/{}, sleeps {}, quota peak MB {:.1f}, copy waits {}",
-        s.engine_writes, s.engine_syncs, s.bytes_to_engine / 1e6, s.merged_bytes / 1e6, s.write_throughs, s.reroutes,
+        s.engine_writes, s.gathered_blocks, s.engine_syncs, s.bytes_to_engine / 1e6, s.merged_bytes / 1e6, s.write_throughs, s.reroutes,
         s.evictions, s.restructures, s.quiesces, s.collects, s.steps, s.steals, s.rounds_normal, s.rounds_recycle,
         s.rounds_flush, s.rounds_idle, s.sleeps, s.quota_peak / 1e6, s.write_copy_waits);
   }

@@ -26,7 +26,7 @@ TEST_F(FdTable, CloseAndReopenWhileOtherThreadsUseTheNumber) {
   std::atomic<int> fd{posix::open(path.c_str(), O_RDWR | O_CREAT, 0644)};
   ASSERT_GE(fd.load(), 0);
   std::atomic<bool> stop{false};
-  std::atomic<long> ok{0}, ebadf{0}, other{0};
+  std::atomic<long> ok{0}, ebadf{0}, other{0}, wrote{0};
   std::vector<std::thread> users;
   for (int t = 0; t < 3; ++t) {
     users.emplace_back([&, t] {
@@ -36,8 +36,10 @@ TEST_F(FdTable, CloseAndReopenWhileOtherThreadsUseTheNumber) {
         const ssize_t r = t == 0   ? posix::pwrite(f, "0123456789", 10, 0)
                           : t == 1 ? posix::pread(f, buf, sizeof buf, 0)
                                    : posix::lseek(f, 0, SEEK_END);
-        if (r >= 0)
+        if (r >= 0) {
           ok++;
+          if (t == 0) wrote++;
+        }
         else if (errno == EBADF)
           ebadf++;
         else
@@ -45,6 +47,9 @@ TEST_F(FdTable, CloseAndReopenWhileOtherThreadsUseTheNumber) {
       }
     });
   }
+  // The churn starts once the writer has written (under a sanitizer the 200 rounds below can be
+  // over before a thread ran at all, and then nothing was ever written to check).
+  while (wrote.load() == 0 || ok.load() < 3) std::this_thread::yield();
   for (int i = 0; i < 200; ++i) {
     const int f = fd.load();
     EXPECT_EQ(posix::close(f), 0) << std::strerror(errno);

@@ -1,4 +1,4 @@
-// A bug the crash-state suite found (issue 17, section 1) with two threads on one file:
+// A bug the crash-state suite found with two threads on one file:
 // operations are admitted in the order of the submitting threads' queues, not in the order they
 // were submitted.
 //

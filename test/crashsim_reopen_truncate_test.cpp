@@ -1,4 +1,4 @@
-// A bug the crash-state suite found (issue 17, section 1): reopening a path with Open::truncate
+// A bug the crash-state suite found: reopening a path with Open::truncate
 // while the earlier handle's close is still writing back.
 //
 // Controller::open runs the engine's open, O_TRUNC included, on the calling thread at once

@@ -1,4 +1,4 @@
-// The crash-state suite (issue 17, section 1): Ace-style bounded workloads and random longer
+// The crash-state suite: Ace-style bounded workloads and random longer
 // ones, through a controller on the crashsim engine, over every tree x engine x quota; every
 // crash state of each run's log is checked with TAI's oracle (durability, provenance, barriers).
 //

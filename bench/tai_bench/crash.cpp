@@ -1,4 +1,4 @@
-// bench/tai_bench/crash.cpp - `tai-bench crash`: the crash-state suite (issue 17, section 1) run
+// bench/tai_bench/crash.cpp - `tai-bench crash`: the crash-state suite run
 // for longer than CI does. Workloads go through a controller on the crashsim engine
 // (engines/crashsim/), every crash state of each run's log is checked with TAI's oracle, and
 // the run stops once --states unique states have been checked (or at the first violation).

@@ -137,6 +137,10 @@ test: deps docs
 	     && command -v setarch >/dev/null 2>&1; then runner="setarch $$(uname -m) -R"; fi; \
 	  echo "==> [$$preset] ctest $${runner:+(under $$runner)}"; \
 	  if ! $$runner ctest --preset $$preset; then \
+	    failed_list=$$(cat build/$$preset/Testing/Temporary/LastTestsFailed.log 2>/dev/null || true); \
+	    echo "==> [$$preset] the failed tests again, alone, with their whole output (a pass here means a flaky test):"; \
+	    $$runner ctest --preset $$preset --rerun-failed -j 1 --output-on-failure || true; \
+	    echo "==> [$$preset] failed in the full run:"; echo "$$failed_list"; \
 	    echo "make test: tests FAILED under preset '$$preset'"; exit 1; \
 	  fi; \
 	  done_at=$$(date +%s); \

@@ -129,6 +129,9 @@ std::string mb_or_na(const RunResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a pipe: a run that dies (a sanitizer report, a deadline) keeps every
+  // line it printed before, which is what a log reader needs to see where it stopped.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // PAPI counts the threads created after this (PAPI_INHERIT): OpenMP's, TAI's, glibc AIO's.
   CacheCounters cache_counters;
   cache_counters.start();

@@ -1,0 +1,28 @@
+# Runs one tai-augment command for ctest and passes only when the program exits 0 AND its output
+# holds EXPECT (a regular expression) AND no line says FAILED. A plain PASS_REGULAR_EXPRESSION would
+# ignore the exit status, so a crash after the verify line, or a method that failed while the
+# others verified, would pass.
+#   cmake -DEXPECT=<regex> -DDEADLINE=<s> -P program_run.cmake -- <program> <args...>
+set(cmd)
+set(after_dashes FALSE)
+foreach(i RANGE ${CMAKE_ARGC})
+  if(after_dashes AND DEFINED CMAKE_ARGV${i})
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(after_dashes TRUE)
+  endif()
+endforeach()
+if(NOT cmd)
+  message(FATAL_ERROR "program_run.cmake: no command after --")
+endif()
+execute_process(COMMAND ${cmd} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT ${DEADLINE})
+message("${out}${err}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the program exited with '${rc}' (not 0)")
+endif()
+if(NOT out MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the output does not say '${EXPECT}'")
+endif()
+if(out MATCHES "FAILED")
+  message(FATAL_ERROR "a line of the output says FAILED")
+endif()

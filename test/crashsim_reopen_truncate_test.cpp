@@ -1,21 +1,13 @@
-// A bug the crash-state suite found: reopening a path with Open::truncate
-// while the earlier handle's close is still writing back.
+// Reopening a path with Open::truncate while the earlier handle's close still writes back.
 //
-// Controller::open runs the engine's open, O_TRUNC included, on the calling thread at once
-// (src/controller/submit.cpp). The earlier handle's close writes its dirty blocks back later, on
-// a worker, and they land after the truncation: the file holds the old bytes although the
-// program truncated it and wrote nothing since. The new handle's operations do wait for the
-// earlier close (DESIGN: "Reopening a path whose data is still in the controller must see that
-// data"), but the truncation is not one of its operations. Found as
+// Controller::open runs the engine's open, O_TRUNC included, on the calling thread; the earlier
+// handle's close writes its dirty blocks back later, on a worker. Before the fix those blocks
+// landed after the truncation and the file kept the old bytes although the program truncated it
+// and wrote nothing since. The crash-state suite found it as
 //   ace2 #156: write(0, 4096); close+reopen(truncate); fsync
 //   -> "after the final close (no crash) the file differs from what was written: size 4096,
-//      expected 0", and the crash log shows the write-back after the truncate.
-//
-// Disabled until it is fixed (it fails today, deterministically: the earlier handle's close is
-// held behind a hook until the reopen has returned). Run it with
-//   tai_tests --gtest_also_run_disabled_tests --gtest_filter='CrashSimBug.*'
-// The suite works around it (test/support/crash_workloads.hpp waits for the close before a
-// truncating reopen); remove that wait together with DISABLED_ below.
+//      expected 0".
+// A truncating open now waits for the earlier close to finish (Controller::open).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -30,7 +22,7 @@
 namespace tai::test {
 namespace {
 
-TEST(CrashSimBug, DISABLED_ReopenWithTruncateWhileTheEarlierCloseWritesBack) {
+TEST(ReopenTruncate, WaitsForTheEarlierCloseSoItsWriteBackCannotLandAfterTheTruncation) {
   ScratchDir dir;
   const std::string path = dir.file("f");
   Controller ctl(two_quiet_workers("posix"));
@@ -43,9 +35,16 @@ TEST(CrashSimBug, DISABLED_ReopenWithTruncateWhileTheEarlierCloseWritesBack) {
     while (!go.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   });
   Receipt closed = f.close();  // behind the hook: its write-back cannot start yet
+  // Let the close go only after the reopen below has had time to truncate, were it not waiting.
+  std::thread release([&go] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    go.store(true, std::memory_order_release);
+  });
   auto g = ctl.open<BTreeDefault>(path, Open::read | Open::write | Open::truncate, "posix");
+  const bool close_finished_first = closed.finished();
+  release.join();
   ASSERT_TRUE(g.ok()) << g.error().message;
-  go.store(true, std::memory_order_release);
+  EXPECT_TRUE(close_finished_first) << "the truncating open returned before the earlier close had finished";
   EXPECT_TRUE(wait_ok(w));
   EXPECT_TRUE(wait_ok(held));
   EXPECT_TRUE(wait_ok(closed));
@@ -53,6 +52,36 @@ TEST(CrashSimBug, DISABLED_ReopenWithTruncateWhileTheEarlierCloseWritesBack) {
   EXPECT_TRUE(wait_ok(g.value().close()));
   // The program truncated the file and wrote nothing after: it must be empty.
   EXPECT_EQ(read_with_pread(path).size(), 0u) << "the earlier handle's write-back landed after the truncation";
+}
+
+// From a task of the same controller the wait could never end (the close needs the worker the
+// task holds): the open is refused with the reason instead. The task is a hook of the closing
+// file itself, which runs on its home worker before the close can.
+TEST(ReopenTruncate, FromATaskOfTheSameControllerIsRefusedRatherThanDeadlocked) {
+  ScratchDir dir;
+  const std::string path = dir.file("f");
+  Controller ctl(two_quiet_workers("posix"));
+  File f = open_or_fail<BTreeDefault>(ctl, path, Open::read | Open::write | Open::create);
+  ASSERT_TRUE(f);
+  const std::vector<unsigned char> data = pattern(4096, 2);
+  Receipt w = f.write(0, data.data(), data.size());
+  std::atomic<bool> go{false};
+  bool refused = false;
+  std::string reason;
+  Receipt held = f.hook([&] {
+    while (!go.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    auto g = ctl.open<BTreeDefault>(path, Open::read | Open::write | Open::truncate, "posix");
+    refused = !g.ok() && g.error().code == std::errc::resource_deadlock_would_occur;
+    if (!g.ok()) reason = g.error().message;
+  });
+  Receipt closed = f.close();  // the file is closing from here on; its close waits behind the hook
+  go.store(true, std::memory_order_release);
+  EXPECT_TRUE(wait_ok(w));
+  EXPECT_TRUE(wait_ok(held));
+  EXPECT_TRUE(wait_ok(closed));
+  EXPECT_TRUE(refused) << reason;
+  EXPECT_NE(reason.find("still closing"), std::string::npos) << reason;
+  EXPECT_EQ(read_with_pread(path), data) << "the refused open must not have truncated";
 }
 
 }  // namespace

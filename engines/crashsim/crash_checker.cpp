@@ -175,6 +175,9 @@ TaiCrashOracle::TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops, 
 bool TaiCrashOracle::before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread) const {
   return a_end < b_begin && (order_across_threads_ || a_thread == b_thread);
 }
+bool TaiCrashOracle::write_before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread) {
+  return a_end < b_begin && a_thread == b_thread;
+}
 TaiCrashOracle::~TaiCrashOracle() = default;
 
 TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
@@ -238,7 +241,7 @@ TaiCrashOracle::FileModel& TaiCrashOracle::model(std::uint32_t file) {
       bw.allowed.resize(v.end - v.begin);
       for (const auto& u : m->sources) {
         const bool is_v = &u == &v;
-        if (!is_v && (u.op < 0 || before(u.submit_end, u.thread, v.submit_begin, v.thread))) continue;  // u is before v
+        if (!is_v && (u.op < 0 || write_before(u.submit_end, u.thread, v.submit_begin, v.thread))) continue;  // u is before v
         const std::uint64_t lo = std::max(u.begin, v.begin), hi = std::min(u.end, v.end);
         for (std::uint64_t x = lo; x < hi; ++x) m->add_value(bw.allowed[x - v.begin], u, x);
       }
@@ -272,9 +275,10 @@ void TaiCrashOracle::check(const CrashState& state, std::vector<std::string>& ou
     m.cached = true;
     m.cached_seq = c;
     m.allowed.assign(E, Bits{});
+    // One required slot per thread: writes of different threads are not ordered among
+    // themselves, so each thread's latest required write (or a later one) may hold a byte.
     m.threads = 1;
-    if (!order_across_threads_)
-      for (const auto& v : m.sources) m.threads = std::max(m.threads, v.thread + 1);
+    for (const auto& v : m.sources) m.threads = std::max(m.threads, v.thread + 1);
     m.required.assign(E * m.threads, 0);
     m.required_by_sync.assign(E, -1);
     // Required sources: before a sync that succeeded before c. The latest such sync's submit

@@ -14,8 +14,10 @@
 // (taken before the call that submits it), submit_end (after that call returned) and done_seq
 // (when its receipt finished, taken in the receipt's continuation; 0: never). Operation A is
 // *before* B when A.submit_end < B.submit_begin: program order within a thread, and real-time
-// order across threads (what TAI's order promise is about; DESIGN section 2). The oracle can be
-// told to order only operations of the same thread (TaiCrashOracle's order_across_threads).
+// order across threads between a write and a sync or barrier (DESIGN section 2: a sync covers
+// every write submitted before it); two writes of different threads are never ordered (DESIGN:
+// operations from different threads may interleave). The oracle can be told to order only
+// operations of the same thread (TaiCrashOracle's order_across_threads).
 //
 // The oracle (DESIGN section 2, "Order", "Durability", File::barrier), for a state of one file at
 // crash time c; "sources" of a byte x are the file's initial content and every write or truncate
@@ -100,10 +102,13 @@ class ProgramLog {
 /// thread.
 class TaiCrashOracle : public CrashChecker {
  public:
-  /// `log` must outlive the oracle. `order_across_threads`: operation A is before B when A's
-  /// submission returned before B's began, whatever their threads (DESIGN's "submitted before";
-  /// true), or only when they are also of the same thread (false: what TAI does today, see
-  /// test/crashsim_cross_thread_test.cpp).
+  /// `log` must outlive the oracle. Two writes are ordered only when one thread made both
+  /// (DESIGN: "operations from different threads may interleave"). A write and a sync or
+  /// barrier are ordered when the first one's submission returned before the second's began:
+  /// whatever their threads with `order_across_threads` (DESIGN's "every write submitted before
+  /// it"; true), or only within one thread (false). The log's clock is one acq_rel counter, so
+  /// "returned before began" is also a happens-before between the two submissions, which is
+  /// what TAI's admission order follows.
   TaiCrashOracle(const CrashLog& log, std::vector<ProgramOp> ops, bool order_across_threads = true);
   ~TaiCrashOracle() override;
 
@@ -115,6 +120,7 @@ class TaiCrashOracle : public CrashChecker {
   struct FileModel;
   FileModel& model(std::uint32_t file);
   bool before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread) const;
+  static bool write_before(std::uint64_t a_end, unsigned a_thread, std::uint64_t b_begin, unsigned b_thread);
   const CrashLog& log_;
   std::vector<ProgramOp> ops_;
   std::unordered_map<std::uint32_t, std::unique_ptr<FileModel>> models_;

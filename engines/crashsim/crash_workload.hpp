@@ -367,14 +367,9 @@ class CrashRig {
   /// Runs the workloads of `per_thread` at once, one thread each, on one handle of a fresh file
   /// (their close/reopen operations are left out), then checks every crash state: the order
   /// promise across threads is the real-time order of submission (ProgramOp's "before").
-  ///
-  /// `order_across_threads` false checks only the order of each thread's own operations: TAI
-  /// admits each thread's submissions from a queue of its own, in thread order, so an fsync of
-  /// one thread may not cover a write another thread submitted before it (a known bug, see
-  /// test/crashsim_cross_thread_test.cpp). Likewise the final close waits for every thread's
-  /// receipts: a close would otherwise reject operations other threads submitted before it.
+  /// `order_across_threads` false checks only the order of each thread's own operations.
   RunResult run_concurrent(const std::vector<Workload>& per_thread, std::uint64_t seed,
-                           const engines::CrashStateOptions& opt, bool order_across_threads = false) {
+                           const engines::CrashStateOptions& opt, bool order_across_threads = true) {
     switch (config_.tree) {
       case TreeKind::def: return run_concurrent_tree<BTreeDefault>(per_thread, seed, opt, order_across_threads);
       case TreeKind::trivial: return run_concurrent_tree<BTreeTrivial>(per_thread, seed, opt, order_across_threads);
@@ -453,11 +448,8 @@ class CrashRig {
           const std::size_t idx = prog.begin_op(engines::ProgramOp::Kind::close, path);
           Receipt r = f.close();
           prog.submitted(idx);
-          // A reopen with Open::truncate waits for the close to finish: TAI truncates at
-          // open() while the earlier handle's write-back may still be on its way, which lands
-          // after the truncation (a known bug, reproduced by crashsim_reopen_truncate_test.cpp;
-          // remove this wait when it is fixed, and the suite checks the fix in every state).
-          if (trunc) (void)detail::receipt_outcome(r, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+          // No wait for the close here: a truncating open() waits for it itself (the earlier
+          // handle's write-back must not land after the truncation), and every state checks it.
           track(idx, std::move(r));
           std::size_t tidx = 0;
           if (trunc) tidx = prog.begin_op(engines::ProgramOp::Kind::truncate, path);
@@ -573,12 +565,14 @@ class CrashRig {
         }
       });
     for (auto& th : threads) th.join();
+    // Closed at once: every thread's operations were submitted before the close (the joins), so
+    // none of them may be rejected as "closed".
+    Receipt closing = f.close();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (std::size_t t = 0; t < receipts.size(); ++t)
       for (std::size_t i = 0; i < receipts[t].size(); ++i)
         if (const std::string outcome = detail::receipt_outcome(receipts[t][i], deadline); !outcome.empty())
           res.failures.push_back(what + ": thread " + std::to_string(t) + " receipt " + std::to_string(i) + ": " + outcome);
-    Receipt closing = f.close();
     if (const std::string outcome = detail::receipt_outcome(closing, deadline); !outcome.empty())
       res.failures.push_back(what + ": final close: " + outcome);
     if (!res.failures.empty()) return res;

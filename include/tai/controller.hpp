@@ -171,7 +171,10 @@ class Controller {
   /// path, a refused mode or an unavailable engine is an Error right here (with the reason).
   /// Opening a path that is still open or closing in this controller is allowed: operations of
   /// the new handle wait until the earlier handle's close has written its data back, so they
-  /// see all of it. Thread-safe.
+  /// see all of it. A truncating open (Open::truncate) of a path whose earlier handle is still
+  /// closing blocks until that close has finished, so the old bytes cannot land after the
+  /// truncation; from a task of this controller, where that wait could deadlock, it is an Error
+  /// (resource_deadlock_would_occur). Thread-safe.
   template <class Tree = BTreeDefault>
   Result<File> open(const std::string& path, OpenMode mode, const OpenOptions& how) {
     detail::OpenRequest req{&path,

@@ -41,6 +41,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -274,6 +275,9 @@ class FileRegistry {
   /// The file whose tree has this id, retained, with the bytes of a block at `depth`
   /// (nullptr: the tree is gone, or has no such level).
   FileCore* retain_by_tree(std::uint64_t tree_id, unsigned depth, std::uint64_t& block_bytes);
+  /// The handle of the path with this key whose close is under way (closed, not yet fully
+  /// closed), retained; nullptr when there is none.
+  FileCore* retain_closing(const std::string& key);
   /// Files with dirty bytes, each retained, with their dirty bytes; `total` gets the sum.
   std::vector<std::pair<std::uint64_t, FileCore*>> retain_dirty(std::uint64_t& total);
   bool empty() const;
@@ -406,6 +410,11 @@ class ControllerCore {
 
   // --- the public API (any thread) ---
   Result<File> open(const OpenRequest& req);
+  /// The registry key of a path: its realpath, or the path itself when that fails.
+  static std::string registry_key(const std::string& path);
+  /// Waits until no earlier handle of `path` is closing (see open()); an Error when waiting
+  /// could deadlock (called from one of this controller's workers).
+  std::optional<Error> wait_for_closing_handle(const std::string& path);
   Receipt submit_task(Task* t);
   Receipt submit_file_task(FileCore* f, Task* t);
   /// Counts t.data against the write-copy budget before t is pushed, waiting for room when
@@ -507,6 +516,38 @@ class Worker final : public StepSink {
   std::deque<Task*> overflow;
   std::atomic<bool> has_overflow{false};
 
+  // Admission in submission order across the submitting threads' queues (DESIGN: an fsync
+  // covers every write submitted before it, from any thread). Each submitting thread has its own
+  // queue, so pop order alone cannot say which of two tasks in two queues came first. An
+  // ordering task (one that must follow every earlier operation on its file: fsync, fdatasync,
+  // write-back, drop, close, barrier, hook) takes the next number n of this clock (key 2n-1);
+  // any other task reads the clock (key 2v, v = numbers given out so far). A task that happened
+  // before another thus has the smaller key, and one thread's keys never decrease. Relaxed:
+  // only the clock's own modification order matters (coherence: an increment that happens
+  // before a read is seen by it, a read that happens before an increment is not).
+  alignas(64) std::atomic<std::uint64_t> order_clock{0};
+  /// Sets t's admit_key; called right before the push that cannot fail, so that every number
+  /// taken reaches this worker (admission waits for the numbers below a key).
+  void stamp_admission(Task& t) noexcept {
+    if (orders_across_threads(t))
+      t.admit_key = 2 * order_clock.fetch_add(1, std::memory_order_relaxed) + 1;
+    else
+      t.admit_key = 2 * order_clock.load(std::memory_order_relaxed);
+  }
+  static bool orders_across_threads(const Task& t) noexcept {
+    switch (t.kind) {
+      case TaskKind::tree_op: return t.op.kind != TreeOp::read && t.op.kind != TreeOp::write;
+      case TaskKind::hook:
+      case TaskKind::barrier:
+      case TaskKind::close: return true;
+      default: return false;
+    }
+  }
+  /// Popped tasks not yet admitted (worker only): admission waits for every ordering number
+  /// below a task's key, and an ordering task also for one full pass over the queues after its
+  /// pop (what was submitted before it is visible by then). See take_new() in rounds.cpp.
+  bool has_staged() const noexcept { return !staged_.empty(); }
+
   // Followers: the round this worker is told to run (low 32 bits of the round number; a futex
   // word). The master writes the round's number and kind, then stores `go` (seq_cst); the
   // follower loads it (acquire) and then reads them. A follower the round does not need is not
@@ -597,6 +638,21 @@ class Worker final : public StepSink {
   // (io_done may run in any order relative to visits): the node's set of uncached requests in
   // flight then stays small instead of growing with every visit queued ahead in now_.
   std::vector<Step> urgent_;
+  // Admission state (take_new): popped tasks in pop order per queue, each with the pass that
+  // popped it; every ordering number <= seen_ has been popped, those in ahead_ (sorted) too.
+  struct Staged {
+    Task* task;
+    std::uint64_t pass;
+  };
+  std::vector<Staged> staged_;
+  std::uint64_t seen_ = 0;
+  std::vector<std::uint64_t> ahead_;
+  std::uint64_t pass_ = 1;       // the number of the next pass
+  std::uint64_t full_pass_ = 0;  // the last pass that saw every queue to its end
+  /// One pass over every queue of this worker: pops at most `limit` tasks (all visible ones
+  /// when limit is SIZE_MAX) into staged_; true when one of them is an ordering task.
+  bool pop_pass(std::size_t limit, std::size_t& taken);
+  void note_popped(Task* t);
   std::size_t now_head_ = 0;
   std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;
@@ -606,6 +662,9 @@ class Worker final : public StepSink {
 
   void part(std::uint64_t round);
   void admit(Task* t);
+  /// Step 3 of a part: pops new tasks (at most `cap` in the first pass) and admits, in key
+  /// order, those whose predecessors are known; returns how many were popped.
+  std::size_t take_new(std::size_t cap);
   void begin(Task* t);
   /// Starts t's tree operation on its file, then a collection when the tree asks for one.
   void start_op(FileCore& f, Task* t);

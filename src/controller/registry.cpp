@@ -151,6 +151,16 @@ FileCore* FileRegistry::retain_by_tree(std::uint64_t tree_id, unsigned depth, st
   return f;
 }
 
+FileCore* FileRegistry::retain_closing(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_path_.find(key);
+  if (it == by_path_.end()) return nullptr;
+  FileCore* f = it->second;
+  if (!f->closed.load(std::memory_order_acquire) || f->fully_closed.load(std::memory_order_acquire)) return nullptr;
+  file_retain(f);
+  return f;
+}
+
 std::vector<std::pair<std::uint64_t, FileCore*>> FileRegistry::retain_dirty(std::uint64_t& total) {
   std::vector<std::pair<std::uint64_t, FileCore*>> dirty;
   total = 0;

@@ -7,6 +7,9 @@
 #include "src/controller/core.hpp"
 #include "src/detail/timespec.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace tai::detail {
 
 /// Claims `lane` for this round if nobody has (exchange of the round number, acq_rel: exactly one
@@ -50,6 +53,99 @@ void Worker::drain() {
   now_head_ = 0;
 }
 
+// Admission in submission order. Each submitting thread pushes into a queue of its own, so a
+// write that thread B submitted before thread A's fsync can sit in B's queue while the fsync is
+// popped from A's: admitted first, the fsync would complete without the write (DESIGN:
+// "every write submitted before it to that file is on stable storage"). Keys (stamp_admission)
+// order them; two rules make the keys complete:
+//  * a task with key 2v waits until ordering numbers 1..v have all been popped: an ordering task
+//    that happened before it took one of those numbers, and every number taken is pushed;
+//  * an ordering task waits for one full pass over every queue after the pass that popped it.
+//    A task V submitted before ordering task F (V's push happens before F's submission) is
+//    visible to any pop after F's: F's push (release) pairs with its pop (acquire), and V's push
+//    happens before both. One more full pass therefore holds V.
+// Popped tasks are sorted by key (stable: one thread's keys never decrease, so each queue's
+// order is kept) and admitted up to the first one that must still wait; the rest stay for the
+// next pass or round. Without ordering tasks every key is equal and nothing waits.
+void Worker::note_popped(Task* t) {
+  staged_.push_back({t, pass_});
+  if ((t->admit_key & 1) == 0) return;
+  const std::uint64_t n = (t->admit_key + 1) / 2;
+  if (n != seen_ + 1) {
+    ahead_.insert(std::upper_bound(ahead_.begin(), ahead_.end(), n), n);
+    return;
+  }
+  seen_ = n;
+  while (!ahead_.empty() && ahead_.front() == seen_ + 1) {
+    ++seen_;
+    ahead_.erase(ahead_.begin());
+  }
+}
+
+bool Worker::pop_pass(std::size_t limit, std::size_t& taken) {
+  bool ordering = false;
+  const std::size_t before = staged_.size();
+  const unsigned ninbox = inboxes.load(std::memory_order_acquire);
+  for (unsigned p = 0; p < ninbox && taken < limit; ++p) {
+    Inbox* q = inbox[p].load(std::memory_order_acquire);
+    // In batches: one load of the producer's index and one store of ours per batch rather than
+    // per task, so the two cache lines move between the cores once per batch.
+    Task* batch[64];
+    for (;;) {
+      const std::size_t got = q->pop(batch, std::min<std::size_t>(64, limit - taken));
+      for (std::size_t i = 0; i < got; ++i) note_popped(batch[i]);
+      taken += got;
+      if (got < 64 || taken >= limit) break;
+    }
+  }
+  Task* t = nullptr;
+  while (taken < limit && pending.pop(t)) {
+    note_popped(t);
+    ++taken;
+  }
+  if (has_overflow.load(std::memory_order_acquire)) {
+    std::deque<Task*> mine;
+    {
+      std::lock_guard<std::mutex> lock(overflow_mu);
+      mine.swap(overflow);
+      has_overflow.store(false, std::memory_order_relaxed);
+    }
+    for (Task* x : mine) note_popped(x);
+    taken += mine.size();
+  }
+  for (std::size_t i = before; i < staged_.size(); ++i) ordering |= (staged_[i].task->admit_key & 1) != 0;
+  if (taken < limit) full_pass_ = pass_;  // it stopped at no limit: it saw every queue to its end
+  ++pass_;
+  return ordering;
+}
+
+std::size_t Worker::take_new(std::size_t cap) {
+  std::size_t taken = 0;
+  // The first pass is bounded (a flood cannot starve the rest of the round); a pass that popped
+  // an ordering task is followed by a full one, which confirms it (a few at most: each needs an
+  // ordering task popped in the pass before).
+  bool ordering = pop_pass(cap, taken);
+  if (!staged_.empty() && full_pass_ + 1 != pass_) ordering = true;  // the bounded pass stopped early
+  for (int extra = 0; ordering && extra < 4; ++extra) ordering = pop_pass(SIZE_MAX, taken);
+  if (staged_.empty()) return taken;
+  auto by_key = [](const Staged& a, const Staged& b) { return a.task->admit_key < b.task->admit_key; };
+  if (!std::is_sorted(staged_.begin(), staged_.end(), by_key)) std::stable_sort(staged_.begin(), staged_.end(), by_key);
+  std::size_t k = 0;
+  for (; k < staged_.size(); ++k) {
+    const Staged& s = staged_[k];
+    const std::uint64_t key = s.task->admit_key;
+    if ((key & 1) == 0) {
+      if (key / 2 > seen_) break;  // an ordering task that came before it has not been popped
+    } else {
+      if ((key + 1) / 2 - 1 > seen_) break;  // an earlier ordering task has not been popped
+      if (s.pass >= full_pass_) break;       // no full pass after its pop yet
+    }
+    admit(s.task);
+  }
+  staged_.erase(staged_.begin(), staged_.begin() + static_cast<std::ptrdiff_t>(k));
+  return taken;
+}
+
 void Worker::part(std::uint64_t round) {
   round_ = round;
   parity_in_ = static_cast<unsigned>(round & 1);
@@ -83,36 +179,7 @@ void Worker::part(std::uint64_t round) {
 
   // 3. New work from Pending (bounded per round so that a flood cannot starve the rest). Taken
   //    at the end of the part, so that what arrived while the round ran starts now.
-  std::size_t taken = 0;
-  const std::size_t cap = c.opt.pending_capacity;
-  Task* t = nullptr;
-  const unsigned ninbox = inboxes.load(std::memory_order_acquire);
-  for (unsigned p = 0; p < ninbox && taken < cap; ++p) {
-    Inbox* q = inbox[p].load(std::memory_order_acquire);
-    // In batches: one load of the producer's index and one store of ours per batch rather than
-    // per task, so the two cache lines move between the cores once per batch.
-    Task* batch[64];
-    for (;;) {
-      const std::size_t got = q->pop(batch, std::min<std::size_t>(64, cap - taken));
-      for (std::size_t i = 0; i < got; ++i) admit(batch[i]);
-      taken += got;
-      if (got < 64 || taken >= cap) break;
-    }
-  }
-  while (taken < cap && pending.pop(t)) {
-    admit(t);
-    ++taken;
-  }
-  if (has_overflow.load(std::memory_order_acquire)) {
-    std::deque<Task*> mine;
-    {
-      std::lock_guard<std::mutex> lock(overflow_mu);
-      mine.swap(overflow);
-      has_overflow.store(false, std::memory_order_relaxed);
-    }
-    for (Task* x : mine) admit(x);
-    taken += mine.size();
-  }
+  const std::size_t taken = take_new(c.opt.pending_capacity);
   max_pending.raise_to(taken);
   drain();
 
@@ -187,7 +254,8 @@ void RoundState::wait_arrivals(std::uint32_t expected, std::int64_t spin_ns, Cou
 /// Work only worker w can do: take from its own queues, move its own gates, submit its own
 /// backlog. Called by the master with every follower parked.
 bool ControllerCore::has_local_work(const Worker& w) const {
-  if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty()) return true;
+  if (!w.pending.empty() || w.has_overflow.load(std::memory_order_acquire) || !w.backlog.empty() || w.has_staged())
+    return true;
   const unsigned ninbox = w.inboxes.load(std::memory_order_acquire);
   for (unsigned p = 0; p < ninbox; ++p)
     if (w.inbox[p].load(std::memory_order_acquire)->read_available() != 0) return true;

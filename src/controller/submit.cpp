@@ -4,9 +4,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <system_error>
+#include <thread>
 
 #include "src/controller/core.hpp"
 
@@ -19,17 +23,18 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   auto slot = engines.find_or_make(req.engine, opt.engine_options);
   if (!slot) return slot.error();
   EngineSlot* s = slot.value();
+  // The engine's open truncates at once, here; an earlier handle of the path that is still
+  // closing writes its blocks back later, on a worker, and they would land after the truncation
+  // and bring the old bytes back. So a truncating open first waits for that close.
+  if (has(req.mode.flags, Open::truncate)) {
+    if (auto e = wait_for_closing_handle(*req.path)) return *e;
+  }
   auto ef = s->engine->open(*req.path, req.mode);
   if (!ef) return ef.error();
 
   auto f = std::make_unique<FileCore>();
   f->path = *req.path;
-  if (char* real = ::realpath(req.path->c_str(), nullptr)) {
-    f->key = real;
-    std::free(real);
-  } else {
-    f->key = *req.path;
-  }
+  f->key = registry_key(*req.path);
   f->tree_name = req.tree;
   f->ctl = this;
   f->slot = s;
@@ -50,6 +55,39 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   FileCore* raw = f.release();
   registry.add(raw, n);
   return File(raw);
+}
+
+std::string ControllerCore::registry_key(const std::string& path) {
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    std::string key = real;
+    std::free(real);
+    return key;
+  }
+  return path;
+}
+
+std::optional<Error> ControllerCore::wait_for_closing_handle(const std::string& path) {
+  FileCore* earlier = registry.retain_closing(registry_key(path));
+  if (earlier == nullptr) return std::nullopt;
+  if (on_own_worker()) {
+    // The close needs the workers this task is holding: waiting here could wait forever.
+    file_release(earlier);
+    return Error{std::make_error_code(std::errc::resource_deadlock_would_occur),
+                 "tai::Controller::open(" + path +
+                     ", truncate) from a task of the same controller while the earlier handle of the path is still "
+                     "closing: the truncation must wait for that close, which needs this worker"};
+  }
+  // A reopen with truncate right after a close is rare and the close may take as long as its
+  // write-back: a sleeping poll, from 20 us up to 1 ms, rather than a wake-up on every close.
+  // Acquire: pairs with the home worker's release store of fully_closed once the engine file
+  // is closed, so the truncation below comes after every byte the earlier handle wrote back.
+  auto pause = std::chrono::microseconds(20);
+  while (!earlier->fully_closed.load(std::memory_order_acquire)) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  file_release(earlier);
+  return std::nullopt;
 }
 
 int ControllerCore::producer_index() {
@@ -82,16 +120,24 @@ void ControllerCore::push(unsigned w, Task* t) {
   if (!inside) {
     if (const int p = producer_index(); p >= 0) {
       Worker::Inbox* q = wk.inbox[static_cast<unsigned>(p)].load(std::memory_order_relaxed);  // stored by this thread
-      while (!q->push(t)) {  // back-pressure: wait for room
+      // Back-pressure: wait for room first. This thread is the queue's only producer, so the
+      // room stays, and the push after the admission stamp cannot fail (a number taken and
+      // never pushed would hold admission back for good).
+      while (q->write_available() == 0) {
         doorbell.ring();
         std::this_thread::yield();
       }
+      wk.stamp_admission(*t);
+      q->push(t);
       doorbell.ring();
       return;
     }
   }
+  wk.stamp_admission(*t);
   if (!wk.pending.bounded_push(t)) {
-    if (inside) {
+    // An ordering task must not wait here with its number taken (see above): like a worker's
+    // own pushes, it goes to the overflow list instead.
+    if (inside || Worker::orders_across_threads(*t)) {
       // A worker must never wait for a queue that only the workers drain.
       std::lock_guard<std::mutex> lock(wk.overflow_mu);
       wk.overflow.push_back(t);

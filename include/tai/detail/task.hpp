@@ -97,6 +97,9 @@ struct alignas(64) Task {
   int error = 0;                            // errno of a failure (0: none)
   const char* reason = nullptr;             // static text: why it was rejected / what failed
   std::uint64_t submit_ns = 0;              // for the latency histograms, when `timed`
+  // Admission order across submitting threads (Worker::stamp_admission): written by the
+  // submitter just before the push that publishes the task, read by the worker after its pop.
+  std::uint64_t admit_key = 0;
   Task* next = nullptr;         // intrusive FIFO links (held queue, pool lists)
   Task* parent = nullptr;       // write_back parts of a flush
   std::atomic<std::uint32_t> parts{0};   // flush: parts not yet finished (acq_rel countdown)

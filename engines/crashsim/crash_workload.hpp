@@ -37,6 +37,7 @@
 #include "tai/engine_selector.hpp"
 #include "tai/engines/crashsim/crash_checker.hpp"
 #include "tai/engines/crashsim/crash_states.hpp"
+#include "tai/engines/crashsim/byte_pattern.hpp"
 #include "tai/engines/crashsim/crashsim_engine.hpp"
 
 namespace tai::engines::crash {
@@ -48,18 +49,8 @@ namespace tai::engines::crash {
 
 namespace detail {
 
-/// `n` bytes of a pattern that depends on `seed` and on the position (xorshift64).
-inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) {
-  std::vector<unsigned char> v(n);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v[i] = static_cast<unsigned char>(x);
-  }
-  return v;
-}
+/// `n` bytes of a pattern that depends on `seed` and on the position.
+inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) { return byte_pattern(n, seed); }
 
 inline void model_write(std::vector<unsigned char>& model, std::uint64_t offset, const unsigned char* data,
                         std::size_t n) {

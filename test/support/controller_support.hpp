@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "tai/config.hpp"
+#include "tai/engines/crashsim/byte_pattern.hpp"
 #include "tai/engine_selector.hpp"
 #include "tai/controller.hpp"
 #include "tai/receipt.hpp"
@@ -170,17 +171,7 @@ inline bool make_zero_file(const std::string& path, std::uint64_t size) {
 }
 
 /// `n` bytes of a pattern that depends on `seed` and on the position, so that a misplaced or
-/// stale byte shows.
-inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) {
-  std::vector<unsigned char> v(n);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v[i] = static_cast<unsigned char>(x);
-  }
-  return v;
-}
+/// stale byte shows (the crash-state suite's pattern).
+inline std::vector<unsigned char> pattern(std::size_t n, std::uint64_t seed) { return engines::byte_pattern(n, seed); }
 
 }  // namespace tai::test

@@ -1,4 +1,4 @@
-set terminal pngcairo size 920,420 font ',10'
+set terminal pngcairo size 920,420 font ',10' noenhanced
 set output 'fig3_1.png'
 set multiplot layout 1,2 title 'Buffered: throughput vs compute threads (no overwrite, final fsync only)'
 set key top left font ',9'

@@ -1,4 +1,4 @@
-set terminal pngcairo size 920,420 font ',10'
+set terminal pngcairo size 920,420 font ',10' noenhanced
 set output 'fig3_2.png'
 set multiplot layout 1,2 title 'Voluntary context switches (the runs of figure 3.1)'
 set key top left font ',9'

@@ -1,4 +1,4 @@
-set terminal pngcairo size 920,420 font ',10'
+set terminal pngcairo size 920,420 font ',10' noenhanced
 set output 'fig3_3.png'
 set multiplot layout 1,2 title 'Overwrite, fsync every 30 writes'
 set key top left font ',9'

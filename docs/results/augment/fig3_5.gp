@@ -1,4 +1,4 @@
-set terminal pngcairo size 920,420 font ',10'
+set terminal pngcairo size 920,420 font ',10' noenhanced
 set output 'fig3_5.png'
 set multiplot layout 1,2 title 'O_DIRECT overwrite, fsync every 300 writes (cstdio: buffered, for reference)'
 set key top left font ',9'

@@ -1,4 +1,4 @@
-set terminal pngcairo size 920,420 font ',10'
+set terminal pngcairo size 920,420 font ',10' noenhanced
 set output 'fig3_6.png'
 set multiplot layout 1,2 title 'Single thread: throughput vs fsync frequency'
 set key top left font ',9'

@@ -1,4 +1,4 @@
-set terminal pngcairo size 460,420 font ',10'
+set terminal pngcairo size 460,420 font ',10' noenhanced
 set output 'fig3_8_compute.png'
 set multiplot layout 1,1 title 'The runs of figure 3.1 (fixed load): compute'
 set key top left font ',9'

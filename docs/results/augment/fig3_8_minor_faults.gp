@@ -1,4 +1,4 @@
-set terminal pngcairo size 460,420 font ',10'
+set terminal pngcairo size 460,420 font ',10' noenhanced
 set output 'fig3_8_minor_faults.png'
 set multiplot layout 1,1 title 'The runs of figure 3.1 (fixed load): minor_faults'
 set key top left font ',9'

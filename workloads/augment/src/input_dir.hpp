@@ -39,7 +39,8 @@ bool read_encoded(const std::string& path, Bytes& out, std::string* err);
 // works without --input, and load_input_dir(dir) gives back the same ids in the same order.
 bool write_input_files(std::vector<EncodedImage>& images, const std::string& dir, std::string* err);
 
-// Drops the images' files from the page cache (written back first, then posix_fadvise DONTNEED),
+// Drops the images' files from the page cache (dirty pages written back first with
+// sync_file_range, no device flush; then posix_fadvise DONTNEED),
 // so that a measured --read-input loop reads from the device rather than from the memory the
 // checking pass (or the spill) filled. Images without a path are left alone. False (and *err) on
 // the first file it cannot open or advise. Not on tmpfs, whose pages are the files' only copy.

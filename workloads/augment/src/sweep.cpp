@@ -84,7 +84,8 @@ void write_dat_and_script(const std::string& dir, const std::string& name, const
   }
   std::FILE* g = std::fopen((dir + "/" + name + ".gp").c_str(), "w");
   if (!g) return;
-  std::fprintf(g, "set terminal pngcairo size %d,420 font ',10'\nset output '%s.png'\n", 460 * int(panels.size()),
+  // noenhanced: titles such as "O_DIRECT" are plain text, not gnuplot's subscript markup.
+  std::fprintf(g, "set terminal pngcairo size %d,420 font ',10' noenhanced\nset output '%s.png'\n", 460 * int(panels.size()),
                name.c_str());
   std::fprintf(g, "set multiplot layout 1,%zu title '%s'\nset key top left font ',9'\nset grid\n", panels.size(),
                fig.title.c_str());

@@ -13,6 +13,7 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace augment {
@@ -81,13 +82,21 @@ class UringMethod final : public Method {
     if (!sqe) fail("io_uring_get_sqe: submission queue full");
     return sqe;
   }
+  // Submits until the submission queue is empty: io_uring_submit may take fewer entries than
+  // are ready, and an entry left behind would never complete (reap_one would wait for good).
   void submit() {
-    int r;
-    while ((r = io_uring_submit(&ring_)) == -EINTR || r == -EAGAIN || r == -EBUSY) {
-      if (in_flight_ > 0) reap_one();
+    ++in_flight_;  // the entry just prepared
+    while (io_uring_sq_ready(&ring_) > 0) {
+      const int r = io_uring_submit(&ring_);
+      if (r == -EINTR || r == -EAGAIN || r == -EBUSY) {
+        if (in_flight_ > io_uring_sq_ready(&ring_)) reap_one();  // make room: something was submitted
+        continue;
+      }
+      if (r < 0) {
+        in_flight_ -= std::min(in_flight_, io_uring_sq_ready(&ring_));
+        return fail(errno_text("io_uring_submit", -r));
+      }
     }
-    if (r < 0) return fail(errno_text("io_uring_submit", -r));
-    ++in_flight_;
   }
   void reap_one() {
     io_uring_cqe* cqe = nullptr;

@@ -217,6 +217,12 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
     for (const auto& g : groups)
       for (std::size_t k = 0; k < g.size(); ++k) {
         const Point& p = g[(k + r) % g.size()];
+        // A method this build or machine does not have is a note, not a failure.
+        if (const MethodInfo* info = find_method(p.method, nullptr); info && !info->unavailable.empty()) {
+          notes[p.method] = "skipped: " + info->unavailable;
+          ++done;
+          continue;
+        }
         const std::string stem = work + "/sweep";
         RunResult res = run_method(input, p.method, stem, p.config);
         remove_run_files(res);

@@ -2,7 +2,7 @@
 # holds EXPECT (a regular expression) AND no line says FAILED. A plain PASS_REGULAR_EXPRESSION would
 # ignore the exit status, so a crash after the verify line, or a method that failed while the
 # others verified, would pass.
-#   cmake -DEXPECT=<regex> -DDEADLINE=<s> -P program_run.cmake -- <program> <args...>
+#   cmake -DEXPECT=<regex> -DDEADLINE=<s> [-DCLEAN=<dir to empty first>] -P program_run.cmake -- <program> <args...>
 set(cmd)
 set(after_dashes FALSE)
 foreach(i RANGE ${CMAKE_ARGC})
@@ -14,6 +14,9 @@ foreach(i RANGE ${CMAKE_ARGC})
 endforeach()
 if(NOT cmd)
   message(FATAL_ERROR "program_run.cmake: no command after --")
+endif()
+if(DEFINED CLEAN)
+  file(REMOVE_RECURSE ${CLEAN})  # a fresh output directory: runs of an earlier build must not count
 endif()
 execute_process(COMMAND ${cmd} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT ${DEADLINE})
 message("${out}${err}")

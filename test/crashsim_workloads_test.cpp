@@ -20,6 +20,7 @@
 #include <string>
 
 #include "support/crash_workloads.hpp"
+#include "support/tally.hpp"
 #include "support/test_env.hpp"
 
 namespace tai::test::crash {
@@ -27,13 +28,6 @@ namespace {
 
 class CrashSimSuite : public ::testing::TestWithParam<CrashConfig> {};
 
-std::string tally_dir() {
-#ifdef TAI_CRASHSIM_TALLY_DIR
-  return TAI_CRASHSIM_TALLY_DIR;
-#else
-  return "";
-#endif
-}
 
 TEST_P(CrashSimSuite, EveryCrashStateKeepsTheOrderAndDurabilityPromises) {
   const CrashConfig config = GetParam();
@@ -108,11 +102,7 @@ TEST_P(CrashSimSuite, EveryCrashStateKeepsTheOrderAndDurabilityPromises) {
   std::fflush(stdout);
   EXPECT_EQ(total.violations, 0u) << "seed " << seed;
   EXPECT_GT(total.unique, workloads.size()) << "every workload has more than one crash state";
-  if (const std::string d = tally_dir(); !d.empty()) {
-    std::filesystem::create_directories(d);
-    std::ofstream(d + "/" + config.label() + ".txt")
-        << total.unique << ' ' << total.violations << ' ' << workloads.size() << ' ' << seconds << ' ' << scale << '\n';
-  }
+  write_tally("", config.label(), {total.unique, total.violations, workloads.size(), seconds, scale});
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CrashSimSuite, ::testing::ValuesIn(crash_configs()),
@@ -122,23 +112,9 @@ INSTANTIATE_TEST_SUITE_P(Configs, CrashSimSuite, ::testing::ValuesIn(crash_confi
 // cleanup in test/CMakeLists.txt sets TAI_CRASHSIM_SUMMARY=1); skipped when run otherwise.
 TEST(CrashSimSummary, Total) {
   if (!std::getenv("TAI_CRASHSIM_SUMMARY")) GTEST_SKIP() << "run as the ctest test crashsim.summary, after the suite";
-  const std::string d = tally_dir();
-  std::uint64_t unique = 0, violations = 0, workloads = 0, configs = 0;
-  double seconds = 0, scale = 1;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(d, ec)) {
-    if (entry.path().filename().string().rfind("ioerr-", 0) == 0) continue;  // the I/O-error loop's
-    std::ifstream in(entry.path());
-    std::uint64_t u = 0, v = 0, w = 0;
-    double s = 0, sc = 1;
-    if (!(in >> u >> v >> w >> s >> sc)) continue;
-    unique += u;
-    violations += v;
-    workloads += w;
-    seconds += s;
-    scale = sc;
-    ++configs;
-  }
+  const Tally sum = sum_tallies("", "ioerr-");  // the I/O-error loop's files start with ioerr-
+  const std::uint64_t unique = sum.count, violations = sum.violations, workloads = sum.other, configs = sum.configs;
+  const double seconds = sum.seconds, scale = sum.scale;
   const std::size_t expected = crash_configs().size();
   std::printf("[crashsim] TOTAL: %llu unique crash states checked in %llu configurations (of %zu; the others were "
               "skipped or not run), %llu workloads, %llu violations, %.1f s of checking (scale %.2f)\n",

@@ -7,26 +7,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "support/controller_support.hpp"
+#include "support/tally.hpp"
 #include "support/test_env.hpp"
 #include "tai/engines/fault/io_error_loop.hpp"
 
 namespace tai::test {
 namespace {
 
-std::string tally_dir() {
-#ifdef TAI_CRASHSIM_TALLY_DIR
-  return TAI_CRASHSIM_TALLY_DIR;
-#else
-  return "";
-#endif
-}
 
 using engines::crash::ace_count;
 using engines::crash::ace_workload;
@@ -43,6 +36,17 @@ std::vector<LoopConfig> loop_configs() {
 }
 
 class IoErrorLoopSuite : public ::testing::TestWithParam<LoopConfig> {};
+
+}  // namespace
+}  // namespace tai::test
+
+namespace tai::engines::ioerr {
+// GoogleTest prints a parameter with this (instead of its bytes) in test names' descriptions.
+inline void PrintTo(const LoopConfig& c, std::ostream* os) { *os << c.label(); }
+}  // namespace tai::engines::ioerr
+
+namespace tai::test {
+namespace {
 
 TEST_P(IoErrorLoopSuite, EveryFaultOfEveryOperationReachesTheProgram) {
   const LoopConfig config = GetParam();
@@ -80,33 +84,16 @@ TEST_P(IoErrorLoopSuite, EveryFaultOfEveryOperationReachesTheProgram) {
   for (const std::string& m : total.messages) ADD_FAILURE() << m;
   EXPECT_EQ(total.violations, 0u);
   EXPECT_GT(total.injections, 0u);
-  if (const std::string d = tally_dir(); !d.empty()) {
-    std::filesystem::create_directories(d);
-    std::ofstream(d + "/ioerr-" + config.label() + ".txt") << total.injections << ' ' << total.violations << ' '
-                                                           << total.runs << ' ' << seconds << ' ' << scale << '\n';
-  }
+  write_tally("ioerr-", config.label(), {total.injections, total.violations, total.runs, seconds, scale});
 }
 
 // The loop's total, run by ctest after every other test with the crash-state suite's summary
 // (the `crashsim.summary` fixture cleanup sets TAI_CRASHSIM_SUMMARY=1); skipped when run otherwise.
 TEST(IoErrorLoopSummary, Total) {
   if (!std::getenv("TAI_CRASHSIM_SUMMARY")) GTEST_SKIP() << "run as the ctest test crashsim.summary, after the suite";
-  std::uint64_t injections = 0, violations = 0, runs = 0, configs = 0;
-  double seconds = 0, scale = 1;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(tally_dir(), ec)) {
-    if (entry.path().filename().string().rfind("ioerr-", 0) != 0) continue;
-    std::ifstream in(entry.path());
-    std::uint64_t i = 0, v = 0, r = 0;
-    double s = 0, sc = 1;
-    if (!(in >> i >> v >> r >> s >> sc)) continue;
-    injections += i;
-    violations += v;
-    runs += r;
-    seconds += s;
-    scale = sc;
-    ++configs;
-  }
+  const Tally sum = sum_tallies("ioerr-");
+  const std::uint64_t injections = sum.count, violations = sum.violations, runs = sum.other, configs = sum.configs;
+  const double seconds = sum.seconds, scale = sum.scale;
   const std::size_t expected = loop_configs().size();
   std::printf("[ioerr] TOTAL: %llu injected faults in %llu runs over %llu configurations (of %zu), %llu violations "
               "(lost errors, sync successes over missing data, unusable controllers), %.1f s (scale %.2f)\n",

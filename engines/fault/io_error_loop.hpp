@@ -177,6 +177,7 @@ class IoErrorLoop {
     std::vector<unsigned> writer_handle;  // the handle of each byte's last write
     std::vector<Rec> recs;
     bool setup_ok = true;
+    bool any_failed = false;  // some receipt reported an error
     std::vector<std::string> other_file_problems;
     {
       Controller ctl(o);
@@ -256,7 +257,6 @@ class IoErrorLoop {
         ++stats.runs;
         if (injected) ++stats.injections;
       }
-      bool any_failed = false;
       for (const Rec& r : recs) any_failed |= r.r.finished() && !r.r.ok();
       if (injected && any_failed) ++stats.errors_reported;
       // An injected error must reach the program (a short transfer may be completed instead).
@@ -304,8 +304,6 @@ class IoErrorLoop {
                       "succeeded; first at offset " + std::to_string(first) + " (written by operation " +
                       std::to_string(first_writer) + ", covered by the success of operation " + std::to_string(first_sync) +
                       ")";
-      bool any_failed = false;
-      for (const Rec& r : recs) any_failed |= r.r.finished() && !r.r.ok();
       if (!any_failed) m += "; no receipt reported an error: a lost error";
       violation(m);
     }

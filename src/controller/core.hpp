@@ -412,9 +412,9 @@ class ControllerCore {
   Result<File> open(const OpenRequest& req);
   /// The registry key of a path: its realpath, or the path itself when that fails.
   static std::string registry_key(const std::string& path);
-  /// Waits until no earlier handle of `path` is closing (see open()); an Error when waiting
-  /// could deadlock (called from one of this controller's workers).
-  std::optional<Error> wait_for_closing_handle(const std::string& path);
+  /// Waits until no earlier handle of `path` (registry key `key`) is closing (see open()); an
+  /// Error when waiting could deadlock (called from one of this controller's workers).
+  std::optional<Error> wait_for_closing_handle(const std::string& path, const std::string& key);
   Receipt submit_task(Task* t);
   Receipt submit_file_task(FileCore* f, Task* t);
   /// Counts t.data against the write-copy budget before t is pushed, waiting for room when
@@ -652,7 +652,8 @@ class Worker final : public StepSink {
   /// One pass over every queue of this worker: pops at most `limit` tasks (all visible ones
   /// when limit is SIZE_MAX) into staged_; true when one of them is an ordering task.
   bool pop_pass(std::size_t limit, std::size_t& taken);
-  void note_popped(Task* t);
+  /// Stages t; true when it is an ordering task.
+  bool note_popped(Task* t);
   std::size_t now_head_ = 0;
   std::uint64_t ran_ = 0;
   void io(const Request& r, const Step& cont) override;

@@ -67,24 +67,24 @@ void Worker::drain() {
 // Popped tasks are sorted by key (stable: one thread's keys never decrease, so each queue's
 // order is kept) and admitted up to the first one that must still wait; the rest stay for the
 // next pass or round. Without ordering tasks every key is equal and nothing waits.
-void Worker::note_popped(Task* t) {
+bool Worker::note_popped(Task* t) {
   staged_.push_back({t, pass_});
-  if ((t->admit_key & 1) == 0) return;
+  if ((t->admit_key & 1) == 0) return false;
   const std::uint64_t n = (t->admit_key + 1) / 2;
   if (n != seen_ + 1) {
     ahead_.insert(std::upper_bound(ahead_.begin(), ahead_.end(), n), n);
-    return;
+    return true;
   }
   seen_ = n;
   while (!ahead_.empty() && ahead_.front() == seen_ + 1) {
     ++seen_;
     ahead_.erase(ahead_.begin());
   }
+  return true;
 }
 
 bool Worker::pop_pass(std::size_t limit, std::size_t& taken) {
   bool ordering = false;
-  const std::size_t before = staged_.size();
   const unsigned ninbox = inboxes.load(std::memory_order_acquire);
   for (unsigned p = 0; p < ninbox && taken < limit; ++p) {
     Inbox* q = inbox[p].load(std::memory_order_acquire);
@@ -93,14 +93,14 @@ bool Worker::pop_pass(std::size_t limit, std::size_t& taken) {
     Task* batch[64];
     for (;;) {
       const std::size_t got = q->pop(batch, std::min<std::size_t>(64, limit - taken));
-      for (std::size_t i = 0; i < got; ++i) note_popped(batch[i]);
+      for (std::size_t i = 0; i < got; ++i) ordering |= note_popped(batch[i]);
       taken += got;
       if (got < 64 || taken >= limit) break;
     }
   }
   Task* t = nullptr;
   while (taken < limit && pending.pop(t)) {
-    note_popped(t);
+    ordering |= note_popped(t);
     ++taken;
   }
   if (has_overflow.load(std::memory_order_acquire)) {
@@ -110,10 +110,9 @@ bool Worker::pop_pass(std::size_t limit, std::size_t& taken) {
       mine.swap(overflow);
       has_overflow.store(false, std::memory_order_relaxed);
     }
-    for (Task* x : mine) note_popped(x);
+    for (Task* x : mine) ordering |= note_popped(x);
     taken += mine.size();
   }
-  for (std::size_t i = before; i < staged_.size(); ++i) ordering |= (staged_[i].task->admit_key & 1) != 0;
   if (taken < limit) full_pass_ = pass_;  // it stopped at no limit: it saw every queue to its end
   ++pass_;
   return ordering;

@@ -26,15 +26,16 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   // The engine's open truncates at once, here; an earlier handle of the path that is still
   // closing writes its blocks back later, on a worker, and they would land after the truncation
   // and bring the old bytes back. So a truncating open first waits for that close.
+  const std::string key = registry_key(*req.path);
   if (has(req.mode.flags, Open::truncate)) {
-    if (auto e = wait_for_closing_handle(*req.path)) return *e;
+    if (auto e = wait_for_closing_handle(*req.path, key)) return *e;
   }
   auto ef = s->engine->open(*req.path, req.mode);
   if (!ef) return ef.error();
 
   auto f = std::make_unique<FileCore>();
   f->path = *req.path;
-  f->key = registry_key(*req.path);
+  f->key = key;
   f->tree_name = req.tree;
   f->ctl = this;
   f->slot = s;
@@ -66,8 +67,8 @@ std::string ControllerCore::registry_key(const std::string& path) {
   return path;
 }
 
-std::optional<Error> ControllerCore::wait_for_closing_handle(const std::string& path) {
-  FileCore* earlier = registry.retain_closing(registry_key(path));
+std::optional<Error> ControllerCore::wait_for_closing_handle(const std::string& path, const std::string& key) {
+  FileCore* earlier = registry.retain_closing(key);
   if (earlier == nullptr) return std::nullopt;
   if (on_own_worker()) {
     // The close needs the workers this task is holding: waiting here could wait forever.

@@ -1,0 +1,374 @@
+#!/usr/bin/env bash
+# run_program_case.sh <case> - runs one unmodified program twice and checks that the preload
+# library changes nothing it can observe:
+#   run A: plain, writing into $WORK/<case>/A;
+#   run B: LD_PRELOAD=$PRELOAD_LIB TAI_PRELOAD_PATHS=<B> TAI_PRELOAD_LOG=1, writing into B;
+# then every step's exit status must be 0 on both sides, the outputs (stdout, with the output
+# directory's name replaced) must be equal, the trees A and B must be byte-identical, and B's log
+# must show at least one routed open under B - a library that routes nothing would pass
+# everything else. Each command runs under `timeout`: a hang fails with its own message.
+#
+# Environment:
+#   PRELOAD_LIB        the library (ctest: $<TARGET_FILE:tai_preload>); empty: skip
+#   WORK               scratch root (ctest: <build>/test/preload/work); default /tmp/tai-preload-work
+#   PROBE              tai_preload_probe, for the probe_* cases
+#   SANITIZER_RUNTIME  libasan.so/libtsan.so when the library is instrumented: preloaded first
+#   PRELOAD_DEADLINE   seconds for one command (default 60)
+#   KEEP_WORK=1        keep A and B after a success too
+# Exit: 0 pass, 1 fail, 77 skip (program not installed; sanitizer runtime cannot host it).
+# `run_program_case.sh --list` prints the cases.
+set -u -o pipefail
+
+CASES=(dd_4k dd_1m cp_tree cat tar gzip sqlite sqlite_wal python
+       probe_fork probe_mmap probe_append probe_dup2stdout probe_stdio probe_signal probe_closerange)
+
+if [[ ${1:-} == --list ]]; then
+  printf '%s\n' "${CASES[@]}"
+  exit 0
+fi
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 <case> | --list" >&2
+  exit 2
+fi
+CASE=$1
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DEADLINE=${PRELOAD_DEADLINE:-60}
+
+say() { echo "preload.$CASE: $*"; }
+skip() {
+  say "SKIP: $*"
+  exit 77
+}
+fail() {
+  say "FAIL: $*"
+  exit 1
+}
+
+known=0
+for c in "${CASES[@]}"; do [[ $c == "$CASE" ]] && known=1; done
+((known)) || fail "unknown case (known: ${CASES[*]})"
+
+[[ -n ${PRELOAD_LIB:-} ]] || skip "PRELOAD_LIB is empty: this build has no tai_preload target"
+[[ -f $PRELOAD_LIB ]] || fail "PRELOAD_LIB=$PRELOAD_LIB does not exist (build the tai_preload target first)"
+PRELOAD_LIB=$(realpath "$PRELOAD_LIB")
+
+# --- the programs a case runs: a missing one skips the case ------------------------------------
+need=()
+case $CASE in
+  dd_*) need=(dd) ;;
+  cp_tree) need=(cp diff) ;;
+  cat) need=(bash cat wc) ;;
+  tar) need=(tar diff) ;;
+  gzip) need=(bash gzip cmp) ;;
+  sqlite*) need=(sqlite3) ;;
+  python) need=(python3) ;;
+  probe_*) need=() ;;
+esac
+for p in "${need[@]}" timeout cmp diff awk; do
+  command -v "$p" >/dev/null 2>&1 || skip "$p is not installed"
+done
+if [[ $CASE == probe_* ]]; then
+  [[ -n ${PROBE:-} && -x ${PROBE:-} ]] || fail "PROBE (tai_preload_probe) is not set or not executable: '${PROBE:-}'"
+fi
+PYTHON=""
+if [[ $CASE == python ]]; then
+  # The interpreter itself, not a wrapper script (pyenv's shim is a bash script): the preload
+  # then goes into the program under test and not into a launcher first.
+  PYTHON=$(python3 -c 'import sys; print(sys.executable)') || fail "python3 does not run"
+fi
+
+# How to start each program with nothing but a trivial job (for the sanitizer check below).
+trivial_command() {
+  case $1 in
+    bash) echo "bash -c true" ;;
+    python3) echo "$PYTHON -c pass" ;;
+    probe) echo "$PROBE --version" ;;
+    *) echo "$1 --version" ;;
+  esac
+}
+
+# --- sanitizer builds ----------------------------------------------------------------------------
+# An instrumented library in an uninstrumented program needs the sanitizer runtime loaded first.
+# Some programs cannot host a runtime at all: check each with the runtime alone, so that a skip
+# says exactly which program and why, and a failure with the library is the library's.
+PRELOAD=$PRELOAD_LIB
+if [[ -n ${SANITIZER_RUNTIME:-} ]]; then
+  [[ -f $SANITIZER_RUNTIME ]] || skip "the sanitizer runtime '$SANITIZER_RUNTIME' was not found (the compiler's -print-file-name did not give a file)"
+  PRELOAD="$SANITIZER_RUNTIME:$PRELOAD_LIB"
+  hosts=("${need[@]}")
+  [[ $CASE == probe_* ]] && hosts=(probe)
+  for p in "${hosts[@]}"; do
+    [[ $p == diff || $p == cmp || $p == wc ]] && continue  # verification only, run plain
+    cmd=$(trivial_command "$p")
+    err=$(timeout -k 5 30 env LD_PRELOAD="$SANITIZER_RUNTIME" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+          $cmd 2>&1 >/dev/null)
+    rc=$?
+    if ((rc != 0)); then
+      why="exit $rc"
+      ((rc > 128)) && why="killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
+      ((rc == 124)) && why="did not finish in 30 s"
+      extra=""
+      if [[ $p == bash && $SANITIZER_RUNTIME == *tsan* && $rc == 139 ]]; then
+        extra=" (bash calls __sigsetjmp in main(); libtsan's interceptor jumps through its pointer to the real function, still null in a program not built with -fsanitize=thread: SIGSEGV at address 0)"
+      fi
+      skip "'$cmd' does not run with only $(basename "$SANITIZER_RUNTIME") preloaded, before any TAI code: $why$extra${err:+; stderr: $(echo "$err" | head -3 | tr '\n' ' ')}"
+    fi
+  done
+fi
+
+# --- directories ---------------------------------------------------------------------------------
+WORK=${WORK:-/tmp/tai-preload-work}
+mkdir -p "$WORK" || fail "cannot create WORK=$WORK"
+ROOT=$(realpath "$WORK")/$CASE
+rm -rf "$ROOT"
+mkdir -p "$ROOT/in" "$ROOT/A" "$ROOT/B" || fail "cannot create $ROOT"
+IN=$ROOT/in
+# Resolved paths: the library matches TAI_PRELOAD_PATHS against realpath()s.
+A=$(realpath "$ROOT/A")
+B=$(realpath "$ROOT/B")
+
+# --- deterministic inputs ------------------------------------------------------------------------
+# gen_text BYTES SEED: exactly BYTES of hex text from a Park-Miller generator (products stay below
+# 2^53, so awk's doubles compute them exactly and every awk gives the same bytes).
+gen_text() {
+  awk -v n="$1" -v x="$2" 'BEGIN {
+    total = 0
+    while (total < n) {
+      line = ""
+      for (i = 0; i < 7; i++) { x = (x * 16807) % 2147483647; line = line sprintf("%08x ", x) }
+      line = line "\n"
+      if (total + length(line) > n) line = substr(line, 1, n - total)
+      printf "%s", line
+      total += length(line)
+    }
+  }'
+}
+# Text, a run of zero bytes, text: neither size a multiple of 4 KiB nor of 1 MiB.
+make_input() {  # make_input FILE
+  { gen_text 3000000 11; head -c 262144 /dev/zero; gen_text 1801234 12; } >"$1"
+}
+make_tree() {  # make_tree DIR
+  mkdir -p "$1/sub/deeper" "$1/many" "$1/emptydir"
+  gen_text 100000 21 >"$1/a.txt"
+  make_input "$1/sub/b.bin"
+  gen_text 4096 22 >"$1/sub/exactly-4k"
+  gen_text 1048577 23 >"$1/sub/deeper/one-mib-and-one"
+  : >"$1/empty"
+  ln -s a.txt "$1/link-to-a"
+  for i in $(seq 1 60); do gen_text $((i * 97)) $((100 + i)) >"$1/many/f$i"; done
+}
+
+# --- running a step on one side ------------------------------------------------------------------
+SIDE=""
+OUT=""
+step_no=0
+# run CMD...: one command on the current side. stdout goes to the side's transcript (compared
+# later), stderr to its log; a nonzero status or a hang ends the case.
+run() {
+  step_no=$((step_no + 1))
+  local rc=0
+  echo "--- step $step_no: $*" >>"$ROOT/$SIDE.stdout"
+  echo "--- step $step_no: $*" >>"$ROOT/$SIDE.stderr"
+  if [[ $SIDE == A ]]; then
+    timeout -k 5 "$DEADLINE" env -u LD_PRELOAD "$@" >>"$ROOT/$SIDE.stdout" 2>>"$ROOT/$SIDE.stderr" || rc=$?
+  else
+    # detect_leaks=0: the uninstrumented programs (bash, python) do not free at exit, which is
+    # theirs, not the library's. verify_asan_link_order=0: the runtime is preloaded, not linked.
+    timeout -k 5 "$DEADLINE" env LD_PRELOAD="$PRELOAD" TAI_PRELOAD_PATHS="$B" TAI_PRELOAD_LOG=1 \
+      ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:verify_asan_link_order=0" \
+      "$@" >>"$ROOT/$SIDE.stdout" 2>>"$ROOT/$SIDE.stderr" || rc=$?
+  fi
+  echo "--- exit status $rc" >>"$ROOT/$SIDE.stdout"
+  if ((rc == 124 || rc == 137)); then
+    show_logs
+    fail "HANG: run $SIDE step $step_no did not finish within $DEADLINE s and was killed: $*"
+  fi
+  if ((rc != 0)); then
+    show_logs
+    if [[ $SIDE == A ]]; then
+      fail "the plain run (A) failed with exit status $rc in step $step_no: $* - the environment or the harness is broken, not the library"
+    fi
+    local why="exit status $rc"
+    ((rc > 128)) && why="killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
+    fail "the preloaded run (B) failed in step $step_no with $why (the plain run gave 0): $*"
+  fi
+}
+
+show_logs() {
+  local side
+  for side in A B; do
+    [[ -f $ROOT/$side.stderr ]] || continue
+    local lines
+    lines=$(wc -l <"$ROOT/$side.stderr")
+    echo "----- stderr of run $side ($lines lines; last 150; all in $ROOT/$side.stderr) -----"
+    tail -n 150 "$ROOT/$side.stderr"
+  done
+  echo "----- end of logs -----"
+}
+
+# --- the cases: each runs on the current side with $OUT as its output directory ------------------
+prepare_inputs() {
+  case $CASE in
+    dd_* | gzip | cat) make_input "$IN/input" && gen_text 77777 31 >"$IN/input2" ;;
+    cp_tree | tar) make_tree "$IN/tree" ;;
+    sqlite | sqlite_wal) write_sql ;;
+  esac || fail "could not generate the inputs in $IN"
+}
+
+# SQL: a table with an index, filled in transactions of 1000 rows, then updates, deletes and a
+# VACUUM; the rows come from a generator, so both runs execute identical SQL.
+write_sql() {
+  local txns=100 mode=""
+  if [[ $CASE == sqlite_wal ]]; then
+    txns=30
+    mode="PRAGMA journal_mode=WAL;"
+  fi
+  awk -v txns="$txns" -v mode="$mode" 'BEGIN {
+    if (mode != "") print mode
+    print "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL, y TEXT NOT NULL);"
+    print "CREATE INDEX t_x ON t(x);"
+    s = 7
+    for (t = 0; t < txns; t++) {
+      print "BEGIN;"
+      for (i = 0; i < 1000; i++) {
+        s = (s * 16807) % 2147483647
+        printf "INSERT INTO t(x, y) VALUES(%d, %c%s%c);\n", s % 1000003, 39, substr("abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789", 1, 1 + s % 70), 39
+      }
+      print "COMMIT;"
+    }
+    print "BEGIN;"
+    print "UPDATE t SET y = y || '"'"'-updated'"'"' WHERE id % 7 = 0;"
+    print "DELETE FROM t WHERE id % 13 = 0;"
+    print "COMMIT;"
+    if (mode == "") print "VACUUM;"
+  }' >"$IN/load.sql"
+}
+
+body() {
+  case $CASE in
+    dd_4k | dd_1m)
+      local bs=4k
+      [[ $CASE == dd_1m ]] && bs=1M
+      run dd if="$IN/input" of="$OUT/out.dat" bs=$bs conv=fsync status=none
+      # Overwrite blocks in the middle of the routed file, keeping the rest (notrunc).
+      run dd if="$IN/input2" of="$OUT/out.dat" bs=$bs seek=3 count=5 conv=notrunc,fsync status=none
+      # Read the routed file back into another routed file.
+      run dd if="$OUT/out.dat" of="$OUT/copy.dat" bs=64k status=none
+      run cmp "$OUT/out.dat" "$OUT/copy.dat"
+      ;;
+    cp_tree)
+      run cp -r "$IN/tree" "$OUT/tree"
+      # Routed to routed (coreutils may use copy_file_range between the two descriptors).
+      run cp "$OUT/tree/sub/b.bin" "$OUT/b-copy.bin"
+      run diff -r --no-dereference "$IN/tree" "$OUT/tree"
+      run cmp "$IN/tree/sub/b.bin" "$OUT/b-copy.bin"
+      ;;
+    cat)
+      # The shell opens the output files, so the shell runs preloaded too; cat inherits the fd.
+      run bash -c 'cat "$1" "$2" > "$3/cat.out" && cat "$1" >> "$3/cat.out" && wc -c < "$3/cat.out"' \
+        _ "$IN/input" "$IN/input2" "$OUT"
+      # Builtin echo (the shell writes) and cat (a child writes) on one descriptor.
+      run bash -c 'exec 3> "$2/fd3.out"; echo "from the shell" >&3; cat "$1" >&3; echo "shell again" >&3; exec 3>&-; wc -c < "$2/fd3.out"' \
+        _ "$IN/input2" "$OUT"
+      ;;
+    tar)
+      run tar --sort=name -cf "$OUT/tree.tar" -C "$IN" tree
+      run mkdir "$OUT/x"
+      run tar -xf "$OUT/tree.tar" -C "$OUT/x"
+      run tar -tf "$OUT/tree.tar"
+      run diff -r --no-dereference "$IN/tree" "$OUT/x/tree"
+      ;;
+    gzip)
+      run bash -c 'gzip -c "$1" > "$2/out.gz"' _ "$IN/input" "$OUT"
+      run gzip -t "$OUT/out.gz"
+      run bash -c 'gzip -dc "$1" > "$2/out.raw"' _ "$OUT/out.gz" "$OUT"
+      run cmp "$IN/input" "$OUT/out.raw"
+      # gzip opening its own output (and unlinking its input); -n: no name or time stamp in
+      # the header, since the two copies' time stamps differ.
+      run bash -c 'cat "$1" > "$2/own.dat"' _ "$IN/input2" "$OUT"
+      run gzip -n -9 "$OUT/own.dat"
+      ;;
+    sqlite | sqlite_wal)
+      run sqlite3 -bail "$OUT/t.db" ".read $IN/load.sql"
+      # A second process opens the database: what the first left must be complete.
+      run sqlite3 -bail "$OUT/t.db" "PRAGMA integrity_check;" \
+        "SELECT count(*), sum(x), total(length(y)), sum(id * x % 1000003) FROM t;" \
+        "SELECT count(*) FROM t WHERE y LIKE '%-updated';"
+      ;;
+    python)
+      run "$PYTHON" "$HERE/python_rw.py" "$OUT"
+      ;;
+    probe_*)
+      run "$PROBE" "${CASE#probe_}" "$OUT"
+      ;;
+  esac
+}
+
+prepare_inputs
+for SIDE in A B; do
+  step_no=0
+  OUT=$ROOT/$SIDE
+  : >"$ROOT/$SIDE.stdout"
+  : >"$ROOT/$SIDE.stderr"
+  body
+done
+
+# --- comparisons ---------------------------------------------------------------------------------
+# The transcripts name the output directory; everything else in them must be equal.
+awk -v d="$A" '{ while ((i = index($0, d)) > 0) $0 = substr($0, 1, i - 1) "<OUT>" substr($0, i + length(d)); print }' \
+  "$ROOT/A.stdout" >"$ROOT/A.stdout.norm"
+awk -v d="$B" '{ while ((i = index($0, d)) > 0) $0 = substr($0, 1, i - 1) "<OUT>" substr($0, i + length(d)); print }' \
+  "$ROOT/B.stdout" >"$ROOT/B.stdout.norm"
+if ! diff -u "$ROOT/A.stdout.norm" "$ROOT/B.stdout.norm" >"$ROOT/stdout.diff"; then
+  head -n 100 "$ROOT/stdout.diff"
+  show_logs
+  fail "the programs printed different output with and without the preload library (diff above: - plain, + preloaded)"
+fi
+case $CASE in
+  sqlite*)
+    grep -qx ok "$ROOT/B.stdout" || { show_logs; fail "PRAGMA integrity_check did not print ok in the preloaded run"; }
+    ;;
+esac
+
+# Byte-identical trees: the same files, directories and links, the same bytes. The .db files of
+# the sqlite cases are compared too: deterministic SQL through the same SQLite version writes
+# identical pages and an identical header (change counter, page counts), and a WAL is
+# checkpointed and removed when the last connection closes.
+# Exception: the signal probe's file depends on where the timer interrupted the main loop, so
+# its content differs from run to run even without the library; the probe itself checks it
+# (every record whole, size = records x record size) and prints only the verdicts.
+varies=()
+[[ $CASE == probe_signal ]] && varies=(signal.dat)
+exclude=()
+for f in "${varies[@]}"; do
+  exclude+=(-x "$f")
+  [[ -f $B/$f ]] || { show_logs; fail "the preloaded run left no $f"; }
+done
+if ! diff -r --no-dereference "${exclude[@]}" "$A" "$B" >"$ROOT/tree.diff" 2>&1; then
+  head -n 50 "$ROOT/tree.diff"
+  (cd "$A" && find . -printf '%y %s %p\n' | sort) >"$ROOT/A.list"
+  (cd "$B" && find . -printf '%y %s %p\n' | sort) >"$ROOT/B.list"
+  diff "$ROOT/A.list" "$ROOT/B.list" | head -n 50
+  show_logs
+  fail "the files written with the preload library differ from those written without it (diff -r $A $B)"
+fi
+nfiles=0
+while IFS= read -r -d '' f; do
+  rel=${f#"$A"/}
+  for v in "${varies[@]}"; do [[ $rel == "$v" ]] && continue 2; done
+  cmp -s "$f" "$B/$rel" || { show_logs; fail "cmp: $rel differs between A and B"; }
+  nfiles=$((nfiles + 1))
+done < <(find "$A" -type f -print0)
+
+# The library must have routed something under B, else the comparison above proves nothing.
+routed=$(grep -F 'tai-preload: ' "$ROOT/B.stderr" | grep -F 'routed' | grep -cF "$B/")
+if ((routed == 0)); then
+  show_logs
+  fail "nothing was routed: no 'tai-preload: ... routed <path under $B>' line in the preloaded run's log (TAI_PRELOAD_PATHS=$B TAI_PRELOAD_LOG=1)"
+fi
+
+say "ok: $step_no steps on each side, exit status 0, identical output, $nfiles identical files, $routed routed opens under B"
+if [[ ${KEEP_WORK:-0} != 1 ]]; then
+  rm -rf "$ROOT"
+fi
+exit 0

@@ -34,10 +34,11 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   image workload:   libpng-dev libjpeg62-turbo-dev
 #   API reference:    doxygen
 #   test scripts:     python3 (the workload's JSON/CSV reports are parsed back)
+#   preload tests:    sqlite3 (a real program run under libtai-preload.so)
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev doxygen python3
+  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3
 
 .PHONY: help deps $(PRESETS) demo test bench docs clean sweep
 

@@ -23,6 +23,7 @@
 #include "src/detail/lockfree_queue.hpp"
 #include "src/detail/timespec.hpp"
 #include "tai/engine_selector.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai {
 
@@ -76,7 +77,10 @@ class IoQueue::Pool {
       : engine_(engine), slots_(slots), pending_slots_(depth), done_(depth) {
     workers_.reserve(threads);
     try {
-      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_main(); });
+      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] {
+        tai::detail::mark_this_thread_as_tai();
+        worker_main();
+      });
     } catch (...) {
       stop();
       throw;
@@ -87,7 +91,7 @@ class IoQueue::Pool {
   ~Pool() {
     stop();
     const int fd = eventfd_.load(std::memory_order_relaxed);  // owner-only value, see eventfd()
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) tai::detail::close_own_descriptor(fd);
   }
 
   unsigned threads() const noexcept { return static_cast<unsigned>(workers_.size()); }
@@ -149,7 +153,7 @@ class IoQueue::Pool {
     // relaxed: only the owner thread stores eventfd_, so it reads its own last store.
     int fd = eventfd_.load(std::memory_order_relaxed);
     if (fd >= 0) return fd;
-    fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    fd = tai::detail::make_own_eventfd();
     if (fd < 0) return -1;
     // release: pairs with the acquire load in worker_main(); the descriptor is ready to be
     // written by then (a plain int, nothing else to publish, but it states the intent).

@@ -23,6 +23,7 @@
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
 #include "src/detail/timespec.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai::engines {
 namespace {
@@ -126,7 +127,7 @@ std::error_code LibaioFile::close_descriptor() noexcept {
   const int fd = fd_.exchange(-1, std::memory_order_relaxed);
   if (fd < 0) return std::error_code(EBADF, std::generic_category());
   // No retry on EINTR: Linux has released the descriptor by then.
-  if (::close(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
+  if (tai::detail::close_own_descriptor(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
   return {};
 }
 
@@ -153,7 +154,7 @@ struct LibaioEngine::Impl {
     // io_destroy waits for every request still in flight, so no transfer outlives the engine
     // (and the memory it reads or writes).
     if (ctx) (void)io_destroy(ctx);
-    if (event_fd >= 0) ::close(event_fd);
+    if (event_fd >= 0) tai::detail::close_own_descriptor(event_fd);
   }
 
   void release(iocb* cb) { free_iocbs.push_back(static_cast<std::uint32_t>(cb - iocbs.data())); }
@@ -185,7 +186,7 @@ Result<std::unique_ptr<LibaioEngine>> LibaioEngine::create(const EngineOptions& 
   }
   if (err != 0) return setup_error(err, events, depth, ov);
 
-  impl->event_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  impl->event_fd = tai::detail::make_own_eventfd();
   if (impl->event_fd < 0) return Error::from_errno(errno, "eventfd for the libaio engine");
 
   impl->iocbs.resize(events);
@@ -207,6 +208,7 @@ int LibaioEngine::eventfd() const noexcept { return impl_->event_fd; }
 Result<std::unique_ptr<EngineFile>> LibaioEngine::do_open(const std::string& path, OpenMode mode) {
   Result<int> fd = detail::open_descriptor(path, mode, "libaio");
   if (!fd) return fd.error();
+  *fd = tai::detail::adopt_own_descriptor(*fd);  // out of the program's way
   detail::apply_open_hints(*fd, mode.flags);
 
   const FileCapabilities caps = detail::descriptor_capabilities(*fd, mode, capabilities());

@@ -9,6 +9,7 @@
 
 #include "engines/common/alignment.hpp"
 #include "engines/common/posix_open.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai::engines {
 namespace {
@@ -37,7 +38,7 @@ std::error_code PosixFile::close_descriptor() noexcept {
   if (fd < 0) return std::error_code(EBADF, std::generic_category());
   // No retry on EINTR: Linux has released the descriptor by then, and a retry could close a
   // descriptor another thread has just been given.
-  if (::close(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
+  if (tai::detail::close_own_descriptor(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
   return {};
 }
 
@@ -46,6 +47,7 @@ PosixEngine::PosixEngine(EngineOptions options) : SyncEngine("posix", posix_capa
 Result<std::unique_ptr<EngineFile>> PosixEngine::do_open(const std::string& path, OpenMode mode) {
   Result<int> fd = detail::open_descriptor(path, mode, "posix");
   if (!fd) return fd.error();
+  *fd = tai::detail::adopt_own_descriptor(*fd);  // out of the program's way
   detail::apply_open_hints(*fd, mode.flags);
 
   const FileCapabilities caps = detail::descriptor_capabilities(*fd, mode, capabilities());

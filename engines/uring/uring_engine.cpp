@@ -28,6 +28,7 @@
 #include "engines/common/completion_backlog.hpp"
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai::engines {
 namespace {
@@ -246,12 +247,13 @@ struct UringEngine::Impl {
 
   ~Impl() {
     if (!ring_ready) {
-      if (event_fd >= 0) ::close(event_fd);
+      if (event_fd >= 0) tai::detail::close_own_descriptor(event_fd);
       return;
     }
     drain_for_exit();
+    tai::detail::forget_own_descriptor(ring.ring_fd);
     io_uring_queue_exit(&ring);
-    if (event_fd >= 0) ::close(event_fd);
+    if (event_fd >= 0) tai::detail::close_own_descriptor(event_fd);
   }
 
   // Requests still in flight read or write memory that is about to be freed: cancel what can be
@@ -334,7 +336,7 @@ std::error_code UringFile::close_descriptor() noexcept {
   if (fd < 0) return std::error_code(EBADF, std::generic_category());
   if (fixed_slot_ >= 0) owner_.release_file_slot(fixed_slot_);
   // No retry on EINTR: Linux has released the descriptor by then.
-  if (::close(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
+  if (tai::detail::close_own_descriptor(fd) != 0 && errno != EINTR) return std::error_code(errno, std::generic_category());
   return {};
 }
 
@@ -382,9 +384,18 @@ Result<std::unique_ptr<UringEngine>> UringEngine::create(const EngineOptions& op
   }
   if (err != 0) return setup_error(err, entries, depth, sqpoll, iopoll, ov);
   impl->ring_ready = true;
+  // The ring's descriptor out of the program's way too (liburing makes it with a raw system
+  // call, so the preload library never sees it). Its memory is mapped already; the kernel keeps
+  // the ring alive through the new descriptor, and liburing reads these two fields for every
+  // io_uring_enter and register call and for io_uring_queue_exit's close.
+  if (impl->ring.ring_fd == impl->ring.enter_ring_fd) {
+    const int moved = tai::detail::adopt_own_descriptor(impl->ring.ring_fd);
+    impl->ring.ring_fd = moved;
+    impl->ring.enter_ring_fd = moved;
+  }
 
   if (!iopoll) {
-    impl->event_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    impl->event_fd = tai::detail::make_own_eventfd();
     if (impl->event_fd < 0) return Error::from_errno(errno, "eventfd for the uring engine");
     if (const int rc = io_uring_register_eventfd(&impl->ring, impl->event_fd); rc < 0)
       return Error::from_errno(-rc, "io_uring_register_eventfd");
@@ -471,10 +482,11 @@ Result<std::unique_ptr<EngineFile>> UringEngine::do_open(const std::string& path
   }
   Result<int> fd = detail::open_descriptor(path, mode, "uring");
   if (!fd) return fd.error();
+  *fd = tai::detail::adopt_own_descriptor(*fd);  // out of the program's way
   if (m.iopoll) {
     const auto [io_poll, source] = device_io_poll(*fd);
     if (io_poll == "0") {
-      ::close(*fd);
+      tai::detail::close_own_descriptor(*fd);
       return Error{std::error_code(EOPNOTSUPP, std::generic_category()),
                    "engine 'uring': open '" + path +
                        "': the engine was made with uring_iopoll (IORING_SETUP_IOPOLL), but the device of this "

@@ -34,8 +34,10 @@
 // open left it (the layer keeps the offset of a routed descriptor itself); a program that hands
 // a routed descriptor to libc calls behind the layer's back (::write, ::dup, a child process)
 // must call tai::posix::fsync(fd) first (which writes the cache back) and should not mix the
-// two. The layer's own descriptors are O_CLOEXEC; they are not (yet) moved to high numbers. (The preload
-// library, which sees every call, takes care of this for unmodified programs.)
+// two. (The preload library, which sees every call, takes care of this for unmodified programs.)
+// TAI's own descriptors (the engine's reopened files, eventfds, io_uring rings) are O_CLOEXEC and
+// live at high numbers (from half the RLIMIT_NOFILE soft limit, at least 256), so the program's
+// next open gets the number it would get without TAI.
 //
 // POSIX meaning, kept:
 //  * write/pwrite/writev return once the bytes are copied; read/pread/readv see every earlier
@@ -72,6 +74,10 @@
 //   TAI_TREE     default | trivial (BTreeDefault or BTreeTrivial, i.e. no cache)
 //   TAI_WORKERS  worker threads (default 2)
 //   TAI_QUOTA    weak,strict in bytes, suffixes K, M, G allowed (default 256M,512M)
+//   TAI_START_WRITEBACK  bytes (suffixes K, M, G; default 8M; 0: off): after this many bytes
+//                written to a file, a worker asks the kernel to start writing the file's dirty
+//                pages to the device (sync_file_range(SYNC_FILE_RANGE_WRITE)), so that the device
+//                works while the program computes and its fsync finds little left to write
 //   TAI_LOG      1: one line on stderr per decision (configuration, routed or not and why,
 //                errors found at close and at exit)
 // A malformed value is reported on stderr and its default used.

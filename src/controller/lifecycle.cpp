@@ -4,6 +4,7 @@
 
 #include "src/controller/core.hpp"
 #include "tai/engine_selector.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai::detail {
 
@@ -64,6 +65,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
   threads.reserve(n);
   for (unsigned i = 0; i < n; ++i) {
     threads.emplace_back([this, i] {
+      tai::detail::mark_this_thread_as_tai();
       Worker& w = *workers[i];
       t_worker = &w;
       set_worker_task_cache();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "src/controller/core.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai::detail {
 
@@ -193,12 +194,12 @@ Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
   return Receipt(t);
 }
 
-Doorbell::Doorbell() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+Doorbell::Doorbell() : fd_(tai::detail::make_own_eventfd()) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "tai::Controller: eventfd");
 }
 
 Doorbell::~Doorbell() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) tai::detail::close_own_descriptor(fd_);
 }
 
 void Doorbell::signal() noexcept {

@@ -25,6 +25,7 @@
 #include <system_error>
 #include <utility>
 
+#include "src/detail/own_descriptors.hpp"
 #include "tai/posix.hpp"
 
 namespace tai::posix::detail {
@@ -120,6 +121,14 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
       s.options.strict_quota = strict;
     }
   }
+  if (const char* k = std::getenv("TAI_START_WRITEBACK"); k && *k) {
+    std::uint64_t bytes = 0;
+    if (!parse_bytes(k, bytes))
+      warn(std::string("TAI_START_WRITEBACK='") + k + "' is not a byte count (suffixes K, M, G); using " +
+           std::to_string(s.start_writeback_bytes));
+    else
+      s.start_writeback_bytes = bytes;
+  }
   if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
   errno = saved;
   return s;
@@ -135,6 +144,7 @@ std::atomic<Controller*> g_ctl{nullptr};    // release by the maker, acquire by 
 std::atomic<bool> g_down{false};            // after the exit handler: libc serves everything
 std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
+std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
 
 // ---------------------------------------------------------------------------------------------
 // Inodes
@@ -157,6 +167,15 @@ struct Inode {
   std::atomic<int> write_error{0};     // first failed write not yet reported (errno)
   std::atomic<std::uint64_t> writes_submitted{0};  // under mu (atomic for the settle wait)
   std::atomic<std::uint64_t> writes_settled{0};    // by the writes' continuations
+  int writeback_fd = -1;             // TAI's own duplicate, for sync_file_range (-1: none)
+  std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
+
+  Inode() = default;
+  Inode(const Inode&) = delete;
+  Inode& operator=(const Inode&) = delete;
+  ~Inode() {
+    if (writeback_fd >= 0) (void)tai::detail::close_own_descriptor(writeback_fd);
+  }
 };
 
 void inode_unref(Inode* ino) noexcept {
@@ -410,6 +429,30 @@ void grow_size(Inode& ino, std::uint64_t end) noexcept {
   }
 }
 
+// Under ino.mu, after a write of n bytes: every start_writeback_bytes, a task on a worker asks
+// the kernel to start writing the file's dirty pages to the device. The kernel would otherwise
+// wait for the program's fsync (or its 30 s dirty timeout), and the fsync would then wait for
+// the whole device write; started early, the device works while the program computes. Pages
+// still in TAI's cache are not in the kernel yet: the next start covers them (the controller
+// writes its cache back when idle). The task holds a reference so the descriptor outlives it.
+void start_writeback_every(Inode& ino, std::size_t n) {
+  const std::uint64_t every = g_start_writeback.load(std::memory_order_relaxed);
+  if (every == 0 || ino.writeback_fd < 0) return;
+  ino.unstarted_bytes += n;
+  if (ino.unstarted_bytes < every) return;
+  ino.unstarted_bytes = 0;
+  Controller* c = g_ctl.load(std::memory_order_acquire);
+  if (!c) return;
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+  Inode* ip = &ino;
+  Receipt r = c->submit([ip] {
+    // No WAIT flags: start the device write and return (it may still block while the device's
+    // queue is full, which holds one worker, not the program).
+    (void)::sync_file_range(ip->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  });
+  r.then([ip](const Receipt&) { inode_unref(ip); });
+}
+
 // Submits one write under ino.mu at `pos` (or at the end of file when `append`: pos is set).
 // Returns -errno or the bytes (all of them: the cache takes everything).
 ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
@@ -418,6 +461,7 @@ ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uin
   Receipt r = ino.file.write(pos, buf, n);
   if (r.finished() && !r.ok()) return -error_of(r);
   grow_size(ino, pos + n);
+  start_writeback_every(ino, n);
   ino.writes_submitted.fetch_add(1, std::memory_order_relaxed);
   ino.refs.fetch_add(1, std::memory_order_relaxed);
   Inode* ip = &ino;
@@ -506,16 +550,19 @@ T finish(T ret, int saved) {
 // Opening
 
 // Decides whether `fd` (just opened by the program's call with `flags`) is routed, and routes
-// it. Never fails the open: a file that cannot be routed passes through.
-void maybe_route(int fd, int flags, const char* path) {
-  if (g_down.load(std::memory_order_acquire)) return;
-  if (flags & (O_PATH | O_DIRECT | O_DSYNC)) return;  // O_SYNC includes O_DSYNC's bit
-  if (fd >= kMaxFd) return;
+// it. Never fails the open: a file that cannot be routed passes through. Returns nullptr when
+// routed, else why not (a static string, for logs).
+const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0) {
+  if (g_down.load(std::memory_order_acquire)) return "the layer is shut down (exit, exec or a forked child)";
+  if (flags & O_PATH) return "O_PATH";
+  if (flags & O_DIRECT) return "O_DIRECT (the program asked to bypass caches)";
+  if (flags & O_DSYNC) return "O_SYNC/O_DSYNC (every write must be durable when it returns)";  // O_SYNC includes O_DSYNC's bit
+  if (fd >= kMaxFd) return "descriptor number too high";
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
-  if (wants_write && !controller()) return;  // made here, before g_reg_mu (lock order: init, reg, inode)
+  if (wants_write && !controller()) return "no controller";  // made here, before g_reg_mu (lock order: init, reg, inode)
   Inode* ino = nullptr;
   bool fresh = false;
   {
@@ -537,15 +584,19 @@ void maybe_route(int fd, int flags, const char* path) {
       }
       if (!f) {
         logf("%s (fd %d) not routed: %s", path, fd, f.error().message.c_str());
-        return;
+        return "TAI's engine cannot open it (TAI_LOG=1 says why)";
       }
       owned->file = std::move(f.value());
+      if (g_start_writeback.load(std::memory_order_relaxed) != 0) {
+        const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        owned->writeback_fd = dup < 0 ? -1 : tai::detail::adopt_own_descriptor(dup);
+      }
       owned->size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
       ino = owned.release();
       registry()[InodeKey{st.st_dev, st.st_ino}] = ino;
       fresh = true;
     } else {
-      return;  // read-only, and nothing of it is cached
+      return "opened read-only and nothing of the file is cached";
     }
     ++ino->opens;
   }
@@ -553,7 +604,7 @@ void maybe_route(int fd, int flags, const char* path) {
   d->inode = ino;
   d->accmode = acc;
   d->append = (flags & O_APPEND) != 0;
-  d->offset = 0;
+  d->offset = offset;
   d->refs.store(1, std::memory_order_relaxed);
   if (!fresh && (flags & O_TRUNC) && wants_write) {
     // The program's ::open truncated the file, but this process's cache may hold bytes of it
@@ -563,6 +614,7 @@ void maybe_route(int fd, int flags, const char* path) {
   }
   install(fd, d);  // release: the description's fields above happen-before its users
   logf("%s (fd %d) routed%s", path, fd, fresh ? "" : " (file already routed: shares its cache)");
+  return nullptr;
 }
 
 int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
@@ -576,7 +628,7 @@ int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
     fd = ::openat(dirfd, path, flags, mode);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return -1;  // the kernel's errno
-  maybe_route(fd, flags, path);
+  (void)maybe_route(fd, flags, path);
   errno = saved;
   return fd;
 }
@@ -618,7 +670,12 @@ std::vector<std::string> shutdown_locked() {
   return failures;
 }
 
+std::atomic<bool> g_forked_child{false};  // set in a child of fork(): never touch the controller
+
 void at_exit() {
+  // A child of fork() has a copy of the controller without its threads (and maybe with a lock
+  // some other thread of the parent held): nothing to shut down, nothing to take.
+  if (g_forked_child.load(std::memory_order_acquire)) return;
   const int saved = errno;
   std::vector<std::string> failures;
   {
@@ -663,9 +720,10 @@ Controller* controller() {
     return nullptr;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
-  logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64, c->workers(),
-       s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
-       c->options().weak_quota, c->options().strict_quota);
+  g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
+  logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64 ", start write-back every %" PRIu64
+       " bytes", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
+       c->options().weak_quota, c->options().strict_quota, s.start_writeback_bytes);
   g_ctl.store(c, std::memory_order_release);
   return c;
 }
@@ -691,6 +749,135 @@ int forget_descriptor(int fd) {
   std::atomic<Description*>* s = slot_of(fd, false);
   Description* d = s ? s->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
   return d ? release(d) : 0;
+}
+
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset) {
+  return maybe_route(fd, flags, path, offset);
+}
+
+namespace {
+// Calls fn(fd, description) for every routed slot (chunks that exist only).
+template <class Fn>
+void for_each_slot(Fn&& fn) {
+  for (int top = 0; top < (1 << kTopBits); ++top) {
+    Chunk* c = g_top[top].load(std::memory_order_acquire);
+    if (!c) continue;
+    for (int i = 0; i < (1 << kChunkBits); ++i) {
+      Description* d = c->slot[i].load(std::memory_order_acquire);
+      if (d) fn((top << kChunkBits) | i, d);
+    }
+  }
+}
+
+// Hands fd's offset to the kernel and forgets the slot if it still holds `d`. The release's
+// error (the file's write-back, when this was its last description) is returned (errno).
+int unroute_slot(int fd, Description* d) {
+  {
+    std::lock_guard<std::mutex> lock(d->mu);
+    (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+  }
+  std::atomic<Description*>* s = slot_of(fd, false);
+  Description* expected = d;
+  if (s && s->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) return release(d);
+  return 0;
+}
+}  // namespace
+
+int unroute_file(int fd) {
+  Ref ref(fd);
+  if (!ref) return 0;
+  Inode* ino = ref->inode;
+  int err = 0;
+  {
+    // Everything the cache holds goes to the kernel first, so that the kernel's view (the
+    // mapping, the other process, the pass-through calls from now on) is the program's.
+    std::lock_guard<std::mutex> lock(ino->mu);
+    err = close_file_locked(*ino);
+  }
+  for_each_slot([&](int slot_fd, Description* d) {
+    if (d->inode != ino) return;
+    const int e = unroute_slot(slot_fd, d);
+    if (err == 0) err = e;
+  });
+  if (err) logf("unrouting %s: write-back failed: %s", ino->name.c_str(), std::strerror(err));
+  return err;
+}
+
+int unroute_inode(dev_t dev, ino_t ino) {
+  int fd = -1;
+  for_each_slot([&](int slot_fd, Description*) {
+    if (fd >= 0) return;
+    Description* d = acquire(slot_fd);  // a reference: the inode cannot go while we look at it
+    if (!d) return;
+    if (d->inode && d->inode->dev == dev && d->inode->ino == ino) fd = slot_fd;
+    release(d);
+  });
+  return fd < 0 ? 0 : unroute_file(fd);
+}
+
+int unroute_all(bool inheritable_only) {
+  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return 0;
+  std::vector<int> fds;
+  for_each_slot([&](int fd, Description*) {
+    if (inheritable_only) {
+      const int fl = ::fcntl(fd, F_GETFD);
+      if (fl >= 0 && (fl & FD_CLOEXEC)) return;  // stays in this process: keeps its routing
+    }
+    fds.push_back(fd);
+  });
+  int err = 0;
+  for (const int fd : fds) {
+    const int e = unroute_file(fd);
+    if (err == 0) err = e;
+  }
+  return err;
+}
+
+int write_back_all() {
+  Controller* c = g_down.load(std::memory_order_acquire) ? nullptr : g_ctl.load(std::memory_order_acquire);
+  if (!c) return 0;
+  // Every routed file's writes that another thread submitted must reach the cache first.
+  std::vector<Receipt> lasts;
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    for (auto& [key, ino] : registry()) {
+      std::lock_guard<std::mutex> il(ino->mu);
+      if (ino->last.valid()) lasts.push_back(ino->last);
+    }
+  }
+  for (auto& r : lasts) r.wait();
+  Receipt r = c->flush();
+  return error_of(r);
+}
+
+void disable_in_forked_child() noexcept {
+  g_forked_child.store(true, std::memory_order_release);
+  g_down.store(true, std::memory_order_release);
+}
+
+std::vector<std::string> shutdown_for_exec() {
+  if (g_forked_child.load(std::memory_order_acquire)) return {};
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  return shutdown_locked();
+}
+
+bool cached_size(dev_t dev, ino_t ino, std::uint64_t* size) {
+  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(g_reg_mu);
+  auto it = registry().find(InodeKey{dev, ino});
+  if (it == registry().end()) return false;
+  *size = it->second->size.load(std::memory_order_acquire);
+  return true;
+}
+
+int forget_range(unsigned first, unsigned last) {
+  int err = 0;
+  for_each_slot([&](int fd, Description*) {
+    if (static_cast<unsigned>(fd) < first || static_cast<unsigned>(fd) > last) return;
+    const int e = forget_descriptor(fd);
+    if (err == 0) err = e;
+  });
+  return err;
 }
 
 ShutdownReport restart_for_testing(const Settings& settings) {

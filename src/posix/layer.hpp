@@ -47,12 +47,17 @@ struct Settings {
   ControllerOptions options;
   bool trivial_tree = false;  ///< BTreeTrivial instead of BTreeDefault
   bool log = false;           ///< TAI_LOG
+  /// TAI_START_WRITEBACK: after this many bytes written to a file, ask the kernel to start
+  /// writing the file's dirty pages to the device (sync_file_range(SYNC_FILE_RANGE_WRITE), on a
+  /// worker), so that the program's fsync finds little left. 0: never (the kernel starts only at
+  /// fsync or after its dirty timeout).
+  std::uint64_t start_writeback_bytes = std::uint64_t{8} << 20;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
 };
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
-/// TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
+/// TAI_START_WRITEBACK, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 
 /// The process-wide controller, made on first call (thread-safe); nullptr when it cannot be made
@@ -70,6 +75,48 @@ int alias_descriptor(int oldfd, int newfd);
 /// caller closes it: close_range, closefrom, a dup2 over it). The file's write-back error, if
 /// this was its last descriptor, is returned (errno), 0 if none.
 int forget_descriptor(int fd);
+
+// --- for the preload library (src/preload) ---------------------------------------------------
+
+/// Routes `fd`, which the caller has just opened with `flags` (the program's own open, done by
+/// the caller), when the layer's rules allow (tai/posix.hpp, "What is routed"); its offset
+/// starts at `offset`. nullptr when
+/// routed, else why not (a static string). Thread-safe.
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset = 0);
+
+/// Takes the file of routed `fd` out of the layer: its cached writes go to the kernel (written
+/// back, not synced), every routed descriptor of it gets its offset handed to the kernel and
+/// becomes a plain descriptor. For calls the layer does not do itself (mmap, sendfile, a dup onto
+/// a standard stream, ...): slower from then on, never wrong. Returns the write-back's error
+/// (errno), 0 if none or when `fd` is not routed. A write of another thread racing with this
+/// call on the same file may fail with EBADF. Thread-safe.
+int unroute_file(int fd);
+
+/// unroute_file for the routed file (dev, ino), if any (truncate by path). errno or 0.
+int unroute_inode(dev_t dev, ino_t ino);
+
+/// unroute_file for every routed descriptor (inheritable_only: only those without FD_CLOEXEC,
+/// which a child process inherits). Before fork (every descriptor: the child shares their
+/// offsets) and posix_spawn/system/popen (the inheritable ones). Returns the first error.
+int unroute_all(bool inheritable_only);
+
+/// Every routed file's cached writes to the kernel (no fsync): before a child process or another
+/// process may read the files (posix_spawn, fcntl locks, sync). 0 or the first error (errno).
+int write_back_all();
+
+/// In the child of fork(): the controller's threads did not survive; every call passes through
+/// to libc from now on, and the exit handler does nothing. Async-signal-safe.
+void disable_in_forked_child() noexcept;
+
+/// Before execve: what the exit handler does (everything written back, offsets handed to the
+/// kernel, the controller shut down), without exiting. Returns the failures.
+std::vector<std::string> shutdown_for_exec();
+
+/// The logical size (cached writes included) of routed file (dev, ino); false when not routed.
+bool cached_size(dev_t dev, ino_t ino, std::uint64_t* size);
+
+/// forget_descriptor for every routed descriptor in [first, last] (close_range, closefrom).
+int forget_range(unsigned first, unsigned last);
 
 /// For tests: shuts the current controller down (every routed descriptor must be closed first)
 /// and makes the next one, at its first use, with `settings` instead of the environment's.

@@ -1,0 +1,90 @@
+// TAI's own descriptors and threads: see src/detail/own_descriptors.hpp.
+#include "src/detail/own_descriptors.hpp"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+
+namespace tai::detail {
+namespace {
+
+// One bit per descriptor below 2^20 (128 KiB of zeroed static memory: pages never touched cost
+// nothing). Descriptors above are not recorded (is_own_descriptor answers false for them).
+constexpr int kTracked = 1 << 20;
+std::atomic<std::uint64_t> g_own[kTracked / 64] = {};
+
+thread_local bool t_tai_thread __attribute__((tls_model("initial-exec"))) = false;
+
+void set_bit(int fd, bool on) noexcept {
+  if (fd < 0 || fd >= kTracked) return;
+  const std::uint64_t bit = std::uint64_t{1} << (fd % 64);
+  // release/acq_rel: pairs with the acquire load in is_own_descriptor (a reader that sees the bit
+  // sees the descriptor made before it was set).
+  if (on)
+    g_own[fd / 64].fetch_or(bit, std::memory_order_acq_rel);
+  else
+    g_own[fd / 64].fetch_and(~bit, std::memory_order_acq_rel);
+}
+
+int compute_base() noexcept {
+  rlimit rl{};
+  rlim_t cur = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) cur = rl.rlim_cur;
+  if (cur == RLIM_INFINITY || cur > static_cast<rlim_t>(kTracked)) cur = kTracked;
+  return static_cast<int>(std::max<rlim_t>(256, cur / 2));
+}
+
+}  // namespace
+
+int own_descriptor_base() noexcept {
+  static const int base = compute_base();
+  return base;
+}
+
+int adopt_own_descriptor(int fd) noexcept {
+  if (fd < 0) return fd;
+  const int saved = errno;
+  int use = fd;
+  if (fd < own_descriptor_base()) {
+    const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, own_descriptor_base());
+    if (high >= 0) {
+      ::close(fd);
+      use = high;
+    }
+  }
+  if (use == fd) {
+    const int fl = ::fcntl(fd, F_GETFD);
+    if (fl >= 0 && !(fl & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+  }
+  set_bit(use, true);
+  errno = saved;
+  return use;
+}
+
+int make_own_eventfd() noexcept {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return fd < 0 ? fd : adopt_own_descriptor(fd);
+}
+
+int close_own_descriptor(int fd) noexcept {
+  set_bit(fd, false);
+  return ::close(fd);
+}
+
+void forget_own_descriptor(int fd) noexcept { set_bit(fd, false); }
+
+bool is_own_descriptor(int fd) noexcept {
+  if (fd < 0 || fd >= kTracked) return false;
+  return (g_own[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
+}
+
+bool this_thread_is_tai() noexcept { return t_tai_thread; }
+void mark_this_thread_as_tai() noexcept { t_tai_thread = true; }
+
+}  // namespace tai::detail

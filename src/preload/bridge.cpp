@@ -1,0 +1,153 @@
+// The preload library's bridge into the drop-in layer (see bridge.h): thin, so that every rule
+// lives in one place, src/posix/layer.cpp.
+#include "src/preload/bridge.h"
+
+#include <climits>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "src/detail/own_descriptors.hpp"
+#include "src/posix/layer.hpp"
+#include "tai/posix.hpp"
+
+extern "C" {
+
+int tai_bridge_on_tai_thread(void) { return tai::detail::this_thread_is_tai() ? 1 : 0; }
+int tai_bridge_is_own_fd(int fd) { return tai::detail::is_own_descriptor(fd) ? 1 : 0; }
+int tai_bridge_next_own_fd(int from) {
+  constexpr int kLimit = 1 << 20;  // the range own_descriptors.cpp records
+  for (int fd = from < 0 ? 0 : from; fd < kLimit; ++fd)
+    if (tai::detail::is_own_descriptor(fd)) return fd;
+  return -1;
+}
+int tai_bridge_routed(int fd) { return tai::posix::routed(fd) ? 1 : 0; }
+
+int tai_bridge_route(int fd, int flags, const char* path, const char** why) {
+  const int saved = errno;
+  const char* reason = tai::posix::detail::route_descriptor(fd, flags, path);
+  errno = saved;
+  if (why) *why = reason;
+  return reason == nullptr ? 1 : 0;
+}
+
+int tai_bridge_route_at(int fd, int flags, const char* path, int64_t offset, const char** why) {
+  const int saved = errno;
+  const char* reason =
+      tai::posix::detail::route_descriptor(fd, flags, path, offset < 0 ? 0 : static_cast<std::uint64_t>(offset));
+  errno = saved;
+  if (why) *why = reason;
+  return reason == nullptr ? 1 : 0;
+}
+
+ssize_t tai_bridge_read(int fd, void* buf, size_t n) { return tai::posix::read(fd, buf, n); }
+ssize_t tai_bridge_write(int fd, const void* buf, size_t n) { return tai::posix::write(fd, buf, n); }
+ssize_t tai_bridge_pread(int fd, void* buf, size_t n, off_t off) { return tai::posix::pread(fd, buf, n, off); }
+ssize_t tai_bridge_pwrite(int fd, const void* buf, size_t n, off_t off) { return tai::posix::pwrite(fd, buf, n, off); }
+ssize_t tai_bridge_readv(int fd, const struct iovec* iov, int iovcnt) { return tai::posix::readv(fd, iov, iovcnt); }
+ssize_t tai_bridge_writev(int fd, const struct iovec* iov, int iovcnt) { return tai::posix::writev(fd, iov, iovcnt); }
+
+// preadv/pwritev at an offset, piece by piece (the layer's own vector calls use the description's
+// offset). The pieces of one pwritev are not atomic against another thread's writes to the same
+// bytes, which POSIX does not promise for regular files either.
+ssize_t tai_bridge_preadv(int fd, const struct iovec* iov, int iovcnt, off_t off) {
+  if (iovcnt < 0 || iovcnt > IOV_MAX || off < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  ssize_t done = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    const ssize_t r = tai::posix::pread(fd, iov[i].iov_base, iov[i].iov_len, off + done);
+    if (r < 0) return done > 0 ? done : -1;
+    done += r;
+    if (static_cast<size_t>(r) < iov[i].iov_len) break;
+  }
+  return done;
+}
+ssize_t tai_bridge_pwritev(int fd, const struct iovec* iov, int iovcnt, off_t off) {
+  if (iovcnt < 0 || iovcnt > IOV_MAX || off < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  ssize_t done = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    const ssize_t r = tai::posix::pwrite(fd, iov[i].iov_base, iov[i].iov_len, off + done);
+    if (r < 0) return done > 0 ? done : -1;
+    done += r;
+  }
+  return done;
+}
+
+off_t tai_bridge_lseek(int fd, off_t off, int whence) { return tai::posix::lseek(fd, off, whence); }
+int tai_bridge_fsync(int fd) { return tai::posix::fsync(fd); }
+int tai_bridge_fdatasync(int fd) { return tai::posix::fdatasync(fd); }
+int tai_bridge_ftruncate(int fd, off_t length) { return tai::posix::ftruncate(fd, length); }
+int tai_bridge_fstat(int fd, struct stat* st) { return tai::posix::fstat(fd, st); }
+int tai_bridge_close(int fd) { return tai::posix::close(fd); }
+
+int tai_bridge_alias(int oldfd, int newfd) {
+  const int saved = errno;
+  const int err = tai::posix::detail::alias_descriptor(oldfd, newfd);
+  errno = saved;
+  return err < 0 ? 0 : err;
+}
+int tai_bridge_forget(int fd) {
+  const int saved = errno;
+  const int err = tai::posix::detail::forget_descriptor(fd);
+  errno = saved;
+  return err;
+}
+int tai_bridge_forget_range(unsigned first, unsigned last) {
+  const int saved = errno;
+  const int err = tai::posix::detail::forget_range(first, last);
+  errno = saved;
+  return err;
+}
+int tai_bridge_unroute_file(int fd) {
+  const int saved = errno;
+  const int err = tai::posix::detail::unroute_file(fd);
+  errno = saved;
+  return err;
+}
+int tai_bridge_unroute_all(int inheritable_only) {
+  const int saved = errno;
+  const int err = tai::posix::detail::unroute_all(inheritable_only != 0);
+  errno = saved;
+  return err;
+}
+int tai_bridge_unroute_inode(dev_t dev, ino_t ino) {
+  const int saved = errno;
+  std::uint64_t size = 0;
+  int err = 0;
+  if (tai::posix::detail::cached_size(dev, ino, &size)) err = tai::posix::detail::unroute_inode(dev, ino);
+  errno = saved;
+  return err;
+}
+int tai_bridge_write_back_all(void) {
+  const int saved = errno;
+  const int err = tai::posix::detail::write_back_all();
+  errno = saved;
+  return err;
+}
+void tai_bridge_forked_child(void) { tai::posix::detail::disable_in_forked_child(); }
+void tai_bridge_before_exec(void) {
+  const int saved = errno;
+  const std::vector<std::string> failures = tai::posix::detail::shutdown_for_exec();
+  for (const auto& f : failures) std::fprintf(stderr, "tai-preload: before exec: %s\n", f.c_str());
+  errno = saved;
+}
+void tai_bridge_fix_size(dev_t dev, ino_t ino, int64_t* size) {
+  const int saved = errno;
+  std::uint64_t cached = 0;
+  if (tai::posix::detail::cached_size(dev, ino, &cached) && cached <= static_cast<std::uint64_t>(std::numeric_limits<int64_t>::max()) &&
+      static_cast<int64_t>(cached) > *size)
+    *size = static_cast<int64_t>(cached);
+  errno = saved;
+}
+
+}  // extern "C"

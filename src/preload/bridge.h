@@ -1,0 +1,74 @@
+/* src/preload/bridge.h - the C calls the preload library's interposers (interpose.c, plain C so
+ * that it can define libc's own names with libc's own declarations) make into TAI's drop-in
+ * layer (bridge.cpp, C++). Every function is thread-safe. Unless said otherwise they return
+ * like their POSIX namesakes: -1 (or (ssize_t)-1) with errno on failure. */
+#ifndef TAI_PRELOAD_BRIDGE_H
+#define TAI_PRELOAD_BRIDGE_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Non-zero on a thread TAI started (its calls go straight to libc). */
+int tai_bridge_on_tai_thread(void);
+/* Non-zero when fd is one of TAI's own descriptors (engine files, eventfds, rings). */
+int tai_bridge_is_own_fd(int fd);
+/* The next of TAI's own descriptors >= from, or -1. */
+int tai_bridge_next_own_fd(int from);
+/* Non-zero when fd is routed through the layer. */
+int tai_bridge_routed(int fd);
+
+/* Routes fd (just opened with flags, its canonical path `path`). 1 when routed; 0 with *why set
+ * (a static string) when not. */
+int tai_bridge_route(int fd, int flags, const char* path, const char** why);
+/* The same, with the descriptor's offset starting at `offset` (a descriptor inherited across
+ * exec: the kernel offset the previous image handed back). */
+int tai_bridge_route_at(int fd, int flags, const char* path, int64_t offset, const char** why);
+
+ssize_t tai_bridge_read(int fd, void* buf, size_t n);
+ssize_t tai_bridge_write(int fd, const void* buf, size_t n);
+ssize_t tai_bridge_pread(int fd, void* buf, size_t n, off_t off);
+ssize_t tai_bridge_pwrite(int fd, const void* buf, size_t n, off_t off);
+ssize_t tai_bridge_readv(int fd, const struct iovec* iov, int iovcnt);
+ssize_t tai_bridge_writev(int fd, const struct iovec* iov, int iovcnt);
+ssize_t tai_bridge_preadv(int fd, const struct iovec* iov, int iovcnt, off_t off);
+ssize_t tai_bridge_pwritev(int fd, const struct iovec* iov, int iovcnt, off_t off);
+off_t tai_bridge_lseek(int fd, off_t off, int whence);
+int tai_bridge_fsync(int fd);
+int tai_bridge_fdatasync(int fd);
+int tai_bridge_ftruncate(int fd, off_t length);
+int tai_bridge_fstat(int fd, struct stat* st);
+int tai_bridge_close(int fd);
+
+/* dup, dup2, dup3, F_DUPFD: newfd (already a kernel duplicate of oldfd) shares oldfd's routing.
+ * Returns the write-back error (errno) of what newfd had, 0 if none. */
+int tai_bridge_alias(int oldfd, int newfd);
+/* The kernel closed fd behind the layer (dup2 over it, close_range): forget it. errno or 0. */
+int tai_bridge_forget(int fd);
+/* forget for every routed fd in [first, last]. errno or 0. */
+int tai_bridge_forget_range(unsigned first, unsigned last);
+/* The file of fd leaves the layer (written back, offsets handed to the kernel). errno or 0. */
+int tai_bridge_unroute_file(int fd);
+/* unroute_file for every routed fd (only those without FD_CLOEXEC when inheritable_only). */
+int tai_bridge_unroute_all(int inheritable_only);
+/* unroute_file for the routed file (dev, ino), if any (truncate by path). */
+int tai_bridge_unroute_inode(dev_t dev, ino_t ino);
+/* Every routed file's cached writes to the kernel (no fsync). errno or 0. */
+int tai_bridge_write_back_all(void);
+/* In the child of fork(): pass everything through from now on. */
+void tai_bridge_forked_child(void);
+/* Before execve: write everything back and shut the layer down. Failures go to stderr. */
+void tai_bridge_before_exec(void);
+/* If (dev, ino) is routed, raises *size to its logical size (cached writes included). */
+void tai_bridge_fix_size(dev_t dev, ino_t ino, int64_t* size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

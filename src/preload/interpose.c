@@ -1,0 +1,1144 @@
+/* libtai-preload.so: routes an unmodified program's file I/O on chosen paths through TAI.
+ *
+ *     LD_PRELOAD=libtai-preload.so TAI_PRELOAD_PATHS=/data/out:/scratch ./program
+ *
+ * Plain C on purpose: this file defines libc's own names (open, write, fstat, ...) and must see
+ * libc's own declarations of them; the work is done by TAI's drop-in layer through bridge.h.
+ *
+ * What is routed. A descriptor the program opens (open, openat, creat and their fortified and
+ * 64-bit names, fopen, fdopen) whose file, resolved through /proc/self/fd (so relative paths,
+ * openat(dirfd, ...) and symlinks all resolve to the real path), lies under one of the prefixes
+ * of TAI_PRELOAD_PATHS (colon-separated, each resolved with realpath at start-up), and which the
+ * drop-in layer takes: a regular file opened for writing without O_DIRECT, O_SYNC, O_DSYNC or
+ * O_PATH, or opened read-only while the file is routed already. Everything else goes to libc
+ * untouched (dlsym(RTLD_NEXT)). Descriptors 0, 1 and 2 are routed only when the program itself
+ * duplicates a routed descriptor onto them (dd does, for of=): glibc's stdin, stdout and stderr
+ * read and write through an internal read/write that no preload can see, so the stream is then
+ * replaced by one over the layer (see adopt_std_stream). Descriptors inherited from the parent
+ * process are not routed: the parent may still use the same open file description (its offset).
+ *
+ * What passes through, and how. A call on a routed descriptor that the layer does not do itself
+ * first takes the file out of the layer (its cached writes go to the kernel, its offset is handed
+ * to the kernel descriptor) and then goes to libc: mmap, sendfile, copy_file_range, splice,
+ * fallocate, preadv2/pwritev2 with flags, fcntl(F_SETFL) changing O_APPEND or O_DIRECT,
+ * truncate by path. fcntl record locks, sync_file_range, posix_fadvise and sync
+ * write every routed file's cache to the kernel first and keep the routing. fork takes every
+ * routed file out of the layer first (parent and child share the descriptors' offsets, so both
+ * must use the kernel's), and the child passes every call through to libc; vfork is done as fork
+ * (a wrapper cannot return twice on one stack). posix_spawn, system and popen take the
+ * inheritable (non-close-on-exec) routed files out first; execve and its relatives write
+ * everything back and shut the layer down first. close_range and closefrom never close TAI's own
+ * descriptors. Slower from then on, never wrong.
+ *
+ * stdio. glibc's FILE writes through an internal write, so fopen and fdopen of a routed file
+ * return a FILE made with fopencookie over the routed descriptor; fileno() of it answers the
+ * descriptor (the cookie stream's _fileno, which glibc uses for nothing else on such a stream).
+ * freopen is not interposed: a stream reopened onto a routed path is a plain one, and that file
+ * should then not also be written through a routed descriptor.
+ *
+ * Re-entrancy and signals. The layer itself calls libc (through these same names, as does TAI's
+ * engine): a thread-local depth makes every call made from inside the layer, and every call of a
+ * thread TAI started, go straight to libc. A signal handler that writes while its thread is
+ * inside the layer therefore writes to the kernel directly (at the kernel offset): it never waits
+ * for a lock its own thread holds. Initialisation (reading the environment) happens once, at
+ * load or at the first call, whichever comes first; a call made while it runs passes through.
+ *
+ * TAI_PRELOAD_LOG=1 prints on stderr what was routed, what passed through and why.
+ * The drop-in layer's own variables apply: TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA, TAI_LOG.
+ */
+#define _GNU_SOURCE
+#undef _FORTIFY_SOURCE /* the fortified inline open() would clash with the definition here */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "src/preload/bridge.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------------------------------ */
+/* The next definitions (libc's), found once. A race finds the same pointer twice: harmless.  */
+
+#define REAL(fn)                                                                        \
+  __extension__({                                                                                    \
+    static _Atomic(void*) real_##fn##_ptr = NULL;                                       \
+    void* real_##fn##_f = atomic_load_explicit(&real_##fn##_ptr, memory_order_relaxed); \
+    if (!real_##fn##_f) {                                                               \
+      real_##fn##_f = dlsym(RTLD_NEXT, #fn);                                            \
+      atomic_store_explicit(&real_##fn##_ptr, real_##fn##_f, memory_order_relaxed);     \
+    }                                                                                   \
+    (__typeof__(&fn))real_##fn##_f;                                                     \
+  })
+
+/* ------------------------------------------------------------------------------------------ */
+/* State                                                                                      */
+
+enum { kUninit = 0, kInitializing = 1, kInactive = 2, kActive = 3 };
+static _Atomic int g_state = kUninit;
+static int g_log = 0;
+#define kMaxPrefixes 32
+static char g_prefix[kMaxPrefixes][PATH_MAX];
+static size_t g_prefix_len[kMaxPrefixes];
+static int g_prefixes = 0;
+
+/* Descriptors the program that exec'd this one routed (TAI_PRELOAD_ADOPT), routed again at the
+ * first call that may route (not in the constructor: TAI's own static objects in this library
+ * may not be made yet then). */
+#define kAdoptMax 64
+#define kExclusiveMax 65536
+static int g_adopt[kAdoptMax];
+static int g_adopt_count = 0;
+static _Atomic int g_adopt_pending = 0;
+static void adopt_inherited(void);
+
+/* Depth of calls into the layer on this thread (initial-exec: no allocation on first use, safe
+ * in signal handlers). */
+static __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+static void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char* fmt, ...) {
+  if (!g_log) return;
+  const int saved = errno;
+  char line[PATH_MAX + 256];
+  int n = snprintf(line, sizeof line, "tai-preload: ");
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  ssize_t (*w)(int, const void*, size_t) = REAL(write);
+  if (w) (void)w(2, line, (size_t)n);
+  errno = saved;
+}
+
+static void init_once(void) {
+  int expected = kUninit;
+  if (!atomic_compare_exchange_strong(&g_state, &expected, kInitializing)) return;
+  const int saved = errno;
+  ++t_depth;
+  const char* log = getenv("TAI_PRELOAD_LOG");
+  g_log = log && *log && strcmp(log, "0") != 0;
+  const char* paths = getenv("TAI_PRELOAD_PATHS");
+  int state = kInactive;
+  if (paths && *paths) {
+    const char* p = paths;
+    while (*p) {
+      const char* end = strchr(p, ':');
+      size_t len = end ? (size_t)(end - p) : strlen(p);
+      if (len > 0 && len < PATH_MAX) {
+        char raw[PATH_MAX];
+        memcpy(raw, p, len);
+        raw[len] = '\0';
+        if (g_prefixes == kMaxPrefixes) {
+          say("TAI_PRELOAD_PATHS: more than %d prefixes; '%s' and later ones ignored", kMaxPrefixes, raw);
+          break;
+        }
+        char* slot = g_prefix[g_prefixes];
+        if (!realpath(raw, slot)) {
+          say("TAI_PRELOAD_PATHS: '%s' does not resolve (%s); ignored", raw, strerror(errno));
+        } else {
+          size_t n = strlen(slot);
+          while (n > 1 && slot[n - 1] == '/') slot[--n] = '\0';
+          g_prefix_len[g_prefixes++] = n;
+          say("routing files under %s", slot);
+        }
+      }
+      if (!end) break;
+      p = end + 1;
+    }
+    if (g_prefixes > 0) state = kActive;
+  }
+  if (state == kInactive) say("TAI_PRELOAD_PATHS names no directory: every call passes through to libc");
+  const char* adopt = getenv("TAI_PRELOAD_ADOPT");
+  if (adopt && state == kActive) {
+    for (const char* q = adopt; *q && g_adopt_count < kAdoptMax;) {
+      char* end = NULL;
+      const long fd = strtol(q, &end, 10);
+      if (end == q) break;
+      if (fd >= 0 && fd < kExclusiveMax) g_adopt[g_adopt_count++] = (int)fd;
+      q = *end == ',' ? end + 1 : end;
+    }
+    atomic_store_explicit(&g_adopt_pending, g_adopt_count > 0, memory_order_release);
+  }
+  if (adopt) unsetenv("TAI_PRELOAD_ADOPT"); /* for this image only, not its children */
+  --t_depth;
+  errno = saved;
+  atomic_store_explicit(&g_state, state, memory_order_release);
+}
+
+__attribute__((constructor)) static void tai_preload_load(void) { init_once(); }
+
+/* Whether this call may look at routing at all: the library is active, the thread is not inside
+ * the layer (or a signal handler interrupting it) and is not one of TAI's own threads. */
+static inline int engaged(void) {
+  int s = atomic_load_explicit(&g_state, memory_order_acquire);
+  if (s == kUninit) {
+    init_once();
+    s = atomic_load_explicit(&g_state, memory_order_acquire);
+  }
+  if (s != kActive || t_depth > 0) return 0;
+  if (tai_bridge_on_tai_thread()) return 0;
+  if (__builtin_expect(atomic_load_explicit(&g_adopt_pending, memory_order_relaxed), 0)) adopt_inherited();
+  return 1;
+}
+
+/* engaged() and fd routed. */
+static inline int routed(int fd) { return fd >= 0 && engaged() && tai_bridge_routed(fd); }
+
+/* Inside the layer a thread may hold its locks (and the allocator's): a signal handler that
+ * wrote to a routed descriptor there would wait for itself. So every call into the layer blocks
+ * the catchable signals and restores the mask on the way out; a handler that was due runs right
+ * after, outside the layer, and its write goes through the layer in order like any other. (Two
+ * rt_sigprocmask calls per routed call: the price of a handler's write being a write.) Calls the
+ * layer makes to libc itself see t_depth > 0 and go straight to libc. */
+#include <signal.h>
+static __thread sigset_t t_saved_mask __attribute__((tls_model("initial-exec")));
+static inline void enter_layer(void) {
+  if (t_depth++ == 0) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &t_saved_mask);
+  }
+}
+static inline void leave_layer(void) {
+  if (--t_depth == 0) pthread_sigmask(SIG_SETMASK, &t_saved_mask, NULL);
+}
+#define ENTER() enter_layer()
+#define LEAVE() leave_layer()
+
+static int under_prefix(const char* path) {
+  for (int i = 0; i < g_prefixes; ++i) {
+    const size_t n = g_prefix_len[i];
+    if (strncmp(path, g_prefix[i], n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1)) return 1;
+  }
+  return 0;
+}
+
+/* The canonical path of an open descriptor, from /proc/self/fd. */
+static int fd_path(int fd, char* out, size_t size) {
+  char link[64];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, out, size - 1);
+  if (n < 0) return 0;
+  out[n] = '\0';
+  return 1;
+}
+
+/* Descriptors under a prefix that this process opened itself since its last fork (and their
+ * duplicates): no other process shares their open file description (offset), so a program this
+ * process execs may route them too (see before_exec and adopt_inherited). */
+static _Atomic unsigned char g_exclusive[kExclusiveMax];
+static void set_exclusive(int fd, unsigned char on) {
+  if (fd >= 0 && fd < kExclusiveMax) atomic_store_explicit(&g_exclusive[fd], on, memory_order_relaxed);
+}
+static unsigned char is_exclusive(int fd) {
+  return fd >= 0 && fd < kExclusiveMax ? atomic_load_explicit(&g_exclusive[fd], memory_order_relaxed) : 0;
+}
+static void clear_exclusive_all(int inheritable_only) {
+  for (int fd = 0; fd < kExclusiveMax; ++fd) {
+    if (!atomic_load_explicit(&g_exclusive[fd], memory_order_relaxed)) continue;
+    if (inheritable_only) {
+      const int fl = REAL(fcntl)(fd, F_GETFD);
+      if (fl >= 0 && (fl & FD_CLOEXEC)) continue;
+    }
+    set_exclusive(fd, 0);
+  }
+}
+
+static void adopt_std_stream(int fd);
+
+/* Routes fd (under a prefix, path resolved) at `offset`; logs what happened. */
+static void route_fd(int fd, int flags, const char* path, int64_t offset) {
+  const char* why = NULL;
+  ENTER();
+  const int ok = tai_bridge_route_at(fd, flags, path, offset, &why);
+  LEAVE();
+  if (ok)
+    say("routed %s (fd %d)", path, fd);
+  else
+    say("passed %s (fd %d): %s", path, fd, why ? why : "refused");
+}
+
+/* After a successful open by the program: route it when its file is under a prefix. */
+static int after_open(int fd, int flags) {
+  if (fd < 3 || !engaged()) return fd;
+  const int saved = errno;
+  char path[PATH_MAX];
+  if (!fd_path(fd, path, sizeof path) || path[0] != '/') {
+    errno = saved;
+    return fd;
+  }
+  if (!under_prefix(path)) {
+    errno = saved;
+    return fd;
+  }
+  set_exclusive(fd, 1);
+  const char* why = NULL;
+  ENTER();
+  const int ok = tai_bridge_route_at(fd, flags, path, 0, &why);
+  LEAVE();
+  if (ok)
+    say("routed %s (fd %d)", path, fd);
+  else
+    say("passed %s (fd %d): %s", path, fd, why ? why : "refused");
+  errno = saved;
+  return fd;
+}
+
+static void adopt_inherited(void) {
+  int expected = 1;
+  if (!atomic_compare_exchange_strong(&g_adopt_pending, &expected, 0)) return;
+  const int saved = errno;
+  for (int i = 0; i < g_adopt_count; ++i) {
+    const int fd = g_adopt[i];
+    char path[PATH_MAX];
+    const int flags = REAL(fcntl)(fd, F_GETFL);
+    if (flags < 0 || !fd_path(fd, path, sizeof path) || !under_prefix(path)) continue;
+    const off_t at = REAL(lseek)(fd, 0, SEEK_CUR);
+    if (at < 0) continue;
+    set_exclusive(fd, 1);
+    route_fd(fd, flags, path, (int64_t)at);
+    if (fd < 3 && tai_bridge_routed(fd)) adopt_std_stream(fd);
+  }
+  errno = saved;
+}
+
+/* Takes fd's file out of the layer before a call the layer does not do itself. */
+static void unroute_for(int fd, const char* call) {
+  if (!routed(fd)) return;
+  const int saved = errno;
+  ENTER();
+  const int err = tai_bridge_unroute_file(fd);
+  LEAVE();
+  say("fd %d unrouted for %s%s%s", fd, call, err ? ": write-back failed: " : "", err ? strerror(err) : "");
+  errno = saved;
+}
+
+static void write_back_for(const char* call) {
+  if (!engaged()) return;
+  const int saved = errno;
+  ENTER();
+  const int err = tai_bridge_write_back_all();
+  LEAVE();
+  if (err) say("write-back before %s failed: %s", call, strerror(err));
+  errno = saved;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* open                                                                                       */
+
+static mode_t mode_arg(int flags, va_list ap) {
+  return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+}
+
+#define OPEN_WRAPPER(name)                                                   \
+  EXPORT int name(const char* path, int flags, ...) {                        \
+    va_list ap;                                                              \
+    va_start(ap, flags);                                                     \
+    const mode_t mode = mode_arg(flags, ap);                                 \
+    va_end(ap);                                                              \
+    return after_open(REAL(name)(path, flags, mode), flags);                 \
+  }
+OPEN_WRAPPER(open)
+OPEN_WRAPPER(open64)
+
+#define OPENAT_WRAPPER(name)                                                 \
+  EXPORT int name(int dirfd, const char* path, int flags, ...) {             \
+    va_list ap;                                                              \
+    va_start(ap, flags);                                                     \
+    const mode_t mode = mode_arg(flags, ap);                                 \
+    va_end(ap);                                                              \
+    return after_open(REAL(name)(dirfd, path, flags, mode), flags);          \
+  }
+OPENAT_WRAPPER(openat)
+OPENAT_WRAPPER(openat64)
+
+/* The fortified names (_FORTIFY_SOURCE turns open(path, flags) without a mode into these). */
+extern int __open_2(const char*, int);
+extern int __open64_2(const char*, int);
+extern int __openat_2(int, const char*, int);
+extern int __openat64_2(int, const char*, int);
+EXPORT int __open_2(const char* path, int flags) { return after_open(REAL(__open_2)(path, flags), flags); }
+EXPORT int __open64_2(const char* path, int flags) { return after_open(REAL(__open64_2)(path, flags), flags); }
+EXPORT int __openat_2(int dirfd, const char* path, int flags) {
+  return after_open(REAL(__openat_2)(dirfd, path, flags), flags);
+}
+EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
+  return after_open(REAL(__openat64_2)(dirfd, path, flags), flags);
+}
+EXPORT int creat(const char* path, mode_t mode) {
+  return after_open(REAL(creat)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
+}
+EXPORT int creat64(const char* path, mode_t mode) {
+  return after_open(REAL(creat64)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* close                                                                                      */
+
+EXPORT int close(int fd) {
+  set_exclusive(fd, 0);
+  if (fd >= 3 && engaged()) {
+    if (tai_bridge_is_own_fd(fd)) {  /* never the program's: a guessed number, or a close-all loop */
+      errno = EBADF;
+      return -1;
+    }
+    if (tai_bridge_routed(fd)) {
+      ENTER();
+      const int rc = tai_bridge_close(fd);
+      LEAVE();
+      return rc;
+    }
+  }
+  return REAL(close)(fd);
+}
+
+/* Closes [first, last] except TAI's own descriptors (which all lie at or above their base). */
+static int close_range_sparing(unsigned first, unsigned last, int flags) {
+  int (*real)(unsigned, unsigned, int) = REAL(close_range);
+  unsigned lo = first;
+  for (;;) {
+    const int own = tai_bridge_next_own_fd(lo > (unsigned)INT_MAX ? INT_MAX : (int)lo);
+    if (own < 0 || (unsigned)own > last) break;
+    if ((unsigned)own > lo && real(lo, (unsigned)own - 1, flags) != 0) return -1;
+    if ((unsigned)own == UINT_MAX) return 0;
+    lo = (unsigned)own + 1;
+  }
+  return lo <= last ? real(lo, last, flags) : 0;
+}
+
+EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  if (!(flags & CLOSE_RANGE_CLOEXEC))
+    for (unsigned fd = first; fd <= last && fd < kExclusiveMax; ++fd) set_exclusive((int)fd, 0);
+  if (!engaged() || first > last) return REAL(close_range)(first, last, flags);
+  if (!(flags & CLOSE_RANGE_CLOEXEC)) {
+    ENTER();
+    const int err = tai_bridge_forget_range(first, last);
+    LEAVE();
+    if (err) say("close_range: a routed file's write-back failed: %s", strerror(err));
+  }
+  return close_range_sparing(first, last, flags);
+}
+
+EXPORT void closefrom(int lowfd) {
+  if (lowfd < 0) lowfd = 0;
+  for (int fd = lowfd; fd < kExclusiveMax; ++fd) set_exclusive(fd, 0);
+  if (!engaged()) {
+    REAL(closefrom)(lowfd);
+    return;
+  }
+  ENTER();
+  (void)tai_bridge_forget_range((unsigned)lowfd, UINT_MAX);
+  LEAVE();
+  (void)close_range_sparing((unsigned)lowfd, UINT_MAX, 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* transfers                                                                                  */
+
+EXPORT ssize_t read(int fd, void* buf, size_t n) {
+  if (!routed(fd)) return REAL(read)(fd, buf, n);
+  ENTER();
+  const ssize_t r = tai_bridge_read(fd, buf, n);
+  LEAVE();
+  return r;
+}
+
+EXPORT ssize_t write(int fd, const void* buf, size_t n) {
+  if (!routed(fd)) return REAL(write)(fd, buf, n);
+  ENTER();
+  const ssize_t r = tai_bridge_write(fd, buf, n);
+  LEAVE();
+  return r;
+}
+
+#define PREAD_WRAPPER(name, off_type)                                       \
+  EXPORT ssize_t name(int fd, void* buf, size_t n, off_type off) {          \
+    if (!routed(fd)) return REAL(name)(fd, buf, n, off);                    \
+    ENTER();                                                                \
+    const ssize_t r = tai_bridge_pread(fd, buf, n, (off_t)off);             \
+    LEAVE();                                                                \
+    return r;                                                               \
+  }
+#define PWRITE_WRAPPER(name, off_type)                                      \
+  EXPORT ssize_t name(int fd, const void* buf, size_t n, off_type off) {    \
+    if (!routed(fd)) return REAL(name)(fd, buf, n, off);                    \
+    ENTER();                                                                \
+    const ssize_t r = tai_bridge_pwrite(fd, buf, n, (off_t)off);            \
+    LEAVE();                                                                \
+    return r;                                                               \
+  }
+PREAD_WRAPPER(pread, off_t)
+PREAD_WRAPPER(pread64, off64_t)
+PWRITE_WRAPPER(pwrite, off_t)
+PWRITE_WRAPPER(pwrite64, off64_t)
+
+EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
+  if (!routed(fd)) return REAL(readv)(fd, iov, iovcnt);
+  ENTER();
+  const ssize_t r = tai_bridge_readv(fd, iov, iovcnt);
+  LEAVE();
+  return r;
+}
+EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
+  if (!routed(fd)) return REAL(writev)(fd, iov, iovcnt);
+  ENTER();
+  const ssize_t r = tai_bridge_writev(fd, iov, iovcnt);
+  LEAVE();
+  return r;
+}
+
+#define PREADV_WRAPPER(name, off_type)                                                  \
+  EXPORT ssize_t name(int fd, const struct iovec* iov, int iovcnt, off_type off) {     \
+    if (!routed(fd)) return REAL(name)(fd, iov, iovcnt, off);                           \
+    ENTER();                                                                            \
+    const ssize_t r = tai_bridge_preadv(fd, iov, iovcnt, (off_t)off);                   \
+    LEAVE();                                                                            \
+    return r;                                                                           \
+  }
+#define PWRITEV_WRAPPER(name, off_type)                                                 \
+  EXPORT ssize_t name(int fd, const struct iovec* iov, int iovcnt, off_type off) {     \
+    if (!routed(fd)) return REAL(name)(fd, iov, iovcnt, off);                           \
+    ENTER();                                                                            \
+    const ssize_t r = tai_bridge_pwritev(fd, iov, iovcnt, (off_t)off);                  \
+    LEAVE();                                                                            \
+    return r;                                                                           \
+  }
+PREADV_WRAPPER(preadv, off_t)
+PREADV_WRAPPER(preadv64, off64_t)
+PWRITEV_WRAPPER(pwritev, off_t)
+PWRITEV_WRAPPER(pwritev64, off64_t)
+
+/* preadv2/pwritev2: offset -1 means the file offset (readv/writev); flags (RWF_*) have no
+ * equivalent in the cache: the file leaves the layer. */
+#define PRWV2_WRAPPER(name, off_type, plain, at)                                                  \
+  EXPORT ssize_t name(int fd, const struct iovec* iov, int iovcnt, off_type off, int flags) {    \
+    if (routed(fd) && flags != 0) unroute_for(fd, #name " with flags");                           \
+    if (!routed(fd)) return REAL(name)(fd, iov, iovcnt, off, flags);                              \
+    ENTER();                                                                                      \
+    const ssize_t r = off == -1 ? plain(fd, iov, iovcnt) : at(fd, iov, iovcnt, (off_t)off);       \
+    LEAVE();                                                                                      \
+    return r;                                                                                     \
+  }
+PRWV2_WRAPPER(preadv2, off_t, tai_bridge_readv, tai_bridge_preadv)
+PRWV2_WRAPPER(preadv64v2, off64_t, tai_bridge_readv, tai_bridge_preadv)
+PRWV2_WRAPPER(pwritev2, off_t, tai_bridge_writev, tai_bridge_pwritev)
+PRWV2_WRAPPER(pwritev64v2, off64_t, tai_bridge_writev, tai_bridge_pwritev)
+
+#define LSEEK_WRAPPER(name, off_type)                                        \
+  EXPORT off_type name(int fd, off_type off, int whence) {                   \
+    if (!routed(fd)) return REAL(name)(fd, off, whence);                     \
+    ENTER();                                                                 \
+    const off_t r = tai_bridge_lseek(fd, (off_t)off, whence);               \
+    LEAVE();                                                                 \
+    return (off_type)r;                                                      \
+  }
+LSEEK_WRAPPER(lseek, off_t)
+LSEEK_WRAPPER(lseek64, off64_t)
+
+EXPORT int fsync(int fd) {
+  if (!routed(fd)) return REAL(fsync)(fd);
+  ENTER();
+  const int r = tai_bridge_fsync(fd);
+  LEAVE();
+  return r;
+}
+EXPORT int fdatasync(int fd) {
+  if (!routed(fd)) return REAL(fdatasync)(fd);
+  ENTER();
+  const int r = tai_bridge_fdatasync(fd);
+  LEAVE();
+  return r;
+}
+
+#define FTRUNCATE_WRAPPER(name, off_type)                                    \
+  EXPORT int name(int fd, off_type length) {                                 \
+    if (!routed(fd)) return REAL(name)(fd, length);                          \
+    ENTER();                                                                 \
+    const int r = tai_bridge_ftruncate(fd, (off_t)length);                   \
+    LEAVE();                                                                 \
+    return r;                                                                \
+  }
+FTRUNCATE_WRAPPER(ftruncate, off_t)
+FTRUNCATE_WRAPPER(ftruncate64, off64_t)
+
+/* ------------------------------------------------------------------------------------------ */
+/* stat: the size includes cached writes                                                      */
+
+static void fix_stat(int rc, struct stat* st) {
+  if (rc != 0 || !st || !S_ISREG(st->st_mode) || !engaged()) return;
+  int64_t size = st->st_size;
+  ENTER();
+  tai_bridge_fix_size(st->st_dev, st->st_ino, &size);
+  LEAVE();
+  st->st_size = (off_t)size;
+}
+
+EXPORT int fstat(int fd, struct stat* st) {
+  if (routed(fd)) {
+    ENTER();
+    const int r = tai_bridge_fstat(fd, st);
+    LEAVE();
+    return r;
+  }
+  const int rc = REAL(fstat)(fd, st);
+  fix_stat(rc, st);  /* a read-only descriptor of a routed file */
+  return rc;
+}
+EXPORT int fstat64(int fd, struct stat64* st) { return fstat(fd, (struct stat*)st); }
+
+EXPORT int stat(const char* path, struct stat* st) {
+  const int rc = REAL(stat)(path, st);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int stat64(const char* path, struct stat64* st) { return stat(path, (struct stat*)st); }
+EXPORT int lstat(const char* path, struct stat* st) {
+  const int rc = REAL(lstat)(path, st);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int lstat64(const char* path, struct stat64* st) { return lstat(path, (struct stat*)st); }
+EXPORT int fstatat(int dirfd, const char* path, struct stat* st, int flags) {
+  const int rc = REAL(fstatat)(dirfd, path, st, flags);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int fstatat64(int dirfd, const char* path, struct stat64* st, int flags) {
+  return fstatat(dirfd, path, (struct stat*)st, flags);
+}
+/* newfstatat is the system call's name; glibc exports no function by it, but a program built
+ * against another libc may call it. */
+EXPORT int newfstatat(int dirfd, const char* path, struct stat* st, int flags) {
+  return fstatat(dirfd, path, st, flags);
+}
+
+EXPORT int statx(int dirfd, const char* path, int flags, unsigned mask, struct statx* stx) {
+  const int rc = REAL(statx)(dirfd, path, flags, mask, stx);
+  if (rc == 0 && (stx->stx_mask & STATX_SIZE) && (stx->stx_mask & STATX_INO) && S_ISREG(stx->stx_mode) &&
+      engaged()) {
+    int64_t size = (int64_t)stx->stx_size;
+    ENTER();
+    tai_bridge_fix_size(makedev(stx->stx_dev_major, stx->stx_dev_minor), (ino_t)stx->stx_ino, &size);
+    LEAVE();
+    stx->stx_size = (uint64_t)size;
+  }
+  return rc;
+}
+
+/* The __xstat family: compatibility symbols for programs built before glibc 2.33. */
+typedef int (*xstat_fn)(int, const char*, struct stat*);
+typedef int (*fxstat_fn)(int, int, struct stat*);
+typedef int (*fxstatat_fn)(int, int, const char*, struct stat*, int);
+static void* compat(const char* name) {
+  void* f = dlvsym(RTLD_NEXT, name, "GLIBC_2.2.5");
+  return f ? f : dlsym(RTLD_NEXT, name);
+}
+EXPORT int __xstat(int ver, const char* path, struct stat* st) {
+  const int rc = (__extension__(xstat_fn)compat("__xstat"))(ver, path, st);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int __xstat64(int ver, const char* path, struct stat64* st) {
+  const int rc = (__extension__(xstat_fn)compat("__xstat64"))(ver, path, (struct stat*)st);
+  fix_stat(rc, (struct stat*)st);
+  return rc;
+}
+EXPORT int __lxstat(int ver, const char* path, struct stat* st) {
+  const int rc = (__extension__(xstat_fn)compat("__lxstat"))(ver, path, st);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int __lxstat64(int ver, const char* path, struct stat64* st) {
+  const int rc = (__extension__(xstat_fn)compat("__lxstat64"))(ver, path, (struct stat*)st);
+  fix_stat(rc, (struct stat*)st);
+  return rc;
+}
+EXPORT int __fxstat(int ver, int fd, struct stat* st) {
+  if (routed(fd)) return fstat(fd, st);
+  const int rc = (__extension__(fxstat_fn)compat("__fxstat"))(ver, fd, st);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int __fxstat64(int ver, int fd, struct stat64* st) { return __fxstat(ver, fd, (struct stat*)st); }
+EXPORT int __fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags) {
+  const int rc = (__extension__(fxstatat_fn)compat("__fxstatat"))(ver, dirfd, path, st, flags);
+  fix_stat(rc, st);
+  return rc;
+}
+EXPORT int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags) {
+  return __fxstatat(ver, dirfd, path, (struct stat*)st, flags);
+}
+
+/* truncate by path: the file leaves the layer first (its cache could hold bytes beyond). */
+static void unroute_path(const char* path) {
+  struct stat st;
+  if (!engaged() || REAL(stat)(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const int saved = errno;
+  ENTER();
+  (void)tai_bridge_unroute_inode(st.st_dev, st.st_ino);
+  LEAVE();
+  errno = saved;
+}
+EXPORT int truncate(const char* path, off_t length) {
+  unroute_path(path);
+  return REAL(truncate)(path, length);
+}
+EXPORT int truncate64(const char* path, off64_t length) {
+  unroute_path(path);
+  return REAL(truncate64)(path, length);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* descriptors: dup, fcntl                                                                    */
+
+/* After the kernel made newfd a duplicate of oldfd (which was routed when `was_routed`). */
+static void after_dup(int oldfd, int newfd, int was_routed) {
+  if (newfd < 0) return;
+  set_exclusive(newfd, is_exclusive(oldfd));
+  const int saved = errno;
+  ENTER();
+  const int err = was_routed ? tai_bridge_alias(oldfd, newfd) : tai_bridge_forget(newfd);
+  LEAVE();
+  if (err) say("fd %d replaced by dup: its file's write-back failed: %s", newfd, strerror(err));
+  errno = saved;
+}
+
+static FILE* cookie_stream(int fd, const char* mode);
+
+/* A routed file became descriptor 0, 1 or 2 (dd, a shell redirect done by hand): glibc's stdin,
+ * stdout or stderr would read and write that descriptor behind the layer, so the stream is
+ * flushed and replaced by a cookie stream over the layer (programs name the streams through the
+ * stdin/stdout/stderr variables, which glibc's own functions read too). */
+static void adopt_std_stream(int fd) {
+  FILE** slot = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
+  if (fd != 0) fflush(*slot);
+  FILE* c = cookie_stream(fd, fd == 0 ? "r" : "w");
+  if (!c) {
+    unroute_for(fd, "a standard stream that could not be replaced");
+    return;
+  }
+  if (fd == 2) setvbuf(c, NULL, _IONBF, 0);
+  *slot = c;
+  say("fd %d is a routed file: %s now writes through TAI", fd, fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr");
+}
+
+static void after_dup_std(int oldfd, int fd, int was) {
+  after_dup(oldfd, fd, was);
+  if (was && fd >= 0 && fd < 3 && tai_bridge_routed(fd)) adopt_std_stream(fd);
+}
+
+EXPORT int dup(int oldfd) {
+  if (!engaged()) {
+    const int fd = REAL(dup)(oldfd);
+    if (fd >= 0) set_exclusive(fd, is_exclusive(oldfd));
+    return fd;
+  }
+  const int was = tai_bridge_routed(oldfd);
+  const int fd = REAL(dup)(oldfd);
+  after_dup_std(oldfd, fd, was);
+  return fd;
+}
+
+static int dup2_like(int oldfd, int newfd, int flags, int use_dup3) {
+  if (!engaged()) {
+    const int fd = use_dup3 ? REAL(dup3)(oldfd, newfd, flags) : REAL(dup2)(oldfd, newfd);
+    if (fd >= 0 && oldfd != newfd) set_exclusive(fd, is_exclusive(oldfd));
+    return fd;
+  }
+  /* stdio's buffered bytes for the descriptor being replaced belong to its old file */
+  if (newfd == 1 || newfd == 2) fflush(newfd == 1 ? stdout : stderr);
+  const int was = tai_bridge_routed(oldfd);
+  const int fd = use_dup3 ? REAL(dup3)(oldfd, newfd, flags) : REAL(dup2)(oldfd, newfd);
+  if (fd >= 0 && oldfd != newfd) after_dup_std(oldfd, fd, was);
+  return fd;
+}
+EXPORT int dup2(int oldfd, int newfd) { return dup2_like(oldfd, newfd, 0, 0); }
+EXPORT int dup3(int oldfd, int newfd, int flags) { return dup2_like(oldfd, newfd, flags, 1); }
+
+static int is_lock_cmd(int cmd) {
+  return cmd == F_SETLK || cmd == F_SETLKW || cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_GETLK ||
+         cmd == F_OFD_GETLK;
+}
+
+static int fcntl_impl(int fd, int cmd, uintptr_t arg) {
+  int (*real)(int, int, ...) = REAL(fcntl);
+  if (!engaged()) {
+    const int r = real(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) set_exclusive(r, is_exclusive(fd));
+    return r;
+  }
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+    const int was = tai_bridge_routed(fd);
+    const int nfd = real(fd, cmd, arg);
+    after_dup_std(fd, nfd, was);
+    return nfd;
+  }
+  if (tai_bridge_routed(fd)) {
+    if (is_lock_cmd(cmd)) {
+      /* Another process that takes the lock next must read what this one wrote. */
+      write_back_for("a record lock");
+    } else if (cmd == F_SETFL) {
+      const int now = real(fd, F_GETFL);
+      if (now >= 0 && ((now ^ (int)arg) & (O_APPEND | O_DIRECT))) unroute_for(fd, "fcntl(F_SETFL) changing O_APPEND or O_DIRECT");
+    }
+  }
+  return real(fd, cmd, arg);
+}
+
+EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  const uintptr_t arg = va_arg(ap, uintptr_t);  /* every command's argument fits a word */
+  va_end(ap);
+  return fcntl_impl(fd, cmd, arg);
+}
+EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  const uintptr_t arg = va_arg(ap, uintptr_t);
+  va_end(ap);
+  return fcntl_impl(fd, cmd, arg);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* calls the layer does not do: the file leaves it first                                      */
+
+EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (!(flags & MAP_ANONYMOUS)) unroute_for(fd, "mmap");
+  return REAL(mmap)(addr, len, prot, flags, fd, off);
+}
+EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off64_t off) {
+  if (!(flags & MAP_ANONYMOUS)) unroute_for(fd, "mmap");
+  return REAL(mmap64)(addr, len, prot, flags, fd, off);
+}
+EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* off, size_t count) {
+  unroute_for(out_fd, "sendfile");
+  unroute_for(in_fd, "sendfile");
+  return REAL(sendfile)(out_fd, in_fd, off, count);
+}
+EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* off, size_t count) {
+  unroute_for(out_fd, "sendfile");
+  unroute_for(in_fd, "sendfile");
+  return REAL(sendfile64)(out_fd, in_fd, off, count);
+}
+EXPORT ssize_t copy_file_range(int in_fd, off64_t* in_off, int out_fd, off64_t* out_off, size_t len,
+                               unsigned flags) {
+  unroute_for(in_fd, "copy_file_range");
+  unroute_for(out_fd, "copy_file_range");
+  return REAL(copy_file_range)(in_fd, in_off, out_fd, out_off, len, flags);
+}
+EXPORT ssize_t splice(int in_fd, loff_t* in_off, int out_fd, loff_t* out_off, size_t len, unsigned flags) {
+  unroute_for(in_fd, "splice");
+  unroute_for(out_fd, "splice");
+  return REAL(splice)(in_fd, in_off, out_fd, out_off, len, flags);
+}
+EXPORT int fallocate(int fd, int mode, off_t off, off_t len) {
+  unroute_for(fd, "fallocate");
+  return REAL(fallocate)(fd, mode, off, len);
+}
+EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len) {
+  unroute_for(fd, "fallocate");
+  return REAL(fallocate64)(fd, mode, off, len);
+}
+EXPORT int posix_fallocate(int fd, off_t off, off_t len) {
+  unroute_for(fd, "posix_fallocate");
+  return REAL(posix_fallocate)(fd, off, len);
+}
+EXPORT int posix_fallocate64(int fd, off64_t off, off64_t len) {
+  unroute_for(fd, "posix_fallocate");
+  return REAL(posix_fallocate64)(fd, off, len);
+}
+
+/* The kernel acts on what it has: give it what the cache holds, keep the routing. */
+EXPORT int sync_file_range(int fd, off64_t off, off64_t n, unsigned flags) {
+  if (routed(fd)) write_back_for("sync_file_range");
+  return REAL(sync_file_range)(fd, off, n, flags);
+}
+EXPORT int posix_fadvise(int fd, off_t off, off_t len, int advice) {
+  if (advice == POSIX_FADV_DONTNEED && routed(fd)) write_back_for("posix_fadvise(DONTNEED)");
+  return REAL(posix_fadvise)(fd, off, len, advice);
+}
+EXPORT int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) {
+  if (advice == POSIX_FADV_DONTNEED && routed(fd)) write_back_for("posix_fadvise(DONTNEED)");
+  return REAL(posix_fadvise64)(fd, off, len, advice);
+}
+EXPORT void sync(void) {
+  write_back_for("sync");
+  REAL(sync)();
+}
+EXPORT int syncfs(int fd) {
+  write_back_for("syncfs");
+  return REAL(syncfs)(fd);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* processes                                                                                  */
+
+EXPORT pid_t fork(void) {
+  if (engaged()) {
+    ENTER();
+    const int err = tai_bridge_unroute_all(0);
+    LEAVE();
+    say("fork: every routed file handed to the kernel%s%s", err ? "; a write-back failed: " : "",
+        err ? strerror(err) : "");
+  }
+  clear_exclusive_all(0); /* parent and child share every descriptor from now on */
+  const pid_t pid = REAL(fork)();
+  if (pid == 0) tai_bridge_forked_child();
+  return pid;
+}
+/* vfork's child borrows the parent's stack: a wrapper that returned in the child would wreck the
+ * frame the parent returns through. fork is a valid vfork. */
+EXPORT pid_t vfork(void) { return fork(); }
+
+static void before_child(const char* call) {
+  clear_exclusive_all(1); /* the child shares the inheritable ones */
+  if (!engaged()) return;
+  ENTER();
+  int err = tai_bridge_unroute_all(1);
+  const int err2 = tai_bridge_write_back_all();
+  if (!err) err = err2;
+  LEAVE();
+  say("%s: inheritable routed files handed to the kernel, the rest written back%s%s", call,
+      err ? "; a write-back failed: " : "", err ? strerror(err) : "");
+}
+
+EXPORT int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* fa,
+                       const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
+  before_child("posix_spawn");
+  return REAL(posix_spawn)(pid, path, fa, attr, argv, envp);
+}
+EXPORT int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* fa,
+                        const posix_spawnattr_t* attr, char* const argv[], char* const envp[]) {
+  before_child("posix_spawnp");
+  return REAL(posix_spawnp)(pid, file, fa, attr, argv, envp);
+}
+EXPORT int system(const char* command) {
+  before_child("system");
+  return REAL(system)(command);
+}
+EXPORT FILE* popen(const char* command, const char* type) {
+  before_child("popen");
+  return REAL(popen)(command, type);
+}
+
+/* Before exec: everything written back, the layer shut down, and the list of exclusive
+ * inheritable descriptors (TAI_PRELOAD_ADOPT=fd,fd,...) put in *entry for the next image. */
+static void before_exec(char* entry, size_t size) {
+  entry[0] = '\0';
+  if (atomic_load_explicit(&g_state, memory_order_acquire) != kActive) return;
+  if (engaged()) {
+    ENTER();
+    tai_bridge_before_exec();
+    LEAVE();
+  }
+  size_t n = (size_t)snprintf(entry, size, "TAI_PRELOAD_ADOPT=");
+  int count = 0;
+  for (int fd = 0; fd < kExclusiveMax && count < kAdoptMax; ++fd) {
+    if (!is_exclusive(fd)) continue;
+    const int fl = REAL(fcntl)(fd, F_GETFD);
+    if (fl < 0 || (fl & FD_CLOEXEC)) continue;
+    const int w = snprintf(entry + n, size - n, count ? ",%d" : "%d", fd);
+    if (w < 0 || (size_t)w >= size - n) break;
+    n += (size_t)w;
+    ++count;
+  }
+  if (count == 0) entry[0] = '\0';
+  say("exec: every routed file written back, the layer shut down%s%s", count ? "; the next program routes " : "",
+      count ? entry + strlen("TAI_PRELOAD_ADOPT=") : "");
+}
+
+/* envp with `entry` in place of any TAI_PRELOAD_ADOPT (a new array on the stack of the caller:
+ * exec either replaces the image or fails and returns, and then the array is dropped). */
+#define WITH_ADOPT(envp, entry, out)                                                        \
+  size_t env_n = 0;                                                                         \
+  while ((envp) && (envp)[env_n]) ++env_n;                                                  \
+  char* out[env_n + 2];                                                                     \
+  {                                                                                         \
+    size_t k = 0;                                                                           \
+    for (size_t i = 0; i < env_n; ++i)                                                      \
+      if (strncmp((envp)[i], "TAI_PRELOAD_ADOPT=", 18) != 0) out[k++] = (envp)[i];          \
+    if ((entry)[0]) out[k++] = (entry);                                                     \
+    out[k] = NULL;                                                                          \
+  }
+
+extern char** environ;
+EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+  char entry[kAdoptMax * 8 + 32];
+  before_exec(entry, sizeof entry);
+  WITH_ADOPT(envp, entry, env)
+  return REAL(execve)(path, argv, env);
+}
+EXPORT int execv(const char* path, char* const argv[]) {
+  char entry[kAdoptMax * 8 + 32];
+  before_exec(entry, sizeof entry);
+  WITH_ADOPT(environ, entry, env)
+  return REAL(execve)(path, argv, env);
+}
+EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  char entry[kAdoptMax * 8 + 32];
+  before_exec(entry, sizeof entry);
+  WITH_ADOPT(envp, entry, env)
+  return REAL(execvpe)(file, argv, env);
+}
+EXPORT int execvp(const char* file, char* const argv[]) {
+  char entry[kAdoptMax * 8 + 32];
+  before_exec(entry, sizeof entry);
+  WITH_ADOPT(environ, entry, env)
+  return REAL(execvpe)(file, argv, env);
+}
+EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+  char entry[kAdoptMax * 8 + 32];
+  before_exec(entry, sizeof entry);
+  WITH_ADOPT(envp, entry, env)
+  return REAL(fexecve)(fd, argv, env);
+}
+/* execl, execlp, execle: glibc builds the vector and calls execve internally (not through the
+ * interposed name), so they are done here the same way. */
+#define COLLECT_ARGS(first, ap, argv, envp_out)                            \
+  size_t argc = 1;                                                         \
+  {                                                                        \
+    va_list count;                                                         \
+    va_copy(count, ap);                                                    \
+    while (va_arg(count, const char*) != NULL) ++argc;                     \
+    va_end(count);                                                         \
+  }                                                                        \
+  char* argv[argc + 1];                                                    \
+  argv[0] = (char*)(first);                                                \
+  for (size_t i = 1; i <= argc; ++i) argv[i] = va_arg(ap, char*);          \
+  if (envp_out) *(envp_out) = va_arg(ap, char* const*);
+EXPORT int execl(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  char* const** no_envp = NULL;
+  COLLECT_ARGS(arg, ap, argv, no_envp)
+  va_end(ap);
+  return execv(path, argv);
+}
+EXPORT int execlp(const char* file, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  char* const** no_envp = NULL;
+  COLLECT_ARGS(arg, ap, argv, no_envp)
+  va_end(ap);
+  return execvp(file, argv);
+}
+EXPORT int execle(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  char* const* envp = NULL;
+  char* const** envp_at = &envp;
+  COLLECT_ARGS(arg, ap, argv, envp_at)
+  va_end(ap);
+  return execve(path, argv, envp);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* stdio                                                                                      */
+
+static ssize_t cookie_read(void* c, char* buf, size_t n) {
+  ENTER();
+  const ssize_t r = tai_bridge_read((int)(intptr_t)c, buf, n);
+  LEAVE();
+  return r;
+}
+static ssize_t cookie_write(void* c, const char* buf, size_t n) {
+  ENTER();
+  const ssize_t r = tai_bridge_write((int)(intptr_t)c, buf, n);
+  LEAVE();
+  /* fopencookie: a write function returns what it wrote, 0 on error */
+  return r < 0 ? 0 : r;
+}
+static int cookie_seek(void* c, off64_t* pos, int whence) {
+  ENTER();
+  const off_t r = tai_bridge_lseek((int)(intptr_t)c, (off_t)*pos, whence);
+  LEAVE();
+  if (r < 0) return -1;
+  *pos = r;
+  return 0;
+}
+static int cookie_close(void* c) {
+  ENTER();
+  const int r = tai_bridge_close((int)(intptr_t)c);
+  LEAVE();
+  return r;
+}
+
+/* A FILE over routed fd, or NULL (errno) when fopencookie fails. */
+static FILE* cookie_stream(int fd, const char* mode) {
+  cookie_io_functions_t io = {cookie_read, cookie_write, cookie_seek, cookie_close};
+  char m[8];
+  size_t k = 0;
+  for (const char* p = mode; *p && k < sizeof m - 1; ++p)
+    if (*p == 'r' || *p == 'w' || *p == 'a' || *p == '+') m[k++] = *p;
+  m[k] = '\0';
+  FILE* f = fopencookie((void*)(intptr_t)fd, m, io);
+  if (f) f->_fileno = fd; /* fileno() answers the descriptor (see the file comment) */
+  return f;
+}
+
+/* fopen's mode as open flags; -1 for a mode fopen would refuse (then fopen itself answers). */
+static int mode_flags(const char* mode) {
+  int flags;
+  switch (mode[0]) {
+    case 'r': flags = O_RDONLY; break;
+    case 'w': flags = O_WRONLY | O_CREAT | O_TRUNC; break;
+    case 'a': flags = O_WRONLY | O_CREAT | O_APPEND; break;
+    default: return -1;
+  }
+  for (const char* p = mode + 1; *p && *p != ','; ++p) {
+    if (*p == '+') flags = (flags & ~O_ACCMODE) | O_RDWR;
+    else if (*p == 'x') flags |= O_EXCL;
+    else if (*p == 'e') flags |= O_CLOEXEC;
+  }
+  return flags;
+}
+
+static FILE* fopen_impl(const char* path, const char* mode, FILE* (*real)(const char*, const char*)) {
+  if (!path || !mode || !engaged()) return real(path, mode);
+  const int flags = mode_flags(mode);
+  if (flags < 0) return real(path, mode);
+  const int fd = REAL(open)(path, flags, 0666);
+  if (fd < 0) return NULL;
+  after_open(fd, flags);
+  if (!tai_bridge_routed(fd)) {
+    FILE* f = REAL(fdopen)(fd, mode);
+    if (!f) {
+      const int saved = errno;
+      REAL(close)(fd);
+      errno = saved;
+    }
+    return f;
+  }
+  FILE* f = cookie_stream(fd, mode);
+  if (!f) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+  }
+  return f;
+}
+EXPORT FILE* fopen(const char* path, const char* mode) { return fopen_impl(path, mode, REAL(fopen)); }
+EXPORT FILE* fopen64(const char* path, const char* mode) { return fopen_impl(path, mode, REAL(fopen64)); }
+EXPORT FILE* fdopen(int fd, const char* mode) {
+  if (!routed(fd) || !mode) return REAL(fdopen)(fd, mode);
+  return cookie_stream(fd, mode);
+}

@@ -395,6 +395,7 @@ std::string log_tail(const CycleOutcome& out, std::size_t lines) {
     if (i == out.events_before_kill) os << "    ---- SIGKILL sent (events below were already in the pipe or written before death)\n";
     os << "    " << describe(out.log[i]) << "\n";
   }
+  if (out.events_before_kill == out.log.size()) os << "    ---- SIGKILL sent (no event after it)\n";
   return os.str();
 }
 
@@ -490,9 +491,12 @@ TEST_P(KillSuite, EverythingASuccessfulFsyncCoveredSurvivesSigkill) {
     verify(dir, child_seed, out.log, counts, report);
     if (counts.violations != violations_before) {
       ADD_FAILURE() << "SIGKILL lost synced data: " << config.label() << ", child seed " << child_seed << " (tai_kill_child --dir D --seed "
-                    << child_seed << " --engine " << config.engine << " --tree " << config.tree << "), kill "
-                    << name_of(plan.point) << " of op >= " << static_cast<std::uint64_t>(plan.target_fraction * 1000) / 10.0
-                    << "% + " << plan.delay_us << " us\n"
+                    << child_seed << " --engine " << config.engine << " --tree " << config.tree << "), killed "
+                    << (plan.point == KillPoint::wall_clock
+                            ? std::string("at a random time, ") + std::to_string(plan.delay_us) + " us after the child started"
+                            : std::string(name_of(plan.point)) + " (an op from " + std::to_string(static_cast<unsigned>(plan.target_fraction * 100)) +
+                                  "% of the run on) + " + std::to_string(plan.delay_us) + " us")
+                    << "\n"
                     << report << "  the log's tail:\n"
                     << log_tail(out, 30);
     }

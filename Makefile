@@ -40,13 +40,14 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3
 
-.PHONY: help deps $(PRESETS) demo test bench docs clean sweep
+.PHONY: help deps $(PRESETS) demo test bench bench-dropin docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
 	@echo "make test      deps + build and ctest of: $(TEST_PRESETS) (stops at the first failure)"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
+	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
 	@echo "make release|debug|asan|tsan   configure + build that preset into build/<preset>"
@@ -102,6 +103,13 @@ demo: deps
 	cmake --build --preset release -j $(JOBS) --target tai-augment
 	@if [ ! -x $(AUGMENT) ]; then echo "make demo: tai-augment was not built (see the configure output: libpng, libjpeg, OpenMP?)"; exit 1; fi
 	$(AUGMENT) $(DEMO_ARGS) --output build/release/augment-demo
+
+# The drop-in benchmarks (README "Measured on this machine"): tai-serial's modes interleaved,
+# medians of 3, and dd with and without libtai-preload.so. Minutes; a quiet machine matters.
+SERIAL := build/release/workloads/serial/tai-serial
+bench-dropin: release
+	$(SERIAL) bench --images 100 --fsync-every 1,30,300 --repeats 3 --output build/release/serial-bench --csv build/release/serial-bench.csv
+	bench/preload/dd_bench.sh --lib build/release/src/preload/libtai-preload.so --rounds 5 --mib 512 --csv build/release/dd-bench.csv
 
 bench: release
 	$(BENCH) engines

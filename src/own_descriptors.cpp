@@ -2,6 +2,8 @@
 #include "src/detail/own_descriptors.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -85,6 +87,15 @@ bool is_own_descriptor(int fd) noexcept {
 }
 
 bool this_thread_is_tai() noexcept { return t_tai_thread; }
-void mark_this_thread_as_tai() noexcept { t_tai_thread = true; }
+void mark_this_thread_as_tai() noexcept {
+  t_tai_thread = true;
+  // A signal sent to the process goes to any thread that does not block it. The program's
+  // handlers expect its own threads (they may write to a file the drop-in layer routes, which
+  // from one of TAI's threads would bypass the layer), so TAI's threads block every signal that
+  // can be blocked; faults (SIGSEGV, ...) still reach the thread that causes them.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
 
 }  // namespace tai::detail

@@ -39,6 +39,8 @@ int own_descriptor_base() noexcept;
 /// True on threads TAI starts (controller workers, the I/O queue's pool): the preload library
 /// passes every call such a thread makes straight to libc (a worker must never be routed back
 /// into the controller that runs it). Set by the thread itself at its start; thread-local.
+/// mark_this_thread_as_tai also blocks every blockable signal on the calling thread, so that the
+/// program's handlers run on the program's threads.
 bool this_thread_is_tai() noexcept;
 void mark_this_thread_as_tai() noexcept;
 

@@ -38,10 +38,11 @@
  *
  * Re-entrancy and signals. The layer itself calls libc (through these same names, as does TAI's
  * engine): a thread-local depth makes every call made from inside the layer, and every call of a
- * thread TAI started, go straight to libc. A signal handler that writes while its thread is
- * inside the layer therefore writes to the kernel directly (at the kernel offset): it never waits
- * for a lock its own thread holds. Initialisation (reading the environment) happens once, at
- * load or at the first call, whichever comes first; a call made while it runs passes through.
+ * thread TAI started, go straight to libc. A thread inside the layer blocks the catchable signals
+ * (enter_layer), and TAI's own threads block them for good, so a handler always runs on a program
+ * thread outside the layer: its write goes through the layer in order and never waits for a lock
+ * its own thread holds. Initialisation (reading the environment) happens once, at load or at the
+ * first call, whichever comes first; a call made while it runs passes through.
  *
  * TAI_PRELOAD_LOG=1 prints on stderr what was routed, what passed through and why.
  * The drop-in layer's own variables apply: TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA, TAI_LOG.

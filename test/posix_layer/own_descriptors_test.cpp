@@ -2,6 +2,8 @@
 // high numbers, close-on-exec, recorded, so that the program's next open gets the number it
 // expects and the preload library can spare them in close_range.
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -82,7 +84,7 @@ TEST(OwnDescriptorAdopt, MovesClosesTheOriginalAndForgetsOnClose) {
   EXPECT_EQ(tai::detail::adopt_own_descriptor(-1), -1);
 }
 
-TEST(OwnDescriptorThreads, TheCallerIsNotTaisAControllerWorkerIs) {
+TEST(OwnDescriptorThreads, TheCallerIsNotTaisAControllerWorkerIsAndBlocksSignals) {
   EXPECT_FALSE(tai::detail::this_thread_is_tai());
   Controller c([] {
     ControllerOptions o;
@@ -92,6 +94,11 @@ TEST(OwnDescriptorThreads, TheCallerIsNotTaisAControllerWorkerIs) {
   }());
   Receipt r = c.submit([] {
     if (!tai::detail::this_thread_is_tai()) throw std::runtime_error("a worker is not marked as TAI's");
+    // A process-directed signal must find the program's threads, not TAI's.
+    sigset_t now;
+    pthread_sigmask(SIG_BLOCK, nullptr, &now);
+    if (!sigismember(&now, SIGALRM) || !sigismember(&now, SIGCHLD) || !sigismember(&now, SIGUSR1))
+      throw std::runtime_error("a worker does not block the program's signals");
   });
   r.wait();
   EXPECT_TRUE(r.ok()) << r.error().message();

@@ -429,12 +429,14 @@ void grow_size(Inode& ino, std::uint64_t end) noexcept {
   }
 }
 
-// Under ino.mu, after a write of n bytes: every start_writeback_bytes, a task on a worker asks
-// the kernel to start writing the file's dirty pages to the device. The kernel would otherwise
-// wait for the program's fsync (or its 30 s dirty timeout), and the fsync would then wait for
-// the whole device write; started early, the device works while the program computes. Pages
-// still in TAI's cache are not in the kernel yet: the next start covers them (the controller
-// writes its cache back when idle). The task holds a reference so the descriptor outlives it.
+// Under ino.mu, after a write of n bytes: every start_writeback_bytes, the controller writes its
+// dirty cache back to the kernel (Controller::flush: every file, not synced) and then a worker
+// asks the kernel to start writing the file's dirty pages to the device. A program that computes
+// between writes without pausing long enough for the controller's idle flush would otherwise
+// leave everything in the cache until its fsync, and the kernel would start the device write only
+// at that fsync (or after its 30 s dirty timeout): the fsync would wait for all of it. Started
+// early, the device works while the program computes. Overwrites inside one interval still meet
+// in the cache. The continuation holds a reference so that the descriptor outlives it.
 void start_writeback_every(Inode& ino, std::size_t n) {
   const std::uint64_t every = g_start_writeback.load(std::memory_order_relaxed);
   if (every == 0 || ino.writeback_fd < 0) return;
@@ -445,12 +447,17 @@ void start_writeback_every(Inode& ino, std::size_t n) {
   if (!c) return;
   ino.refs.fetch_add(1, std::memory_order_relaxed);
   Inode* ip = &ino;
-  Receipt r = c->submit([ip] {
-    // No WAIT flags: start the device write and return (it may still block while the device's
-    // queue is full, which holds one worker, not the program).
-    (void)::sync_file_range(ip->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  Receipt r = c->flush();
+  r.then([ip, c](const Receipt&) {
+    // A failed flush leaves its data dirty in the cache; the next fsync writes it again and
+    // reports the error. The system call goes to a task of its own: a continuation runs inside a
+    // round and must not block, and sync_file_range may (while the device's queue is full).
+    Receipt start = c->submit([ip] {
+      // No WAIT flags: start the device write and return.
+      (void)::sync_file_range(ip->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    });
+    start.then([ip](const Receipt&) { inode_unref(ip); });
   });
-  r.then([ip](const Receipt&) { inode_unref(ip); });
 }
 
 // Submits one write under ino.mu at `pos` (or at the end of file when `append`: pos is set).

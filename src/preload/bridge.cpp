@@ -14,6 +14,29 @@
 #include "src/posix/layer.hpp"
 #include "tai/posix.hpp"
 
+namespace {
+// preadv/pwritev at an offset, piece by piece (the layer's own vector calls use the description's
+// offset). The pieces of one pwritev are not atomic against another thread's writes to the same
+// bytes, which POSIX does not promise for regular files either. stop_short: a short piece ends the
+// call (end of file on a read).
+template <class Piece>
+ssize_t vector_at(const struct iovec* iov, int iovcnt, off_t off, bool stop_short, Piece piece) {
+  if (iovcnt < 0 || iovcnt > IOV_MAX || off < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  ssize_t done = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    const ssize_t r = piece(iov[i], off + done);
+    if (r < 0) return done > 0 ? done : -1;
+    done += r;
+    if (stop_short && static_cast<size_t>(r) < iov[i].iov_len) break;
+  }
+  return done;
+}
+}  // namespace
+
 extern "C" {
 
 int tai_bridge_on_tai_thread(void) { return tai::detail::this_thread_is_tai() ? 1 : 0; }
@@ -50,37 +73,15 @@ ssize_t tai_bridge_pwrite(int fd, const void* buf, size_t n, off_t off) { return
 ssize_t tai_bridge_readv(int fd, const struct iovec* iov, int iovcnt) { return tai::posix::readv(fd, iov, iovcnt); }
 ssize_t tai_bridge_writev(int fd, const struct iovec* iov, int iovcnt) { return tai::posix::writev(fd, iov, iovcnt); }
 
-// preadv/pwritev at an offset, piece by piece (the layer's own vector calls use the description's
-// offset). The pieces of one pwritev are not atomic against another thread's writes to the same
-// bytes, which POSIX does not promise for regular files either.
 ssize_t tai_bridge_preadv(int fd, const struct iovec* iov, int iovcnt, off_t off) {
-  if (iovcnt < 0 || iovcnt > IOV_MAX || off < 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  ssize_t done = 0;
-  for (int i = 0; i < iovcnt; ++i) {
-    if (iov[i].iov_len == 0) continue;
-    const ssize_t r = tai::posix::pread(fd, iov[i].iov_base, iov[i].iov_len, off + done);
-    if (r < 0) return done > 0 ? done : -1;
-    done += r;
-    if (static_cast<size_t>(r) < iov[i].iov_len) break;
-  }
-  return done;
+  return vector_at(iov, iovcnt, off, /*stop_short=*/true, [fd](const iovec& v, off_t at) {
+    return tai::posix::pread(fd, v.iov_base, v.iov_len, at);
+  });
 }
 ssize_t tai_bridge_pwritev(int fd, const struct iovec* iov, int iovcnt, off_t off) {
-  if (iovcnt < 0 || iovcnt > IOV_MAX || off < 0) {
-    errno = EINVAL;
-    return -1;
-  }
-  ssize_t done = 0;
-  for (int i = 0; i < iovcnt; ++i) {
-    if (iov[i].iov_len == 0) continue;
-    const ssize_t r = tai::posix::pwrite(fd, iov[i].iov_base, iov[i].iov_len, off + done);
-    if (r < 0) return done > 0 ? done : -1;
-    done += r;
-  }
-  return done;
+  return vector_at(iov, iovcnt, off, /*stop_short=*/false, [fd](const iovec& v, off_t at) {
+    return tai::posix::pwrite(fd, v.iov_base, v.iov_len, at);
+  });
 }
 
 off_t tai_bridge_lseek(int fd, off_t off, int whence) { return tai::posix::lseek(fd, off, whence); }

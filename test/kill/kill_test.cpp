@@ -134,25 +134,6 @@ std::string describe(const Event& e) {
   return os.str();
 }
 
-std::vector<unsigned char> read_whole_file(const std::string& path) {
-  std::vector<unsigned char> out;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0) {
-    out.resize(static_cast<std::size_t>(st.st_size));
-    std::size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    out.resize(done);
-  }
-  ::close(fd);
-  return out;
-}
-
 struct WriteOp {
   std::uint64_t op, offset, length;
   bool covers(std::uint64_t p) const { return p >= offset && p - offset < length; }
@@ -198,7 +179,7 @@ void verify(const std::string& dir, std::uint64_t seed, const std::vector<Event>
   if (clean_shutdown) std::fill(synced_before.begin(), synced_before.end(), kNone);
 
   for (unsigned f = 0; f < files; ++f) {
-    const std::vector<unsigned char> actual = read_whole_file(dir + "/file" + std::to_string(f));
+    const std::vector<unsigned char> actual = read_with_pread(dir + "/file" + std::to_string(f));
     std::uint64_t extent = actual.size();
     for (const WriteOp& w : writes[f]) extent = std::max(extent, w.offset + w.length);
     // The writes are in operation order: painting them in turn leaves the last one per byte.

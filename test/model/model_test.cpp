@@ -279,9 +279,13 @@ std::string describe(const Op& op, std::uint32_t index) {
 // ---------------------------------------------------------------------------------------------
 // The run: a controller, its files, the threads' models
 
+constexpr unsigned kOpKinds = static_cast<unsigned>(OpKind::reopen) + 1;
+
 struct Totals {
   std::uint64_t ops = 0, reads_checked = 0, fsyncs_checked = 0, bytes_checked = 0, torn_reads = 0;
+  std::uint64_t by_kind[kOpKinds] = {};
   void add(const Totals& o) {
+    for (unsigned k = 0; k < kOpKinds; ++k) by_kind[k] += o.by_kind[k];
     ops += o.ops;
     reads_checked += o.reads_checked;
     fsyncs_checked += o.fsyncs_checked;
@@ -325,6 +329,8 @@ class Bench {
   }
 
   const std::string& open_error() const { return open_error_; }
+  /// The controller's counters just before its shutdown (after finish()).
+  const ControllerStats& final_stats() const { return stats_; }
   const Config& config() const { return config_; }
   Controller& controller() { return *ctl_; }
   unsigned file_count() const { return static_cast<unsigned>(files_.size()); }
@@ -363,6 +369,7 @@ class Bench {
       const std::string why = receipt_outcome(closes[i], deadline);
       if (!why.empty()) problems += "close of " + files_[i].path + ": " + why + "; ";
     }
+    stats_ = ctl_->stats();
     const ShutdownReport report = ctl_->shutdown();
     if (!report.ok()) problems += "shutdown: " + report.to_string();
     return problems;
@@ -389,6 +396,7 @@ class Bench {
   std::unique_ptr<Controller> ctl_;
   std::deque<FileSlot> files_;  // deque: FileSlot holds a mutex (not movable)
   std::string open_error_;
+  ControllerStats stats_;
 };
 
 /// One thread's model of one file: its region's bytes, which operation wrote each byte last,
@@ -584,6 +592,7 @@ class ThreadRunner {
 
   void execute(const Op& op, std::uint32_t index) {
     ++totals_.ops;
+    ++totals_.by_kind[static_cast<unsigned>(op.kind)];
     FileModel& m = models_[op.file];
     Pending p;
     p.op = op;
@@ -905,6 +914,7 @@ struct RunResult {
   std::vector<Divergence> divergences;
   std::vector<std::vector<Op>> recorded;  // per thread
   std::string setup_error;
+  ControllerStats stats;
 };
 
 /// The full concurrent run of one configuration.
@@ -925,6 +935,7 @@ RunResult run_concurrent(const Config& c, std::uint64_t seed, std::uint64_t ops)
     pool.emplace_back([&, t] { runners[t]->run_random(mix(seed ^ (t + 1) * 0x51ED27ull), ops / threads); });
   for (auto& th : pool) th.join();
   const std::string finish = bench.finish();
+  out.stats = bench.final_stats();
   for (auto& r : runners) {
     out.totals.add(r->totals());
     for (const Divergence& d : r->divergences()) out.divergences.push_back(d);
@@ -1046,7 +1057,32 @@ TEST_P(ControllerModel, RandomOperationsMatchTheModel) {
               static_cast<unsigned long long>(t.reads_checked), static_cast<unsigned long long>(t.fsyncs_checked),
               static_cast<unsigned long long>(t.bytes_checked), static_cast<unsigned long long>(t.torn_reads),
               run.divergences.size(), seconds);
+  const ControllerStats& st = run.stats;
+  std::printf("[model] %-32s by kind:", "");
+  for (unsigned k = 0; k < kOpKinds; ++k)
+    std::printf(" %s %llu", to_string(static_cast<OpKind>(k)), static_cast<unsigned long long>(t.by_kind[k]));
+  std::printf("; controller: cache hits %llu, fills %llu, merges %llu, reroutes %llu, evictions %llu, uncached %llu, "
+              "write-throughs %llu, flush rounds %llu, recycle rounds %llu\n",
+              static_cast<unsigned long long>(st.cache_hits), static_cast<unsigned long long>(st.fills),
+              static_cast<unsigned long long>(st.merges), static_cast<unsigned long long>(st.reroutes),
+              static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(st.uncached),
+              static_cast<unsigned long long>(st.write_throughs), static_cast<unsigned long long>(st.rounds_flush),
+              static_cast<unsigned long long>(st.rounds_recycle));
   std::fflush(stdout);
+  // The run must have reached the paths it is meant to test (else it could not fail there).
+  if (run.divergences.empty() && t.ops >= 20000) {
+    EXPECT_GT(t.by_kind[static_cast<unsigned>(OpKind::reopen)], 0u) << "no close + reopen ran";
+    EXPECT_GT(t.fsyncs_checked, 0u);
+    if (c.variant.trivial_tree) {
+      EXPECT_GT(st.uncached, 0u);
+    } else {
+      EXPECT_GT(st.cache_hits, 0u);
+      EXPECT_GT(st.merges, 0u);
+      if (c.variant.small_quota) {
+        EXPECT_GT(st.reroutes + st.evictions, 0u) << "the small quota never bit";
+      }
+    }
+  }
   const double scale = std::getenv("TAI_MODEL_OPS") ? 1.0 : model_scale();
   write_tally("model-ops-", c.label(), {t.ops, run.divergences.size(), t.bytes_checked, seconds, scale});
   write_tally("model-checks-", c.label(), {t.reads_checked, t.torn_reads, t.fsyncs_checked, seconds, scale});

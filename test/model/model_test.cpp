@@ -450,7 +450,7 @@ class ThreadRunner {
       execute(op, static_cast<std::uint32_t>(i));
       if (rng() % 1024 == 0) window_ = 4 + rng() % 61;
       while (pending_.size() > window_ && !stopped()) check_front();
-      if (!pending_.empty() && rng() % 64 == 0) check_at(rng() % pending_.size());
+      if (!pending_.empty() && rng() % 64 == 0 && !stopped()) check_at(rng() % pending_.size());
     }
     drain();
   }

@@ -43,25 +43,26 @@
 // quota (four blocks: most writes rerouted to the engine, constant eviction), with a 128 KiB one
 // (about half the working set cached: eviction of dirty blocks, fills, merges), with the default
 // quota (all cached; idle flush rounds write back), and BTreeTrivial (every request to the
-// engine). The null engine stores no
-// bytes and is left out. Buffered engines run on /dev/shm when there is one (fsync costs
-// nothing there); O_DIRECT needs a disk file system: $TAI_TEST_DIR or /var/tmp.
+// engine). The null engine stores no bytes and is left out. Buffered engines run on /dev/shm
+// when there is one (fsync costs nothing there); O_DIRECT needs a disk file system:
+// $TAI_MODEL_DIR, else $TAI_TEST_DIR, else /var/tmp.
 //
 // Counts: kEngineOps (1,000,000) operations per engine in an optimised build, split over the
-// variants (30/25/25/20 %); the O_DIRECT engines run 200,000 (their table entry says why: the time
-// budget of the suite). TAI_MODEL_SCALE (a factor) scales them;
-// sanitizer and debug builds run 0.1 of them (controller_test_scale's 0.2, halved).
-// TAI_MODEL_OPS=<n> sets every engine's total to n (the soak: TAI_MODEL_OPS=10000000).
-// model.summary (run after the suite) adds the cases' counts up and prints one line.
+// variants (30/25/25/20 %); the O_DIRECT engines run 200,000 (their table entry says why: the
+// time budget of the suite). TAI_MODEL_SCALE (a factor) scales them; sanitizer and debug builds
+// run 0.1 of them (controller_test_scale's 0.2, halved). TAI_MODEL_OPS=<n> sets every engine's
+// total to n, whatever the build (the soak: TAI_MODEL_OPS=10000000 ctest -R '^model\.').
+// model.summary (run after the suite) adds the cases' counts up, prints them and checks the
+// per-engine count.
 //
 // Divergences: the first one of a run stops it and prints the seed (TAI_TEST_SEED=<seed>
 // reruns every thread's operation sequence; the interleaving of the threads is the scheduler's),
-// the configuration, and a shrunk operation list: the failing thread's recorded
-// operations are replayed alone in a fresh controller on fresh files; the shortest failing
-// prefix is found by binary search, then chunks (halving down to single operations) are
-// dropped while the replay still fails, within kShrinkRuns replays and kShrinkSeconds. When the
-// replay alone does not fail (the divergence needs the other threads), the last operations of
-// the thread are printed instead, saying so.
+// the configuration, and a shrunk operation list: the failing thread's recorded operations are
+// replayed alone in a fresh controller on fresh files; the shortest failing prefix is found by
+// binary search, then chunks (halving down to single operations) are dropped while the replay
+// still fails, within kShrinkRuns replays and kShrinkSeconds. When the replay alone does not
+// fail (the divergence needs the other threads), the last operations of the thread are printed
+// instead, saying so.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

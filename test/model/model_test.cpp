@@ -43,9 +43,9 @@
 // quota (four blocks: most writes rerouted to the engine, constant eviction), with a 128 KiB one
 // (about half the working set cached: eviction of dirty blocks, fills, merges), with the default
 // quota (all cached; idle flush rounds write back), and BTreeTrivial (every request to the
-// engine). The null engine stores no bytes and is left out. Buffered engines run on /dev/shm
-// when there is one (fsync costs nothing there); O_DIRECT needs a disk file system:
-// $TAI_MODEL_DIR, else $TAI_TEST_DIR, else /var/tmp.
+// engine). The null engine stores no bytes and is left out. Files go to $TAI_MODEL_DIR when it
+// is set; else buffered engines run on /dev/shm when there is one (fsync costs nothing there)
+// and O_DIRECT ones, which need a disk file system, on $TAI_TEST_DIR or /var/tmp.
 //
 // Counts: kEngineOps (1,000,000) operations per engine in an optimised build, split over the
 // variants (30/25/25/20 %); the O_DIRECT engines run 200,000 (their table entry says why: the

@@ -40,13 +40,14 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3
 
-.PHONY: help deps $(PRESETS) demo test bench bench-dropin docs clean sweep
+.PHONY: help deps $(PRESETS) demo test soak bench bench-dropin docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
 	@echo "make test      deps + build and ctest of: $(TEST_PRESETS) (stops at the first failure)"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
+	@echo "make soak      release build + the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills; about an hour)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
@@ -103,6 +104,13 @@ demo: deps
 	cmake --build --preset release -j $(JOBS) --target tai-augment
 	@if [ ! -x $(AUGMENT) ]; then echo "make demo: tai-augment was not built (see the configure output: libpng, libjpeg, OpenMP?)"; exit 1; fi
 	$(AUGMENT) $(DEMO_ARGS) --output build/release/augment-demo
+
+# The reliability suites beyond CI's counts: the model-based random operations at 10,000,000 per
+# engine (CI: 1,000,000 for the buffered engines, 200,000 for the O_DIRECT ones) and five times
+# CI's process kills. About an hour on 2 cores, most of it in the O_DIRECT engines.
+soak: release
+	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
+	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
 
 # The drop-in benchmarks (README "Measured on this machine"): tai-serial's modes interleaved,
 # medians of 3, and dd with and without libtai-preload.so. Minutes; a quiet machine matters.

@@ -200,8 +200,17 @@ static inline int engaged(void) {
   return 1;
 }
 
+/* Set once the first descriptor is routed: until then (a program that never touches the listed
+ * paths, or not yet) a call on a descriptor costs two loads before it goes to libc. */
+static _Atomic int g_routed_ever = 0;
+
 /* engaged() and fd routed. */
-static inline int routed(int fd) { return fd >= 0 && engaged() && tai_bridge_routed(fd); }
+static inline int routed(int fd) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) &&
+      !atomic_load_explicit(&g_adopt_pending, memory_order_relaxed))
+    return 0;
+  return fd >= 0 && engaged() && tai_bridge_routed(fd);
+}
 
 /* Inside the layer a thread may hold its locks (and the allocator's): a signal handler that
  * wrote to a routed descriptor there would wait for itself. So every call into the layer blocks
@@ -271,6 +280,7 @@ static void route_fd(int fd, int flags, const char* path, int64_t offset) {
   ENTER();
   const int ok = tai_bridge_route_at(fd, flags, path, offset, &why);
   LEAVE();
+  if (ok) atomic_store_explicit(&g_routed_ever, 1, memory_order_relaxed);
   if (ok)
     say("routed %s (fd %d)", path, fd);
   else
@@ -295,6 +305,7 @@ static int after_open(int fd, int flags) {
   ENTER();
   const int ok = tai_bridge_route_at(fd, flags, path, 0, &why);
   LEAVE();
+  if (ok) atomic_store_explicit(&g_routed_ever, 1, memory_order_relaxed);
   if (ok)
     say("routed %s (fd %d)", path, fd);
   else

@@ -220,12 +220,17 @@ static inline int routed(int fd) {
  * layer makes to libc itself see t_depth > 0 and go straight to libc. */
 #include <signal.h>
 static __thread sigset_t t_saved_mask __attribute__((tls_model("initial-exec")));
+/* The order matters: signals are blocked before the depth says "inside", and the depth says
+ * "outside" before they are unblocked. A handler that runs in between the other way round would
+ * see depth 1 and send its write to the kernel behind the layer. */
 static inline void enter_layer(void) {
-  if (t_depth++ == 0) {
-    sigset_t all;
+  if (t_depth == 0) {
+    sigset_t all, saved;
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &t_saved_mask);
+    pthread_sigmask(SIG_BLOCK, &all, &saved);
+    t_saved_mask = saved;
   }
+  ++t_depth;
 }
 static inline void leave_layer(void) {
   if (--t_depth == 0) pthread_sigmask(SIG_SETMASK, &t_saved_mask, NULL);

@@ -160,7 +160,10 @@ class Controller {
  public:
   explicit Controller(const ControllerOptions& options = {});
   /// shutdown(), then prints its report to stderr when it is not ok(). Files still open are
-  /// closed (their data written back) first.
+  /// closed (their data written back) first. Destroyed from one of its own tasks (a submitted
+  /// function, a continuation or a hook), the shutdown cannot join the worker it runs on: it says
+  /// so on stderr and goes on on a thread of its own, which frees the controller's state after
+  /// that task has returned (the destructor itself returns at once).
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -220,6 +223,8 @@ class Controller {
 
   /// Closes every open file (writing its data back), waits for every task, stops the workers.
   /// Returns what failed. Later calls return an empty report; later submissions are rejected.
+  /// Called from a task of this controller it is refused (the workers cannot be joined from one
+  /// of them): the report says so and the controller keeps running.
   ShutdownReport shutdown();
 
   /// A snapshot of the counters (see ControllerStats). Thread-safe.

@@ -2,7 +2,10 @@
 // functions the public headers call.
 #include <cstdio>
 
+#include <thread>
+
 #include "src/controller/core.hpp"
+#include "src/detail/own_descriptors.hpp"
 
 namespace tai {
 
@@ -14,6 +17,21 @@ const ControllerCore* worker_controller() noexcept { return t_worker ? &t_worker
 Controller::Controller(const ControllerOptions& options) : core_(std::make_unique<detail::ControllerCore>(options)) {}
 
 Controller::~Controller() {
+  if (detail::worker_controller() == core_.get()) {
+    // Destroyed by one of its own tasks: the workers cannot be joined from one of them, and the
+    // task that runs this still needs the core when it returns. The shutdown goes on on a thread
+    // of its own, which joins this worker after the task has returned and then frees the core.
+    std::fprintf(stderr,
+                 "tai::Controller: destroyed from one of its own tasks; its shutdown continues on a thread of "
+                 "its own (failures, if any, are printed here)\n");
+    std::thread([core = std::move(core_)]() mutable {
+      tai::detail::mark_this_thread_as_tai();
+      const ShutdownReport rep = core->shutdown();
+      if (!rep.ok()) std::fprintf(stderr, "tai::Controller: shutdown: %s\n", rep.to_string().c_str());
+      core.reset();
+    }).detach();
+    return;
+  }
   const ShutdownReport rep = core_->shutdown();
   if (!rep.ok()) std::fprintf(stderr, "tai::Controller: shutdown: %s\n", rep.to_string().c_str());
 }

@@ -87,7 +87,9 @@ const std::string& File::path() const noexcept {
 }
 
 Receipt File::read(std::uint64_t offset, void* dst, std::size_t n) {
-  return tree_op(core_, detail::acquire_task(), TreeOp::read, offset, n, static_cast<std::byte*>(dst));
+  Task* t = detail::acquire_task();
+  if (n != 0 && dst == nullptr) return reject_transfer(t, TreeOp::read, offset, n, EFAULT, "the destination buffer is null");
+  return tree_op(core_, t, TreeOp::read, offset, n, static_cast<std::byte*>(dst));
 }
 
 Receipt File::read(std::uint64_t offset, std::size_t n) {

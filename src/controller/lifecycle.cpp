@@ -140,6 +140,15 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
 }
 
 ShutdownReport ControllerCore::shutdown() {
+  if (on_own_worker()) {
+    // Joining the workers from one of them would join this very thread (std::thread::join
+    // throws, or the other workers wait for this one's rounds forever): refused, and said.
+    ShutdownReport refused;
+    refused.failures.push_back(
+        "shutdown() was called from a task of the same controller and was refused: the workers cannot be "
+        "joined from one of them; call it from another thread (the controller keeps running)");
+    return refused;
+  }
   if (shut_down) return {};
   shut_down = true;
   accepting.store(false, std::memory_order_release);

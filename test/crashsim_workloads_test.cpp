@@ -121,6 +121,9 @@ TEST(CrashSimSummary, Total) {
               static_cast<unsigned long long>(unique), static_cast<unsigned long long>(configs), expected,
               static_cast<unsigned long long>(workloads), static_cast<unsigned long long>(violations), seconds, scale);
   std::fflush(stdout);
+  write_reliability_row("crash states (crashsim)", configs, expected,
+                        std::to_string(unique) + " unique crash states of " + std::to_string(workloads) + " workloads",
+                        violations);
   EXPECT_EQ(violations, 0u);
   // The promise of the suite: at least 100,000 unique states per CI run in an optimised build
   // (the sanitizer and debug builds run a fifth of the workloads).

@@ -100,6 +100,8 @@ TEST(IoErrorLoopSummary, Total) {
               static_cast<unsigned long long>(injections), static_cast<unsigned long long>(runs),
               static_cast<unsigned long long>(configs), expected, static_cast<unsigned long long>(violations), seconds, scale);
   std::fflush(stdout);
+  write_reliability_row("I/O-error loop (fault engine)", configs, expected,
+                        std::to_string(injections) + " injected faults in " + std::to_string(runs) + " runs", violations);
   EXPECT_EQ(violations, 0u);
   // At least 100,000 injections per CI run in an optimised build (sanitizer and debug builds
   // run a tenth).

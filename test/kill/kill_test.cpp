@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "support/controller_support.hpp"
+#include "support/tally.hpp"
 #include "support/test_env.hpp"
 #include "tai/engine_selector.hpp"
 #include "test/kill/kill_protocol.hpp"
@@ -520,6 +521,10 @@ TEST(KillSummary, Total) {
   if (configs == 0) GTEST_SKIP() << "no configuration left a tally: run the kill.* tests first";
   const std::string label = std::to_string(configs) + " of " + std::to_string(kill_configs().size()) + " configs";
   print_counts("TOTAL: ", label, sum);
+  write_reliability_row("process kills (SIGKILL)", configs, kill_configs().size(),
+                        std::to_string(sum.kills) + " kills (" + std::to_string(sum.kills_in_flight) +
+                            " with operations in flight), " + std::to_string(sum.fsyncs_verified) + " fsyncs verified",
+                        sum.violations);
   EXPECT_EQ(sum.violations, 0u);
   // At least 1,000 kills per CI run in an optimised build with every configuration available.
   if (scale >= 1.0 && configs == kill_configs().size()) {

@@ -1143,6 +1143,10 @@ TEST(ModelSummary, Total) {
     }
   }
   std::fflush(stdout);
+  write_reliability_row("model-based random operations", all.configs, all_configs().size(),
+                        std::to_string(all.count) + " operations (" + std::to_string(checks.count) + " reads, " +
+                            std::to_string(checks.other) + " fsyncs checked)",
+                        all.violations + checks.violations);
   EXPECT_EQ(all.violations, 0u);
 }
 

@@ -58,3 +58,28 @@ inline Tally sum_tallies(const std::string& prefix, const std::string& other_pre
 }
 
 }  // namespace tai::test
+
+namespace tai::test {
+
+/// The reliability report's directory ("" when the build defines none): every suite's summary
+/// leaves one row there, and the ctest test reliability.summary prints them as one table.
+inline std::string reliability_dir() {
+#ifdef TAI_RELIABILITY_DIR
+  return TAI_RELIABILITY_DIR;
+#else
+  return "";
+#endif
+}
+
+/// Writes the suite's row of the reliability table: its name, the configurations it ran (of how
+/// many), what it counted (e.g. "1049830 unique crash states") and its violations.
+inline void write_reliability_row(const std::string& suite, std::uint64_t configs, std::uint64_t of_configs,
+                                  const std::string& counted, std::uint64_t violations) {
+  const std::string d = reliability_dir();
+  if (d.empty()) return;
+  std::filesystem::create_directories(d);
+  std::ofstream(d + "/" + suite + ".row") << suite << '|' << configs << " of " << of_configs << '|' << counted << '|'
+                                          << violations << '\n';
+}
+
+}  // namespace tai::test

@@ -3,6 +3,7 @@
 // directory, and a summary test run after them (the crashsim.summary fixture) adds them up.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -78,7 +79,10 @@ inline void write_reliability_row(const std::string& suite, std::uint64_t config
   const std::string d = reliability_dir();
   if (d.empty()) return;
   std::filesystem::create_directories(d);
-  std::ofstream(d + "/" + suite + ".row") << suite << '|' << configs << " of " << of_configs << '|' << counted << '|'
+  std::string file = suite;  // a suite's name may hold '/' ("I/O-error loop")
+  for (char& ch : file)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  std::ofstream(d + "/" + file + ".row") << suite << '|' << configs << " of " << of_configs << '|' << counted << '|'
                                           << violations << '\n';
 }
 

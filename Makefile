@@ -5,7 +5,7 @@
 #   make test    install missing packages, check the API reference (make docs), then build +
 #                ctest the release, asan and tsan presets
 #
-# Other targets: deps, release, debug, asan, tsan, bench, docs, clean, help.
+# Other targets: deps, release, debug, asan, tsan, soak, fuzz, fuzz-merge, bench, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
 
 SHELL := /bin/bash

@@ -13,9 +13,9 @@
 //  * memory: MemoryEngine below, a synchronous test engine over an in-memory sparse disk (the
 //    project has no in-memory engine: crashsim and recording wrap a real one). Reads, fsync
 //    checks, close checks and the final comparison look at what the engine holds;
-//  * posix: the posix engine on files in a scratch directory (one per process, under /dev/shm
+//  * posix: the posix engine on files in a scratch directory (one per input, under /dev/shm
 //    when there is one, where fsync costs nothing; else $TAI_TEST_DIR or /var/tmp); the checks
-//    read the file with plain pread; the files are removed after each input;
+//    read the file with plain pread; the directory is removed after each input;
 //  * null: stores nothing, so a read may see the model's byte or a zero, and there is no
 //    content to compare; what is checked is that every receipt completes as the contract says.
 //
@@ -332,30 +332,36 @@ inline std::uint8_t data_byte(std::uint32_t index, std::uint64_t offset) {
   return b == 0 ? 1 : b;
 }
 
-/// A scratch directory for the posix engine, one per process (removed at exit).
-inline const std::string& scratch_directory() {
-  struct Scratch {
-    std::string path;
-    Scratch() {
-      std::string root = "/var/tmp";
-      if (const char* d = std::getenv("TAI_TEST_DIR")) root = d;
-      struct stat st {};
-      if (::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0) root = "/dev/shm";
-      std::string tmpl = root + "/tai-controller-fuzz-XXXXXX";
-      if (::mkdtemp(tmpl.data()) == nullptr) {
-        std::perror("controller fuzz: mkdtemp");
-        std::abort();
-      }
-      path = tmpl;
+/// The posix engine's scratch directory for one input: under /dev/shm when there is one (fsync
+/// costs nothing there), else $TAI_TEST_DIR or /var/tmp; removed with its files when the input
+/// ends. One per input rather than per process: a process that ends without running static
+/// destructors (abort on a finding, _Exit) left its per-process directory behind (four empty
+/// ones were found in /dev/shm after the first fuzzing runs).
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    std::string root = "/var/tmp";
+    if (const char* d = std::getenv("TAI_TEST_DIR")) root = d;
+    struct stat st {};
+    if (::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0) root = "/dev/shm";
+    std::string tmpl = root + "/tai-controller-fuzz-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::perror("controller fuzz: mkdtemp");
+      std::abort();
     }
-    ~Scratch() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static Scratch scratch;
-  return scratch.path;
-}
+    path_ = tmpl;
+  }
+  ~ScratchDirectory() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 class Run {
  public:
@@ -371,11 +377,9 @@ class Run {
       eo.depth = opts.engine_options.depth;
       ctl_->add_engine("memory", std::make_unique<MemoryEngine>(disk_, eo));
     }
-    for (unsigned f = 0; f < kFiles; ++f) {
-      files_[f].path = (s_.engine == EngineKind::posix ? scratch_directory() : std::string("/fuzz")) + "/file-" +
-                       std::to_string(f);
-      if (s_.engine == EngineKind::posix) ::unlink(files_[f].path.c_str());
-    }
+    if (s_.engine == EngineKind::posix) scratch_ = std::make_unique<ScratchDirectory>();
+    for (unsigned f = 0; f < kFiles; ++f)
+      files_[f].path = (scratch_ ? scratch_->path() : std::string("/fuzz")) + "/file-" + std::to_string(f);
     std::string error;
     for (unsigned f = 0; f < kFiles && error.empty(); ++f) error = open(f, true);
     if (trace_) std::fprintf(stderr, "controller fuzz: %s\n", s_.describe().c_str());
@@ -386,7 +390,7 @@ class Run {
     }
     if (error.empty()) error = finish();
     // Whatever happened, leave nothing behind: the controller first (it may still write), then
-    // the posix files. After a divergence reads may still be in flight into pending_'s buffers:
+    // the scratch directory. After a divergence reads may still be in flight into pending_'s buffers:
     // the shutdown waits for every task before those buffers go.
     if (ctl_) {
       for (auto& f : files_) f.handle = File();
@@ -394,8 +398,7 @@ class Run {
       pending_.clear();
       ctl_.reset();
     }
-    if (s_.engine == EngineKind::posix)
-      for (auto& f : files_) ::unlink(f.path.c_str());
+    scratch_.reset();
     if (!error.empty()) error += " [" + s_.describe() + "]";
     return error;
   }
@@ -853,6 +856,7 @@ class Run {
   // TAI_FUZZ_TRACE=1: print every operation as it is submitted (for reading a finding).
   const bool trace_ = std::getenv("TAI_FUZZ_TRACE") != nullptr;
   std::string trace_line_;
+  std::unique_ptr<ScratchDirectory> scratch_;  // posix only
   std::unique_ptr<Controller> ctl_;
   std::shared_ptr<MemoryDisk> disk_;
   std::array<FileModel, kFiles> files_;

@@ -5,7 +5,7 @@
 #   make test    install missing packages, check the API reference (make docs), then build +
 #                ctest the release, asan and tsan presets
 #
-# Other targets: deps, release, debug, asan, tsan, bench, docs, clean, help.
+# Other targets: deps, release, debug, asan, tsan, soak, fuzz, fuzz-merge, bench, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
 
 SHELL := /bin/bash
@@ -36,12 +36,15 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   test scripts:     python3 (the workload's JSON/CSV reports are parsed back)
 #   preload tests:    sqlite3 (a real program run under libtai-preload.so)
 #   real-error tests: e2fsprogs (mkfs.ext4 for the loop-mounted ext4 that fills up and is shut down)
+#   make fuzz:        libclang-rt-14-dev (clang 14's sanitizer and libFuzzer runtimes, which
+#                     -fsanitize=fuzzer,address,undefined links; clang only recommends it, and
+#                     deps installs without recommendations)
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs
+  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev
 
-.PHONY: help deps $(PRESETS) demo test soak bench bench-dropin docs clean sweep
+.PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
@@ -49,6 +52,8 @@ help:
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
 	@echo "make soak      release build + the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills; about an hour)"
+	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
+	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
@@ -112,6 +117,36 @@ demo: deps
 soak: release
 	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
+
+# libFuzzer (README "Tests"): the fuzz preset builds the targets with clang and
+# -fsanitize=fuzzer,address,undefined (the library with fuzzer-no-link, for its coverage); each
+# runs FUZZ_SECONDS on its committed corpus (test/<target>/corpus, read only: libFuzzer writes
+# new inputs into the first directory it is given, FUZZ_NEW/<target>). A crash leaves
+# build/fuzz/<target>-crash-<sha1> and stops; `make fuzz-merge` minimises what a run found into the
+# committed corpora. CI does not fuzz: every preset's ctest replays the corpora
+# (btree_fuzz.corpus, controller_fuzz.corpus).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := btree_fuzz controller_fuzz
+FUZZ_NEW := build/fuzz/new-corpus
+FUZZ_ARGS ?=
+fuzz: deps
+	cmake --preset fuzz
+	cmake --build --preset fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	@set -eu; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_NEW)/$$t; \
+	  echo "==> $$t for $(FUZZ_SECONDS) s"; \
+	  build/fuzz/test/$$t/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build/fuzz/$$t- \
+	    $(FUZZ_ARGS) $(FUZZ_NEW)/$$t test/$$t/corpus; \
+	done
+
+# -use_counters=0: an input is kept for a new edge, not for a new hit count of a known one (the
+# controller's corpus: 139 files instead of 755, same edges), so that the replay stays seconds.
+fuzz-merge:
+	@set -eu; \
+	for t in $(FUZZ_TARGETS); do \
+	  if [ -d $(FUZZ_NEW)/$$t ]; then build/fuzz/test/$$t/$$t -merge=1 -use_counters=0 test/$$t/corpus $(FUZZ_NEW)/$$t; fi; \
+	done
 
 # The drop-in benchmarks (README "Measured on this machine"): tai-serial's modes interleaved,
 # medians of 3, and dd with and without libtai-preload.so. Minutes; a quiet machine matters.

@@ -766,7 +766,14 @@ void TreeCore::redirty_block(Node& n) noexcept {
 std::optional<std::uint64_t> TreeCore::logical_size() const noexcept {
   if (!size_known_) return std::nullopt;
   if (size_top_.load(std::memory_order_relaxed)) return ~std::uint64_t{0};
-  return size_end_.load(std::memory_order_relaxed);
+  const std::uint64_t known = size_end_.load(std::memory_order_relaxed);
+  // The file may have grown since this tree took its size: an earlier handle of the path whose
+  // close wrote its cached data back after this handle was opened, or another process. Reads
+  // learn it when they pass the known end (refresh_size); the size reported must include it
+  // too, without storing it (only root steps write size_end_).
+  if (options_.file_size || file_ == nullptr) return known;
+  const std::optional<std::uint64_t> now = file_->size();
+  return now && *now > known ? *now : known;
 }
 
 // --- writes and write-backs over many children ----------------------------------------------

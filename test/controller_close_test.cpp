@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/controller_support.hpp"
+#include "support/engine_configs.hpp"
 #include "support/test_env.hpp"
 #include "tai/tai.hpp"
 
@@ -296,6 +297,42 @@ TEST(ControllerClose, StatusReportsTheFile) {
   EXPECT_EQ(trivial.status().cached_bytes, 0u) << "BTreeTrivial caches nothing";
   EXPECT_EQ(trivial.status().dirty_bytes, 0u);
   EXPECT_TRUE(wait_ok(trivial.close()));
+}
+
+// A handle opened while an earlier handle of the path still holds cached data takes the file's
+// size from the disk (0 here); the earlier close then writes the data back. The new handle's
+// status() must report the size the file has by then, as its reads already did (they refresh the
+// size when they pass the known end). It reported the stale 0 (found by the controller fuzz
+// target).
+TEST(ControllerClose, StatusSizeOfAReopenIncludesTheEarlierCloseWriteBack) {
+  ScratchDir dir;
+  ControllerOptions o = options();
+  o.workers = 1;  // one worker, so a blocking task holds the close back
+  Controller ctl(o);
+  const std::string path = dir.file("reopen-size");
+  File f = open_or_fail<BTreeDefault>(ctl, path);
+  const std::vector<unsigned char> data = pattern(4096, 5);
+  ASSERT_TRUE(wait_ok(f.write(8192, data.data(), data.size())));
+  ASSERT_EQ(file_size(path), 0) << "precondition: the write is still only cached";
+
+  std::atomic<bool> release{false};
+  Receipt blocker = ctl.submit([&] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!release.load() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  Receipt closed = f.close();
+  File again = open_or_fail<BTreeDefault>(ctl, path, Open::read | Open::write);
+  release = true;
+  ASSERT_TRUE(wait_ok(blocker));
+  ASSERT_TRUE(wait_ok(closed));
+  EXPECT_EQ(file_size(path), 8192 + 4096) << "the close wrote the data back";
+  EXPECT_EQ(again.status().size.value_or(0), 8192u + 4096u);
+  std::vector<unsigned char> back(4096);
+  Receipt r = again.read(8192, back.data(), back.size());
+  ASSERT_TRUE(wait_ok(r));
+  EXPECT_EQ(r.bytes(), 4096);
+  EXPECT_EQ(back, data);
+  EXPECT_TRUE(wait_ok(again.close()));
 }
 
 }  // namespace

@@ -326,7 +326,9 @@ class TreeCore {
   /// every fsync/fdatasync operation fails with it until one started after the redirty succeeds
   /// (see "Failed engine syncs" above). Thread-safe.
   std::error_code sync_error() const noexcept;
-  /// The logical size (nullopt: unknown). 2^64 is reported as UINT64_MAX.
+  /// The logical size (nullopt: unknown): the known end, or the file's size when the file has
+  /// grown past it since the tree took it (as a read past the known end would find). 2^64 is
+  /// reported as UINT64_MAX. Thread-safe.
   std::optional<std::uint64_t> logical_size() const noexcept;
   /// Walks the whole tree and checks every structural invariant and counter; returns "" or what
   /// is wrong. Only when idle().

@@ -35,10 +35,11 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   API reference:    doxygen
 #   test scripts:     python3 (the workload's JSON/CSV reports are parsed back)
 #   preload tests:    sqlite3 (a real program run under libtai-preload.so)
+#   image workload's MPI mode (tai-augment --mpi, its tests): openmpi-bin libopenmpi-dev
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3
+  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 openmpi-bin libopenmpi-dev
 
 .PHONY: help deps $(PRESETS) demo test soak bench bench-dropin docs clean sweep
 

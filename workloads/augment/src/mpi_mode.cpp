@@ -525,6 +525,7 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
 
   int ok_flag = 1;
   if (roles.rank == 0) {
+    // all_ok: every producer wrote and synced; stage 2's findings arrive in the error texts.
     bool ok = all_ok != 0;
     auto f = [&](int r, Field k) { return all[std::size_t(r) * kFields + k]; };
     double first_start = 1e300, last_end = 0, last_ready = 0, last_checked = 0, bytes = 0, images = 0, checked = 0,
@@ -566,7 +567,7 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
     for (const std::string& e : stage2_errors) fmt::print("stage 2: a producer reported: {}\n", e);
     const double span = last_end - first_start;
     const double expected = double(total_images) * amplify;
-    if (ok) {
+    if (all_ok) {
       fmt::print("total: {:.0f} images, {:.1f} MB in {:.2f} s (earliest start to latest end, final fsync inside): "
                  "{:.1f} images/s, {:.1f} MB/s; {:.1f} images/s per producing rank\n",
                  images, bytes / 1e6, span, images / span, bytes / 1e6 / span, images / span / roles.producers);
@@ -584,7 +585,7 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
       }
       if (s.shared_file)
         for (unsigned j = 0; j < paths.files; ++j) {
-          const SharedCheck c = check_shared_file(paths, j, roles.producers, false);
+          const SharedCheck c = check_shared_file(paths, j, roles.producers, false);  // stage 2 decoded
           fmt::print("shared file {}: {} records of {} ranks, {} record bytes, {} bytes between records (all must be 0: {} "
                      "are not), {} 4-KiB blocks shared by two or more ranks' records, file {} bytes; "
                      "{} bytes lost or clobbered\n",
@@ -634,7 +635,7 @@ int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
   };
   if (provided < MPI_THREAD_FUNNELED) return refuse("the MPI library does not provide MPI_THREAD_FUNNELED");
   if (roles.separate && roles.size < 2) return refuse("--stage2 separate needs at least 2 ranks (half produce, half check)");
-  if (s.shared_file && s.config.method.direct && s.chunk_bytes % kDirectAlignment != 0)
+  if (s.shared_file && s.config.method.direct && s.chunk_bytes % kDirectAlignment != 0 && !s.allow_unaligned_direct_chunks)
     return refuse(fmt::format(
         "--shared-file with --direct needs --chunk to be a multiple of {} (the direct-I/O block): a chunk edge "
         "inside a block would make two ranks read-modify-write the same block and overwrite each other's bytes",

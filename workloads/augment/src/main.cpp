@@ -199,8 +199,8 @@ int main(int argc, char** argv) {
   app.add_option("--handoff", handoff, "--mpi: how a rank says its records are ready after their fsync: barrier (one per stage) or stream (a message per durable batch)")->check(CLI::IsMember({"barrier", "stream"}))->capture_default_str()->group(mpi_group);
   app.add_option("--stage2", stage2, "--mpi: who checks the records: same (rank r checks rank r-1 after producing) or separate (the upper half of the ranks only checks)")->check(CLI::IsMember({"same", "separate"}))->capture_default_str()->group(mpi_group);
   app.add_flag("--images-per-rank", images_per_rank, "--mpi: --images counts per producing rank (weak scaling); default: the whole set (strong scaling)")->group(mpi_group);
-  bool allow_unaligned_direct_chunks = false;
-  app.add_flag("--unsafe-unaligned-direct-chunks", allow_unaligned_direct_chunks, "--mpi --shared-file --direct: do not refuse chunks that are not block-aligned (ranks then read-modify-write each other's blocks: only to show that the check catches it)")->group(mpi_group);
+  bool allow_unsafe_shared_direct = false;
+  app.add_flag("--unsafe-shared-direct", allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse unaligned chunks or --direct-unpadded (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
   app.add_option("--fault-rank", fault_rank, "--mpi: this rank's TAI outputs go through a fault engine with the --fault rules (failure tests)")->group(mpi_group);
   app.add_option("--fault", fault_rules, "fault engine rules for --fault-rank, e.g. write:nth=3:errno=EIO")->group(mpi_group);
   CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "tai-augment: cannot create --output {}: {}\n", output, std::strerror(errno));
     return 2;
   }
-  const bool mpi_options_used = shared_file || images_per_rank || allow_unaligned_direct_chunks || fault_rank >= 0 || !fault_rules.empty() ||
+  const bool mpi_options_used = shared_file || images_per_rank || allow_unsafe_shared_direct || fault_rank >= 0 || !fault_rules.empty() ||
                                 app.count("--handoff") || app.count("--stage2") || app.count("--chunk");
   if (mpi_options_used && !mpi) {
     fmt::print(stderr, "tai-augment: --shared-file, --chunk, --handoff, --stage2, --images-per-rank and --fault* need --mpi\n");
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     ms.stage2 = stage2;
     ms.fault_rank = fault_rank;
     ms.fault_rules = fault_rules;
-    ms.allow_unaligned_direct_chunks = allow_unaligned_direct_chunks;
+    ms.allow_unsafe_shared_direct = allow_unsafe_shared_direct;
     RunConfig& c = ms.config;
     c.batch = batch;
     c.seed = seed;

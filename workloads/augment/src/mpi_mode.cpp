@@ -635,11 +635,21 @@ int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
   };
   if (provided < MPI_THREAD_FUNNELED) return refuse("the MPI library does not provide MPI_THREAD_FUNNELED");
   if (roles.separate && roles.size < 2) return refuse("--stage2 separate needs at least 2 ranks (half produce, half check)");
-  if (s.shared_file && s.config.method.direct && s.chunk_bytes % kDirectAlignment != 0 && !s.allow_unaligned_direct_chunks)
+  if (s.shared_file && s.config.method.direct && s.chunk_bytes % kDirectAlignment != 0 && !s.allow_unsafe_shared_direct)
     return refuse(fmt::format(
         "--shared-file with --direct needs --chunk to be a multiple of {} (the direct-I/O block): a chunk edge "
         "inside a block would make two ranks read-modify-write the same block and overwrite each other's bytes",
         kDirectAlignment));
+  // An unaligned direct write whose last block lies past the end of the file makes TAI's engine
+  // pad the file to the block and then cut it back if the size is still its own: a check (fstat)
+  // then a truncate that a write of another process can fall between, losing that write. One
+  // process orders its own writes around it; two cannot, so a shared direct file gets only
+  // aligned writes (padded records).
+  if (s.shared_file && s.config.method.direct && s.config.method.direct_unpadded && !s.allow_unsafe_shared_direct)
+    return refuse(
+        "--shared-file with --direct cannot take --direct-unpadded: an unaligned direct write at the end of the "
+        "file pads the file to a block and cuts it back (fstat, then ftruncate), and another rank's write landing "
+        "in between would be cut off; the records must stay padded to 4096 bytes");
   if (s.shared_file && s.chunk_bytes == 0) return refuse("--chunk must be at least 1 byte");
   if (s.fault_rank >= roles.size) return refuse(fmt::format("--fault-rank {} is not a rank of {}", s.fault_rank, roles.size));
   for (const std::string& m : s.methods)

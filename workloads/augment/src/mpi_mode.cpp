@@ -2,6 +2,8 @@
 // CMake found MPI (TAI_AUGMENT_HAVE_MPI); without it run_mpi_mode says so and returns 2.
 #include "mpi_mode.hpp"
 
+#include <cstdio>
+
 #if TAI_AUGMENT_HAVE_MPI
 #include <fcntl.h>
 #include <mpi.h>

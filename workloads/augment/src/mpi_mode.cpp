@@ -215,7 +215,7 @@ struct Paths {
 // Per-rank figures gathered on rank 0, in this order.
 enum Field {
   kProduces, kImages, kBytes, kStart, kLastWrite, kEnd, kReady, kChecked, kCheckedBytes, kBad, kCheckSeconds,
-  kLastChecked, kWall, kFields
+  kLastChecked, kWall, kCpu, kFields
 };
 
 constexpr int kErrorChars = 1024;
@@ -513,6 +513,7 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
   mine[kCheckSeconds] = tally.seconds;
   mine[kLastChecked] = tally.last_checked_epoch;
   mine[kWall] = res.wall_s;
+  mine[kCpu] = res.user_s + res.sys_s;  // the whole rank's CPU time over its run (TAI's workers included)
   std::vector<double> all(std::size_t(roles.size) * kFields);
   MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   std::string my_error = error;
@@ -532,13 +533,13 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
     auto f = [&](int r, Field k) { return all[std::size_t(r) * kFields + k]; };
     double first_start = 1e300, last_end = 0, last_ready = 0, last_checked = 0, bytes = 0, images = 0, checked = 0,
            checked_bytes = 0, bad = 0;
-    std::vector<double> durable_ms;
+    std::vector<double> durable_ms, cpu_share;
     fmt::print("\n{}: {} ranks ({} producing, stage 2 on {}), hand-off {}, {}\n", spec, roles.size, roles.producers,
                roles.separate ? "the other ranks" : "the same ranks (rank r checks rank r-1)", s.handoff,
                s.shared_file ? fmt::format("one shared file per output, chunks of {} bytes dealt round-robin", s.chunk_bytes)
                              : std::string("one file per rank"));
-    fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>16} {:>9} {:>9}\n", "rank", "images", "images/s", "MB/s", "seconds",
-               "write->durable ms", "checked", "check s");
+    fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9} {:>9}\n", "rank", "images", "images/s", "MB/s", "seconds",
+               "CPU/wall", "write->durable ms", "checked", "check s");
     for (int r = 0; r < roles.size; ++r) {
       const std::string text(&texts[std::size_t(r) * kErrorChars]);
       if (!text.empty()) {
@@ -550,8 +551,8 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
       bad += f(r, kBad);
       last_checked = std::max(last_checked, f(r, kLastChecked));
       if (f(r, kProduces) == 0) {
-        fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>16} {:>9.0f} {:>9.2f}\n", r, "-", "-", "-", "-", "-", f(r, kChecked),
-                   f(r, kCheckSeconds));
+        fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9.0f} {:>9.2f}\n", r, "-", "-", "-", "-", "-", "-",
+                   f(r, kChecked), f(r, kCheckSeconds));
         continue;
       }
       const double wall = f(r, kWall);
@@ -562,9 +563,10 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
       last_ready = std::max(last_ready, f(r, kReady));
       const double to_durable = (f(r, kEnd) - f(r, kLastWrite)) * 1e3;
       durable_ms.push_back(to_durable);
-      fmt::print("{:>4} {:>7.0f} {:>9.1f} {:>8.1f} {:>8.2f} {:>16.1f} {:>9.0f} {:>9.2f}\n", r, f(r, kImages),
-                 wall > 0 ? f(r, kImages) / wall : 0.0, wall > 0 ? f(r, kBytes) / 1e6 / wall : 0.0, wall, to_durable,
-                 f(r, kChecked), f(r, kCheckSeconds));
+      if (wall > 0) cpu_share.push_back(f(r, kCpu) / wall);
+      fmt::print("{:>4} {:>7.0f} {:>9.1f} {:>8.1f} {:>8.2f} {:>8.2f} {:>16.1f} {:>9.0f} {:>9.2f}\n", r, f(r, kImages),
+                 wall > 0 ? f(r, kImages) / wall : 0.0, wall > 0 ? f(r, kBytes) / 1e6 / wall : 0.0, wall,
+                 wall > 0 ? f(r, kCpu) / wall : 0.0, to_durable, f(r, kChecked), f(r, kCheckSeconds));
     }
     for (const std::string& e : stage2_errors) fmt::print("stage 2: a producer reported: {}\n", e);
     const double span = last_end - first_start;
@@ -600,11 +602,11 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
         }
       fmt::print("mpi-result: method={} ranks={} producers={} handoff={} shared={} images={:.0f} bytes={:.0f} seconds={:.4f} "
                  "images_per_s={:.3f} mb_per_s={:.3f} per_rank_images_per_s={:.3f} ready_s={:.4f} durable_ms_max={:.1f} "
-                 "checked={:.0f} bad={:.0f} digest={:016x} ok={}\n",
+                 "checked={:.0f} bad={:.0f} digest={:016x} cpu_per_wall={:.3f} ok={}\n",
                  spec, roles.size, roles.producers, s.handoff, s.shared_file ? 1 : 0, images, bytes, span, images / span,
                  bytes / 1e6 / span, images / span / roles.producers, last_ready - first_start,
                  durable_ms.empty() ? 0.0 : *std::max_element(durable_ms.begin(), durable_ms.end()), checked, bad,
-                 digest_sum, ok ? 1 : 0);
+                 digest_sum, median(cpu_share), ok ? 1 : 0);
     } else {
       fmt::print("{}: FAILED on {} ranks: stage 2 {}\n", spec, roles.size,
                  s.handoff == "stream" ? "stopped at the failed producer's done message" : "not run (the barrier reported the failure)");

@@ -39,10 +39,12 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   make fuzz:        libclang-rt-14-dev (clang 14's sanitizer and libFuzzer runtimes, which
 #                     -fsanitize=fuzzer,address,undefined links; clang only recommends it, and
 #                     deps installs without recommendations)
+#   image workload's MPI mode (tai-augment --mpi, its tests): openmpi-bin libopenmpi-dev
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
-  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev
+  libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev \
+  openmpi-bin libopenmpi-dev
 
 .PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin docs clean sweep
 

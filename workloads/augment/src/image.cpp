@@ -245,11 +245,20 @@ Image synthetic_image(std::uint64_t seed, std::uint64_t id, Size size) {
 }
 
 std::vector<EncodedImage> synthetic_set(std::uint64_t seed, std::size_t count, const std::vector<Size>& sizes) {
+  std::vector<std::uint64_t> ids(count);
+  for (std::size_t i = 0; i < count; ++i) ids[i] = i;
+  return synthetic_images(seed, ids, sizes);
+}
+
+std::vector<EncodedImage> synthetic_images(std::uint64_t seed, const std::vector<std::uint64_t>& ids,
+                                           const std::vector<Size>& sizes) {
+  const std::size_t count = ids.size();
   std::vector<EncodedImage> set(count);
   bool failed = false;
 #pragma omp parallel for schedule(dynamic)
-  for (std::size_t i = 0; i < count; ++i) {
-    EncodedImage& e = set[i];
+  for (std::size_t k = 0; k < count; ++k) {
+    EncodedImage& e = set[k];
+    const std::uint64_t i = ids[k];
     e.id = i;
     e.format = i % 2 ? Format::jpeg : Format::png;
     const Image img = synthetic_image(seed, i, sizes[i % sizes.size()]);

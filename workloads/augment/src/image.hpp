@@ -46,6 +46,9 @@ bool parse_sizes(const std::string& text, std::vector<Size>& out);
 // that compression does real work) depends only on (seed, i).
 Image synthetic_image(std::uint64_t seed, std::uint64_t id, Size size);
 std::vector<EncodedImage> synthetic_set(std::uint64_t seed, std::size_t count, const std::vector<Size>& sizes);
+// The images of the set with these ids only (an MPI rank's shard), in the order given.
+std::vector<EncodedImage> synthetic_images(std::uint64_t seed, const std::vector<std::uint64_t>& ids,
+                                           const std::vector<Size>& sizes);
 
 struct TransformOptions {
   bool grey = false;  // convert every output to grey-scale

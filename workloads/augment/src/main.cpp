@@ -23,6 +23,7 @@
 #include "page_cache_warning.hpp"
 #include "report.hpp"
 #include "method.hpp"
+#include "mpi_mode.hpp"
 #include "record.hpp"
 #include "run.hpp"
 #include "sweep.hpp"
@@ -183,6 +184,25 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "write every run's figures as CSV, one row per run");
   app.add_flag("--list-methods", list, "list the I/O methods and exit");
   app.add_flag("--stats", show_stats, "print each method's own counters (TAI's controller statistics) for the median run");
+  // The MPI mode (README.md, "Scale-out over MPI").
+  bool mpi = false, shared_file = false, images_per_rank = false;
+  std::uint64_t chunk_bytes = 1 << 20;
+  std::string handoff = "barrier", stage2 = "same", fault_rules;
+  int fault_rank = -1;
+  std::string mpi_why_not;
+  const bool mpi_built = mpi_mode_built(&mpi_why_not);
+  auto* mpi_group = "MPI mode (under mpirun)";
+  app.add_flag("--mpi", mpi, mpi_built ? "run as one rank of an MPI job: each rank writes its shard (image id mod producers), the next stage checks another rank's records"
+                                       : "run as an MPI rank (NOT in this build: " + mpi_why_not + ")")->group(mpi_group);
+  app.add_flag("--shared-file", shared_file, "--mpi: every rank writes into one file per output, in chunks of --chunk bytes dealt round-robin (rank p owns chunks k*P+p)")->group(mpi_group);
+  app.add_option("--chunk", chunk_bytes, "--mpi --shared-file: bytes per chunk; a multiple of 4096 with --direct")->capture_default_str()->group(mpi_group);
+  app.add_option("--handoff", handoff, "--mpi: how a rank says its records are ready after their fsync: barrier (one per stage) or stream (a message per durable batch)")->check(CLI::IsMember({"barrier", "stream"}))->capture_default_str()->group(mpi_group);
+  app.add_option("--stage2", stage2, "--mpi: who checks the records: same (rank r checks rank r-1 after producing) or separate (the upper half of the ranks only checks)")->check(CLI::IsMember({"same", "separate"}))->capture_default_str()->group(mpi_group);
+  app.add_flag("--images-per-rank", images_per_rank, "--mpi: --images counts per producing rank (weak scaling); default: the whole set (strong scaling)")->group(mpi_group);
+  bool allow_unsafe_shared_direct = false;
+  app.add_flag("--unsafe-shared-direct", allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse unaligned chunks or --direct-unpadded (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
+  app.add_option("--fault-rank", fault_rank, "--mpi: this rank's TAI outputs go through a fault engine with the --fault rules (failure tests)")->group(mpi_group);
+  app.add_option("--fault", fault_rules, "fault engine rules for --fault-rank, e.g. write:nth=3:errno=EIO")->group(mpi_group);
   CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
   std::vector<std::string> verify_paths;
   bool verify_no_decode = false;
@@ -249,6 +269,59 @@ int main(int argc, char** argv) {
   if (::mkdir(output.c_str(), 0755) != 0 && errno != EEXIST) {
     fmt::print(stderr, "tai-augment: cannot create --output {}: {}\n", output, std::strerror(errno));
     return 2;
+  }
+  const bool mpi_options_used = shared_file || images_per_rank || allow_unsafe_shared_direct || fault_rank >= 0 || !fault_rules.empty() ||
+                                app.count("--handoff") || app.count("--stage2") || app.count("--chunk");
+  if (mpi_options_used && !mpi) {
+    fmt::print(stderr, "tai-augment: --shared-file, --chunk, --handoff, --stage2, --images-per-rank and --fault* need --mpi\n");
+    return 2;
+  }
+  if (mpi) {
+    if (!mpi_built) {
+      fmt::print(stderr, "tai-augment: --mpi: {}\n", mpi_why_not);
+      return 2;
+    }
+    if (thread_counts.size() != 1 || repeat != 1 || verify || !json_path.empty() || !csv_path.empty() || read_input) {
+      fmt::print(stderr, "tai-augment: --mpi takes one --threads count and no --repeat, --verify, --json, --csv or "
+                         "--read-input (stage 2 is the verification; repeat with a loop of mpirun, as the scaling script does)\n");
+      return 2;
+    }
+    if ((fault_rank >= 0) != !fault_rules.empty()) {
+      fmt::print(stderr, "tai-augment: --fault-rank and --fault go together\n");
+      return 2;
+    }
+    MpiSettings ms;
+    ms.methods = specs;
+    ms.threads = thread_counts.front();
+    ms.tai_workers = tai_workers ? tai_workers : load == "fixed" ? 2u : std::max(1u, hw > ms.threads ? hw - ms.threads : 1u);
+    ms.images = images;
+    ms.images_per_rank = images_per_rank;
+    ms.sizes = sizes;
+    ms.sizes_text = sizes_text;
+    ms.input_dir = input_dir;
+    ms.output = output;
+    ms.shared_file = shared_file;
+    ms.chunk_bytes = chunk_bytes;
+    ms.handoff = handoff;
+    ms.stage2 = stage2;
+    ms.fault_rank = fault_rank;
+    ms.fault_rules = fault_rules;
+    ms.allow_unsafe_shared_direct = allow_unsafe_shared_direct;
+    RunConfig& c = ms.config;
+    c.batch = batch;
+    c.seed = seed;
+    c.png_level = png_level;
+    c.transform.grey = grey;
+    c.amplify = amplify;
+    c.overwrite = overwrite;
+    c.fsync_every = fsync_every;
+    c.files = files;
+    c.content = input_dir.empty() ? fmt::format("synthetic seed={} sizes={} png-level={} grey={}", seed, sizes_text, png_level, grey ? 1 : 0)
+                                  : fmt::format("input={} png-level={} grey={}", input_dir, png_level, grey ? 1 : 0);
+    c.method.direct = direct;
+    c.method.direct_unpadded = direct_unpadded;
+    c.method.fdatasync = fdatasync;
+    return run_mpi_mode(argc, argv, ms);
   }
 
   omp_set_num_threads(int(*std::max_element(thread_counts.begin(), thread_counts.end())));

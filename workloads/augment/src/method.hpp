@@ -36,6 +36,8 @@ struct MethodConfig {
                                   // requests (TAI: its cache does the read-modify-write) gets the
                                   // records unpadded; the others still pad
   bool fdatasync = false;         // sync() and finish() use fdatasync instead of fsync
+  std::string fault_rules;        // TAI methods: open the outputs on a fault engine over posix with
+                                  // these rules (tai::engines::FaultRule syntax), to test failures
 };
 
 // The alignment of direct I/O requests (offset, length, memory). 4096 covers the logical block

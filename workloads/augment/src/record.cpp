@@ -94,6 +94,33 @@ FileScan scan_file(const std::string& path, bool decode_payloads) {
   return res;
 }
 
+bool check_record(const unsigned char* bytes, std::size_t n, const IndexEntry& entry, bool decode_payload,
+                  std::string* err) {
+  auto fail = [&](const std::string& why) {
+    if (err) *err = "record of image " + std::to_string(entry.id) + " at offset " + std::to_string(entry.offset) + ": " + why;
+    return false;
+  };
+  if (n != entry.size) return fail("read " + std::to_string(n) + " of " + std::to_string(entry.size) + " bytes");
+  if (crc32c_of(bytes, n) != entry.crc32c) return fail("CRC32C of the bytes differs from the index's");
+  RecordHeader h;
+  if (n < sizeof h) return fail("shorter than a header");
+  std::memcpy(&h, bytes, sizeof h);
+  if (h.magic != kRecordMagic || h.version != kRecordVersion) return fail("bad magic or version");
+  if (h.id != entry.id) return fail("the header names image " + std::to_string(h.id));
+  if (h.align_log2 > 20) return fail("bad padding");
+  const std::uint64_t a = std::uint64_t{1} << h.align_log2;
+  if ((sizeof h + std::uint64_t(h.length) + a - 1) / a * a != n) return fail("the header's length disagrees with the size");
+  const unsigned char* payload = bytes + sizeof h;
+  if (crc32_of(payload, h.length) != h.crc32) return fail("payload CRC-32 mismatch");
+  if (std::any_of(payload + h.length, bytes + n, [](unsigned char c) { return c != 0; })) return fail("non-zero padding");
+  if (decode_payload) {
+    Image img;
+    std::string why;
+    if (!decode_png(Bytes(payload, payload + h.length), img, &why)) return fail("not a PNG: " + why);
+  }
+  return true;
+}
+
 std::string index_path(const std::string& record_file) { return record_file + ".idx"; }
 
 namespace {

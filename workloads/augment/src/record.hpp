@@ -65,6 +65,13 @@ struct IndexEntry {
   std::uint64_t size = 0;  // the record's bytes as written (header, payload, padding)
   std::uint32_t crc32c = 0;
 };
+
+// Checks one record read back from where its index entry says (the MPI mode's next stage, which
+// reads records at their offsets rather than scanning a file): `n` must be the entry's size, the
+// bytes' CRC32C the entry's, the header's magic, id, length and payload CRC-32 right, the padding
+// zero, and (decode_payload) the payload a PNG. False and *err (naming the offset) otherwise.
+bool check_record(const unsigned char* bytes, std::size_t n, const IndexEntry& entry, bool decode_payload,
+                  std::string* err);
 std::string index_path(const std::string& record_file);
 // Writes / reads `<record_file>.idx` (text: a header line, then "id copy offset size crc32c"
 // per record, sorted by offset). False and *err on failure.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 
 #include "progress.hpp"
 #include "record.hpp"
@@ -14,6 +15,10 @@
 namespace augment {
 
 namespace {
+double epoch_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -91,7 +96,12 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   std::vector<char> written(input.size(), 0);
   std::atomic<std::size_t> skipped{0};
   std::atomic<std::uint64_t> syncs{0};
+  std::atomic<std::uint64_t> bytes_total{0};
+  std::atomic<double> last_write_epoch{0};
+  std::mutex reserve_mutex;
+  std::string reserve_error;  // the first refused reservation (under reserve_mutex)
   double compute_s = 0, io_s = 0, input_s = 0;
+  if (config.after_open) config.after_open();
 
   ProgressOptions progress_options;
   if (config.progress_label.empty()) progress_options.fd = -1;  // no line at all
@@ -99,6 +109,7 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   RunMeter meter(config.cache_counters);
   meter.start();
   const auto t0 = std::chrono::steady_clock::now();
+  res.start_epoch_s = epoch_seconds();
   for (std::size_t start = 0; start < input.size(); start += batch) {
     const std::size_t n = std::min(batch, input.size() - start);
     method->begin_batch(n * ops_per_image);
@@ -139,8 +150,24 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
       const unsigned file = unsigned(in->id % n_files);
       std::size_t slot = k * ops_per_image;
       const auto w0 = std::chrono::steady_clock::now();
-      for (unsigned copy = 0; copy < amplify; ++copy) {
-        const std::uint64_t offset = next_offset[file].fetch_add(record.size(), std::memory_order_relaxed);
+      bool reserved = true;
+      for (unsigned copy = 0; copy < amplify && reserved; ++copy) {
+        std::uint64_t offset = 0;
+        if (config.reserve_offset) {
+          offset = config.reserve_offset(file, record.size());
+          if (offset == kNoOffset) {
+            std::lock_guard<std::mutex> lock(reserve_mutex);
+            if (reserve_error.empty())
+              reserve_error = "no offset could be reserved for the " + std::to_string(record.size()) +
+                              "-byte record of image " + std::to_string(in->id) +
+                              (config.reserve_refusal.empty() ? "" : ": " + config.reserve_refusal);
+            reserved = false;
+            break;
+          }
+        } else {
+          offset = next_offset[file].fetch_add(record.size(), std::memory_order_relaxed);
+        }
+        bytes_total.fetch_add(record.size(), std::memory_order_relaxed);
         index[(start + k) * amplify + copy] = {in->id, copy, offset, record.size(), crc};
         for (std::size_t w = 0; w < writes_per_copy; ++w) method->write(slot++, file, offset, data, record.size());
         if (sync_after(config.seed, in->id, copy, config.fsync_every)) {
@@ -150,16 +177,37 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
         slot += sync_slots;
       }
       io_s += seconds_since(w0);
+      if (!reserved) written[start + k] = 0;
+      for (double now = epoch_seconds(), seen = last_write_epoch.load(std::memory_order_relaxed);
+           now > seen && !last_write_epoch.compare_exchange_weak(seen, now, std::memory_order_relaxed);) {
+      }
       progress.advance(1);
     }
     const auto e0 = std::chrono::steady_clock::now();
     method->end_batch();
+    if (config.on_batch_durable && !method->failed()) {
+      // The streaming hand-off: the batch's records are handed on only once an fsync that
+      // covers them has completed.
+      method->begin_batch(n_files);
+      for (unsigned j = 0; j < n_files; ++j) method->sync(j, j);
+      method->end_batch();
+    }
     io_s += seconds_since(e0);
+    if (config.on_batch_durable && !method->failed()) {
+      std::vector<std::pair<unsigned, IndexEntry>> durable;
+      for (std::size_t k = 0; k < n; ++k)
+        if (written[start + k])
+          for (unsigned copy = 0; copy < amplify; ++copy)
+            durable.emplace_back(unsigned(input[start + k].id % n_files), index[(start + k) * amplify + copy]);
+      config.on_batch_durable(durable);
+    }
   }
   const auto f0 = std::chrono::steady_clock::now();
   method->finish();
   io_s += seconds_since(f0);
   res.wall_s = seconds_since(t0);
+  res.end_epoch_s = epoch_seconds();
+  res.last_write_epoch_s = last_write_epoch.load();
   res.measured = meter.stop();
   progress.finish();
   res.user_s = res.measured.delta.user_s;
@@ -173,13 +221,14 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
   res.input_s = input_s;
   res.skipped = skipped.load();
   res.images = input.size() - res.skipped;
-  for (const auto& o : next_offset) res.bytes += o.load();
+  res.bytes = bytes_total.load();
   res.bytes_issued = res.bytes * writes_per_copy;
   res.writes = std::uint64_t(res.images) * amplify * writes_per_copy;
   res.syncs = syncs.load();
   res.note = method->note();
   res.library_stats = method->stats();
   res.error = method->error();
+  if (res.error.empty()) res.error = reserve_error;
   method.reset();
   if (!res.ok()) return res;
 
@@ -191,6 +240,10 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
         const IndexEntry& e = index[i * amplify + copy];
         per_file[input[i].id % n_files].push_back(e);
       }
+  for (auto& entries : per_file)
+    std::sort(entries.begin(), entries.end(), [](const IndexEntry& a, const IndexEntry& b) { return a.offset < b.offset; });
+  res.index = per_file;
+  if (!config.write_artifacts) return res;
   RunManifest m;
   m.method = spec;
   m.note = res.note;

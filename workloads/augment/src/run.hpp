@@ -2,12 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "cache_counters.hpp"
 #include "image.hpp"
 #include "method.hpp"
+#include "record.hpp"
 #include "run_meter.hpp"
 
 namespace augment {
@@ -27,7 +30,28 @@ struct RunConfig {
   std::string content;        // what the records depend on (seed, input, level, grey): the manifest's
   const CacheCounters* cache_counters = nullptr;  // the process's PAPI counters (started in main), or null
   std::string progress_label; // a progress line on a terminal for runs longer than 2 s; empty: none
+
+  // Hooks of the MPI mode (mpi_mode.cpp); a plain run leaves them empty.
+  //
+  // reserve_offset(file, size): where the next record of `size` bytes goes in `file`, called by
+  // any compute thread (so it must be thread-safe); kNoOffset fails the run (a record that does
+  // not fit the caller's scheme). Empty: records back to back from offset 0.
+  std::function<std::uint64_t(unsigned file, std::uint64_t size)> reserve_offset;
+  std::string reserve_refusal;  // why reserve_offset refuses (appended to the run's error)
+  // Called once on the loop's thread after every output is open and before the clock starts
+  // (a shared output file: every rank has opened, and so truncated, it before anyone writes).
+  std::function<void()> after_open;
+  // When set, every batch ends with a sync of every output file through the method (waited for)
+  // and then this is called on the loop's thread with the batch's records, which are durable:
+  // the streaming hand-off. Not called once the method has failed.
+  std::function<void(const std::vector<std::pair<unsigned, IndexEntry>>& durable)> on_batch_durable;
+  // False: no index or manifest is written after the clock (the MPI shared-file mode writes a
+  // per-rank index itself from RunResult::index).
+  bool write_artifacts = true;
 };
+
+// reserve_offset's refusal.
+constexpr std::uint64_t kNoOffset = std::numeric_limits<std::uint64_t>::max();
 
 struct RunResult {
   std::string method;        // as asked, e.g. "tai-def:uring"
@@ -52,6 +76,11 @@ struct RunResult {
   RunMeasurement measured;
   double user_s = 0, sys_s = 0;
   long voluntary_switches = 0, involuntary_switches = 0, minor_faults = 0;
+  // Wall-clock instants (seconds since the epoch, CLOCK_REALTIME) for figures across processes:
+  // the clock's start, the return of the last write call, the end (finish: final fsync done).
+  double start_epoch_s = 0, last_write_epoch_s = 0, end_epoch_s = 0;
+  // Every record written, per output file, sorted by offset (the indexes' content).
+  std::vector<std::vector<IndexEntry>> index;
   bool ok() const { return error.empty(); }
 };
 

@@ -3,9 +3,14 @@
 // its receipt; every receipt of a batch is checked at the batch's end. An engine suffix picks the
 // controller's engine ("tai-def:posix", "tai-def:uring"); without one it is "auto", and note()
 // names the engine really used. With --direct the files are opened O_DIRECT; with
-// --direct-unpadded TAI gets the records unpadded and its cache does the read-modify-write.
+// --direct-unpadded TAI gets the records unpadded and its cache does the read-modify-write. With
+// fault rules (the MPI mode's failure tests) the outputs are opened on a fault engine over posix.
 #include <fmt/core.h>
 #include <tai/tai.hpp>
+#if TAI_AUGMENT_FAULT_ENGINE
+#include <tai/engines/fault/fault_engine.hpp>
+#include <tai/engines/posix/posix_engine.hpp>
+#endif
 
 #include <cerrno>
 
@@ -21,12 +26,29 @@ class TaiMethod final : public Method {
     opts.workers = config.tai_workers;
     if (!engine.empty()) opts.engine = engine;
     ctl_ = std::make_unique<tai::Controller>(opts);
+    if (!config.fault_rules.empty()) {
+#if TAI_AUGMENT_FAULT_ENGINE
+      auto rules = tai::engines::FaultRule::parse_list(config.fault_rules);
+      if (!rules) {
+        fault_setup_error_ = "--fault '" + config.fault_rules + "': " + rules.error().message;
+        return;
+      }
+      ctl_->add_engine("fault", tai::engines::make_fault(tai::engines::make_posix({}), std::move(rules.value())));
+      open_engine_ = "fault";
+#else
+      fault_setup_error_ = "--fault: this build has no fault engine (configured with TAI_BUILD_TESTING_ENGINES=OFF)";
+#endif
+    }
   }
   bool open(const std::vector<std::string>& paths) override {
     tai::Open mode = tai::Open::write | tai::Open::create | tai::Open::truncate;
     if (config_.direct) mode = mode | tai::Open::direct;
+    if (!fault_setup_error_.empty()) {
+      fail(fault_setup_error_);
+      return false;
+    }
     for (const std::string& path : paths) {
-      auto f = ctl_->open<Tree>(path, mode);
+      auto f = open_engine_.empty() ? ctl_->open<Tree>(path, mode) : ctl_->open<Tree>(path, mode, open_engine_);
       if (!f) {
         if (config_.direct && f.error().code == std::errc::invalid_argument)
           refuse("tai open " + path + " with O_DIRECT: " + f.error().message);
@@ -86,6 +108,8 @@ class TaiMethod final : public Method {
   std::vector<tai::File> files_;
   std::vector<tai::Receipt> receipts_;
   std::string stats_;
+  std::string open_engine_;        // "fault" when the outputs go through the fault engine
+  std::string fault_setup_error_;
 };
 }  // namespace
 

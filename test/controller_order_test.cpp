@@ -63,7 +63,8 @@ struct OrderCase {
 void PrintTo(const OrderCase& c, std::ostream* os) { *os << c.label; }
 
 std::uint64_t ops_per_thread_and_file() {
-  const double v = 100000.0 * controller_test_scale("TAI_CONTROLLER_ORDER_SCALE");
+  const double tsan = thread_sanitized_build() && !std::getenv("TAI_CONTROLLER_ORDER_SCALE") ? 0.5 : 1.0;
+  const double v = 100000.0 * controller_test_scale("TAI_CONTROLLER_ORDER_SCALE") * tsan;
   return v < 500 ? 500 : static_cast<std::uint64_t>(v);
 }
 

@@ -53,7 +53,7 @@ TEST_P(IoErrorLoopSuite, EveryFaultOfEveryOperationReachesTheProgram) {
   engines::crash::CrashDir dir;  // tmpfs when there is one: each run's fsyncs then cost nothing
   // Sanitizer and debug builds: a tenth (each run starts and stops a controller, dear there).
   double scale = controller_test_scale("TAI_IOERR_SCALE");
-  if (scale < 1.0 && !std::getenv("TAI_IOERR_SCALE")) scale /= 2;
+  if (scale < 1.0 && !std::getenv("TAI_IOERR_SCALE")) scale /= thread_sanitized_build() ? 4 : 2;
   const std::uint64_t seed = 0x10E7ull;
   // Which workloads: the 169 Ace workloads of 2 operations and the 2197 of 3, each
   // configuration taking the slice congruent to its index modulo 3 (so the suite runs each

@@ -115,6 +115,9 @@ inline std::string receipt_outcome(const Receipt& r, std::chrono::steady_clock::
 
 /// True in a build with AddressSanitizer or ThreadSanitizer (TAI_SANITIZE is not empty).
 inline bool sanitized_build() { return std::string(TAI_SANITIZE).size() > 0; }
+/// True under ThreadSanitizer, which runs these tests 2-3x slower than AddressSanitizer: the
+/// heaviest randomized suites halve their counts there again to keep `make test` within CI's budget.
+inline bool thread_sanitized_build() { return std::string(TAI_SANITIZE) == "thread"; }
 
 /// The factor randomized controller tests scale their operation counts by: 1 in an optimised
 /// build, 0.2 in a debug build or under a sanitizer (measured on the 2-core development VM:

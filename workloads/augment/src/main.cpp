@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   std::string mpi_why_not;
   const bool mpi_built = mpi_mode_built(&mpi_why_not);
   auto* mpi_group = "MPI mode (under mpirun)";
-  app.add_flag("--mpi", mpi, mpi_built ? "run as one rank of an MPI job: each rank writes its shard (image id mod producers), the next stage checks another rank's records"
+  app.add_flag("--mpi", mpi, mpi_built ? "run as one rank of an MPI job: each rank writes its shard (the ids in a fixed mixed order, dealt round-robin), the next stage checks another rank's records"
                                        : "run as an MPI rank (NOT in this build: " + mpi_why_not + ")")->group(mpi_group);
   app.add_flag("--shared-file", shared_file, "--mpi: every rank writes into one file per output, in chunks of --chunk bytes dealt round-robin (rank p owns chunks k*P+p)")->group(mpi_group);
   app.add_option("--chunk", chunk_bytes, "--mpi --shared-file: bytes per chunk; a multiple of 4096 with --direct")->capture_default_str()->group(mpi_group);

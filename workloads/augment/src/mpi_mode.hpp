@@ -1,5 +1,5 @@
 // tai-augment --mpi: the workload scaled out over MPI ranks sharing one storage (the TAI paper,
-// section 3.2). Every producing rank takes its shard of the input set (image id mod producers),
+// section 3.2). Every producing rank takes its shard of the input set (ids in a fixed mixed order, dealt round-robin),
 // runs the pipeline with its own OpenMP threads and its own TAI controller, fsyncs, and then
 // signals that its records are ready: a barrier for a whole stage, or point-to-point messages
 // after every durable batch (streaming). The next stage, on the same ranks or on a second set of

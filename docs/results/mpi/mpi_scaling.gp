@@ -1,7 +1,7 @@
 # Weak-scaling efficiency of tai-augment --mpi (mpi_scaling.py); run in this directory.
 set terminal pngcairo size 900,520
 set output 'mpi_weak_efficiency.png'
-set title "tai-augment --mpi, weak scaling (150 images per rank, 1 OpenMP thread per rank)\n2-core VM, load average 2.15 2.93 3.26 before, 2.68 2.96 3.17 after (other engineers' work)\n4 ranks oversubscribe the 2 cores"
+set title "tai-augment --mpi, weak scaling (150 images per rank, 1 OpenMP thread per rank)\n2-core VM, load average 1.22 2.15 2.81 before, 2.37 2.44 2.78 after (other engineers' work)\n4 ranks oversubscribe the 2 cores"
 set xlabel 'ranks'
 set ylabel 'efficiency = throughput(N) / (N x throughput(1))'
 set xtics (1, 2, 4)

@@ -63,6 +63,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "support/test_env.hpp"
 #include "tai/controller.hpp"
 #include "tai/engine.hpp"
 
@@ -332,36 +333,16 @@ inline std::uint8_t data_byte(std::uint32_t index, std::uint64_t offset) {
   return b == 0 ? 1 : b;
 }
 
-/// The posix engine's scratch directory for one input: under /dev/shm when there is one (fsync
+/// Where the posix engine's scratch directory for one input (a ScratchDir) goes: /dev/shm when there is one (fsync
 /// costs nothing there), else $TAI_TEST_DIR or /var/tmp; removed with its files when the input
 /// ends. One per input rather than per process: a process that ends without running static
 /// destructors (abort on a finding, _Exit) left its per-process directory behind (four empty
 /// ones were found in /dev/shm after the first fuzzing runs).
-class ScratchDirectory {
- public:
-  ScratchDirectory() {
-    std::string root = "/var/tmp";
-    if (const char* d = std::getenv("TAI_TEST_DIR")) root = d;
-    struct stat st {};
-    if (::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0) root = "/dev/shm";
-    std::string tmpl = root + "/tai-controller-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      std::perror("controller fuzz: mkdtemp");
-      std::abort();
-    }
-    path_ = tmpl;
-  }
-  ~ScratchDirectory() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDirectory(const ScratchDirectory&) = delete;
-  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+inline std::filesystem::path scratch_root() {
+  struct stat st {};
+  if (::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0) return "/dev/shm";
+  return ScratchDir::default_root();
+}
 
 class Run {
  public:
@@ -377,9 +358,9 @@ class Run {
       eo.depth = opts.engine_options.depth;
       ctl_->add_engine("memory", std::make_unique<MemoryEngine>(disk_, eo));
     }
-    if (s_.engine == EngineKind::posix) scratch_ = std::make_unique<ScratchDirectory>();
+    if (s_.engine == EngineKind::posix) scratch_ = std::make_unique<ScratchDir>(scratch_root());
     for (unsigned f = 0; f < kFiles; ++f)
-      files_[f].path = (scratch_ ? scratch_->path() : std::string("/fuzz")) + "/file-" + std::to_string(f);
+      files_[f].path = (scratch_ ? scratch_->path().string() : std::string("/fuzz")) + "/file-" + std::to_string(f);
     std::string error;
     for (unsigned f = 0; f < kFiles && error.empty(); ++f) error = open(f, true);
     if (trace_) std::fprintf(stderr, "controller fuzz: %s\n", s_.describe().c_str());
@@ -856,7 +837,7 @@ class Run {
   // TAI_FUZZ_TRACE=1: print every operation as it is submitted (for reading a finding).
   const bool trace_ = std::getenv("TAI_FUZZ_TRACE") != nullptr;
   std::string trace_line_;
-  std::unique_ptr<ScratchDirectory> scratch_;  // posix only
+  std::unique_ptr<ScratchDir> scratch_;  // posix only
   std::unique_ptr<Controller> ctl_;
   std::shared_ptr<MemoryDisk> disk_;
   std::array<FileModel, kFiles> files_;

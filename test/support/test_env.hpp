@@ -15,9 +15,9 @@ namespace tai::test {
 /// works, unlike tmpfs) removed with everything in it when the object goes.
 class ScratchDir {
  public:
-  ScratchDir() {
-    const char* base = std::getenv("TAI_TEST_DIR");
-    std::filesystem::path root = base ? base : "/var/tmp";
+  ScratchDir() : ScratchDir(default_root()) {}
+  /// Under `root` instead (e.g. /dev/shm where O_DIRECT is not needed and fsync should be free).
+  explicit ScratchDir(const std::filesystem::path& root) {
     std::string tmpl = (root / "tai-test-XXXXXX").string();
     if (!mkdtemp(tmpl.data())) std::abort();
     path_ = tmpl;
@@ -30,6 +30,11 @@ class ScratchDir {
   ScratchDir& operator=(const ScratchDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
+  /// $TAI_TEST_DIR, or /var/tmp.
+  static std::filesystem::path default_root() {
+    const char* base = std::getenv("TAI_TEST_DIR");
+    return base ? base : "/var/tmp";
+  }
 
  private:
   std::filesystem::path path_;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -231,17 +232,12 @@ std::string unescape_mount_field(const std::string& s) {
   return out;
 }
 
-// The mount holding `dir`: the longest mount point that is a prefix of its canonical path.
-bool find_mount(const std::string& dir, std::string& source, std::string& type, std::string& point,
-                std::string& devno) {
-  std::error_code ec;
-  const std::string path = std::filesystem::weakly_canonical(dir, ec).string();
-  if (ec) return false;
-  std::ifstream in("/proc/self/mountinfo");
+}  // namespace
+
+std::optional<MountEntry> mount_holding(const std::string& path, std::istream& mountinfo) {
+  std::optional<MountEntry> best;
   std::string line;
-  std::size_t best = 0;
-  bool found = false;
-  while (std::getline(in, line)) {
+  while (std::getline(mountinfo, line)) {
     std::istringstream fields(line);
     std::string id, parent, device, root, mount_point;
     if (!(fields >> id >> parent >> device >> root >> mount_point)) continue;
@@ -255,16 +251,22 @@ bool find_mount(const std::string& dir, std::string& source, std::string& type, 
                         (path.compare(0, mount_point.size(), mount_point) == 0 && path.size() > mount_point.size() &&
                          path[mount_point.size()] == '/');
     // ">=": a later line with the same mount point is mounted over the earlier one.
-    if (prefix && mount_point.size() >= best) {
-      best = mount_point.size();
-      source = unescape_mount_field(fs_source);
-      type = fs_type;
-      point = mount_point;
-      devno = device;
-      found = true;
-    }
+    if (prefix && (!best || mount_point.size() >= best->point.size()))
+      best = MountEntry{mount_point, fs_type, unescape_mount_field(fs_source), device};
   }
-  return found;
+  return best;
+}
+
+namespace {
+// The mount holding `dir` in this process's view (/proc/self/mountinfo), or nothing: in a chroot
+// the mounts outside the new root are not listed, and the root itself may not be a mount at all.
+std::optional<MountEntry> find_mount(const std::string& dir) {
+  std::error_code ec;
+  const std::string path = std::filesystem::weakly_canonical(dir, ec).string();
+  if (ec) return std::nullopt;
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) return std::nullopt;
+  return mount_holding(path, in);
 }
 
 // The block device behind "major:minor" and whether it says it rotates; false for a filesystem
@@ -325,13 +327,13 @@ Fields describe_machine(const std::string& output_dir) {
     m.emplace_back("output_fs_block_size", Value());
     m.emplace_back("output_fs_free_bytes", Value());
   }
-  std::string source, type, point, devno, device;
-  const bool mounted = find_mount(output_dir, source, type, point, devno);
-  m.emplace_back("output_mount_point", mounted ? Value(point) : Value());
-  m.emplace_back("output_mount_type", mounted ? Value(type) : Value());
-  m.emplace_back("output_mount_source", mounted ? Value(source) : Value());
+  const std::optional<MountEntry> mount = find_mount(output_dir);
+  m.emplace_back("output_mount_point", mount ? Value(mount->point) : Value());
+  m.emplace_back("output_mount_type", mount ? Value(mount->type) : Value());
+  m.emplace_back("output_mount_source", mount ? Value(mount->source) : Value());
+  std::string device;
   bool rotational = false;
-  const bool has_device = mounted && block_device(devno, device, rotational);
+  const bool has_device = mount && block_device(mount->devno, device, rotational);
   m.emplace_back("output_block_device", has_device ? Value(device) : Value());
   m.emplace_back("output_device_rotational", has_device ? Value(rotational) : Value());
 #if defined(__clang__)

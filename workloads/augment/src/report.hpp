@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -98,6 +100,18 @@ bool write_text_file(const std::string& path, const std::string& text, std::stri
 // and type from /proc/self/mountinfo) and its block device, the compiler. A field that cannot be
 // read is null.
 Fields describe_machine(const std::string& output_dir);
+// One line of /proc/<pid>/mountinfo: where a file system is mounted (unescaped), its type, its
+// source and its device number ("major:minor").
+struct MountEntry {
+  std::string point;
+  std::string type;
+  std::string source;
+  std::string devno;
+};
+// The mount holding the canonical `path` in a mountinfo text: the longest mount point that is
+// `path` or a directory above it, the later line winning a tie (it is mounted over the earlier).
+// Nothing when no listed mount holds it, as in a chroot whose root is not itself a mount point.
+std::optional<MountEntry> mount_holding(const std::string& path, std::istream& mountinfo);
 // The name of a statfs f_type ("ext4", "xfs", "tmpfs", ...), or "0x..." when unknown.
 std::string filesystem_name(std::uint64_t f_type);
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -116,7 +117,12 @@ assert all(len(r) == 8 for r in rows)
 }
 
 TEST(AugmentReport, MachineDescriptionIsValidJson) {
-  const Fields m = describe_machine("/");
+  // The directory this test runs in: wherever the user builds (a /home or /scratch partition, a
+  // parallel file system, a tmpfs, a chroot whose root is not a mount point).
+  char cwd_buf[4096];
+  ASSERT_NE(::getcwd(cwd_buf, sizeof cwd_buf), nullptr);
+  const std::string cwd = cwd_buf;
+  const Fields m = describe_machine(cwd);
   auto find = [&](const std::string& key) -> const Value* {
     for (const auto& f : m)
       if (f.first == key) return &f.second;
@@ -129,7 +135,21 @@ TEST(AugmentReport, MachineDescriptionIsValidJson) {
   EXPECT_NE(find("kernel")->to_json().find("Linux"), std::string::npos);
   EXPECT_FALSE(find("output_fs")->is_null());
   EXPECT_FALSE(find("memory_total_bytes")->is_null());
-  EXPECT_EQ(find("output_mount_point")->to_json(), "\"/\"");
+  // Derived, not assumed: null when this process's mountinfo lists no mount holding the
+  // directory (a chroot), else a mount point that is the directory or one above it.
+  ASSERT_NE(find("output_mount_point"), nullptr);
+  const Value* point = find("output_mount_point");
+  if (!point->is_null()) {
+    const std::string json = point->to_json();
+    ASSERT_GE(json.size(), 3u) << json;
+    const std::string mount = json.substr(1, json.size() - 2);
+    EXPECT_TRUE(mount == "/" || cwd == mount || cwd.compare(0, mount.size() + 1, mount + "/") == 0)
+        << "mount point " << json << " does not hold " << cwd;
+    EXPECT_FALSE(find("output_mount_type")->is_null());
+  } else {
+    EXPECT_TRUE(find("output_mount_type")->is_null());
+    EXPECT_TRUE(find("output_block_device")->is_null());
+  }
   EXPECT_EQ(filesystem_name(0xEF53), "ext2/3/4");
   EXPECT_EQ(filesystem_name(0x1234), "0x1234");
   if (!have_python()) return;
@@ -142,4 +162,65 @@ TEST(AugmentReport, MachineDescriptionIsValidJson) {
                          path),
             0);
   std::remove(path.c_str());
+}
+
+// The mount-point lookup on mountinfo texts of other machines' shapes.
+namespace {
+std::optional<MountEntry> holding(const std::string& path, const std::string& text) {
+  std::istringstream in(text);
+  return mount_holding(path, in);
+}
+}  // namespace
+
+TEST(AugmentReport, MountHoldingAChrootWithoutRoot) {
+  // A chroot: only what was mounted inside the new root is listed, relative to it, and "/" is not.
+  const std::string chroot =
+      "41 30 0:5 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+      "42 30 0:6 / /dev rw,nosuid,relatime - devtmpfs udev rw,size=4096k\n"
+      "43 30 0:22 / /sys rw,nosuid,nodev,noexec,relatime - sysfs sysfs rw\n";
+  EXPECT_FALSE(holding("/work/build/release", chroot).has_value());
+  EXPECT_FALSE(holding("/", chroot).has_value());
+  // "/devices" is not under "/dev".
+  EXPECT_FALSE(holding("/devices/x", chroot).has_value());
+  const auto dev = holding("/dev/shm", chroot);
+  ASSERT_TRUE(dev.has_value());
+  EXPECT_EQ(dev->point, "/dev");
+  EXPECT_EQ(dev->type, "devtmpfs");
+}
+
+TEST(AugmentReport, MountHoldingASeparateHome) {
+  const std::string text =
+      "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+      "23 22 254:2 / /home rw,relatime shared:2 - xfs /dev/vda2 rw,attr2\n"
+      "24 22 0:31 / /home2 rw - tmpfs tmpfs rw\n";
+  const auto home = holding("/home/user/tai/build", text);
+  ASSERT_TRUE(home.has_value());
+  EXPECT_EQ(home->point, "/home");
+  EXPECT_EQ(home->type, "xfs");
+  EXPECT_EQ(home->source, "/dev/vda2");
+  EXPECT_EQ(home->devno, "254:2");
+  EXPECT_EQ(holding("/home", text)->point, "/home");
+  EXPECT_EQ(holding("/homework", text)->point, "/");
+  EXPECT_EQ(holding("/home2/x", text)->type, "tmpfs");
+  EXPECT_EQ(holding("/usr/bin", text)->devno, "254:1");
+}
+
+TEST(AugmentReport, MountHoldingAnOverlayRootAndStackedMounts) {
+  // A container: an overlay root, a bind mount with a space (escaped \040) in its path, and a
+  // second file system mounted over the first at the same point (the later line wins).
+  const std::string text =
+      "500 450 0:51 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n"
+      "501 500 259:3 /data /scratch\\040space rw - ext4 /dev/nvme0n1p3 rw\n"
+      "502 500 0:60 / /mnt rw - tmpfs first rw\n"
+      "503 502 0:61 / /mnt rw - tmpfs second rw\n"
+      "a line that is not mountinfo\n";
+  const auto root = holding("/app/out", text);
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->point, "/");
+  EXPECT_EQ(root->type, "overlay");
+  const auto spaced = holding("/scratch space/run1", text);
+  ASSERT_TRUE(spaced.has_value());
+  EXPECT_EQ(spaced->point, "/scratch space");
+  EXPECT_EQ(spaced->source, "/dev/nvme0n1p3");
+  EXPECT_EQ(holding("/mnt/a", text)->source, "second");
 }

@@ -26,6 +26,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -171,6 +172,9 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid < 0) die("fork");
     if (pid == 0) {
+      /* Without TAI's early write-back every 8 MiB (which the busy loop would trigger), only
+       * the write-behind deadline is left to hand end.dat over (no meaning without TAI). */
+      setenv("TAI_START_WRITEBACK", "0", 1);
       execl("/proc/self/exe", argv[0], "sigkill_child", g_dir, (char*)NULL);
       _exit(127);
     }
@@ -249,7 +253,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (strcmp(way, "sigkill_child") == 0) {
-    usleep(1000 * 1000); /* past the write-behind deadline (TAI_WRITE_BEHIND_MS, 200 by default) */
+    /* Busy past the write-behind deadline (TAI_WRITE_BEHIND_MS, 200 by default): one block
+     * rewritten in a loop for a second, so that the cache never idles long enough for the
+     * controller's own idle write-back, and nothing but the deadline hands end.dat over. */
+    const int fd = open(path_of("busy.dat"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) die("open busy");
+    char block[4096];
+    memset(block, 'k', sizeof block);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+      if (pwrite(fd, block, sizeof block, 0) != (ssize_t)sizeof block) die("pwrite busy");
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 1000000000L);
     kill(getpid(), SIGKILL);
     return 2;
   }

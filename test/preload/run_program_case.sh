@@ -495,6 +495,9 @@ varies=()
 [[ $CASE == probe_signal ]] && varies=(signal.dat)
 # How far the busy threads got when another thread called exit varies.
 [[ $CASE == end_thread_exit ]] && varies=(busy-1.dat busy-2.dat)
+# The sigkill case's busy block: written back or not when the kill came (its deadline is what
+# end.dat is about).
+[[ $CASE == end_sigkill ]] && varies=(busy.dat)
 exclude=()
 for f in "${varies[@]}"; do
   exclude+=(-x "$f")

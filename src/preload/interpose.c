@@ -418,11 +418,13 @@ EXPORT int creat64(const char* path, mode_t mode) {
 
 EXPORT int close(int fd) {
   set_exclusive(fd, 0);
-  if (fd >= 3 && engaged()) {
-    if (tai_bridge_is_own_fd(fd)) {  /* never the program's: a guessed number, or a close-all loop */
+  if (fd >= 0 && engaged()) {
+    if (fd >= 3 && tai_bridge_is_own_fd(fd)) {  /* never the program's: a guessed number, or a close-all loop */
       errno = EBADF;
       return -1;
     }
+    /* 0, 1 and 2 too when routed (a routed stdout the program closes: a later write(1) must
+     * fail with EBADF as the kernel's would, not land in the cache) */
     if (tai_bridge_routed(fd)) {
       ENTER();
       const int rc = tai_bridge_close(fd);

@@ -30,11 +30,25 @@
  * everything back and shut the layer down first. close_range and closefrom never close TAI's own
  * descriptors. Slower from then on, never wrong.
  *
+ * The ends of a program. What write() acknowledged reaches the kernel however the program
+ * ends, SIGKILL aside: exit through the layer's atexit handler, exec through before_exec, and
+ * _exit, _Exit, exit_group, quick_exit, abort and the fatal signals the program leaves at
+ * SIG_DFL through the section "the ends of a program" at the end of this file (which also
+ * virtualises sigaction and signal for those signals). SIGKILL takes at most what is younger
+ * than the layer's write-behind deadline (TAI_WRITE_BEHIND_MS).
+ *
+ * O_APPEND stays the kernel's atomic append across processes: the layer writes an O_APPEND
+ * descriptor's data through to the kernel (tai/posix.hpp). Metadata calls (times, mode, owner,
+ * rename, link) on a routed file first hand its cache to the kernel, so that a later write-back
+ * cannot undo them (section "metadata" at the end).
+ *
  * stdio. glibc's FILE writes through an internal write, so fopen and fdopen of a routed file
  * return a FILE made with fopencookie over the routed descriptor; fileno() of it answers the
  * descriptor (the cookie stream's _fileno, which glibc uses for nothing else on such a stream).
  * freopen is not interposed: a stream reopened onto a routed path is a plain one, and that file
- * should then not also be written through a routed descriptor.
+ * should then not also be written through a routed descriptor. A standard stream replaced by a cookie stream
+ * (adopt_std_stream) whose original the program still fcloses through a saved pointer gets the
+ * replacement flushed first (fclose).
  *
  * Re-entrancy and signals. The layer itself calls libc (through these same names, as does TAI's
  * engine): a thread-local depth makes every call made from inside the layer, and every call of a

@@ -155,7 +155,13 @@ namespace {
 
 std::mutex g_init_mu;                       // making, restarting and shutting down
 std::atomic<Controller*> g_ctl{nullptr};    // release by the maker, acquire by users
-std::atomic<bool> g_down{false};            // after the exit handler: libc serves everything
+std::atomic<bool> g_down{false};            // shutting down or down: no new routing, no new cache
+// Set after g_down, once every description's offset is the kernel's (hand_back_offsets): from
+// then on libc serves every call. In between (the exit handler running while other threads
+// still call), calls go on through their descriptions (offsets are the layer's until handed
+// back), and those on files whose cache is closed already go to the kernel (shut_down_locked).
+// release by the shutdown, acquire by Ref.
+std::atomic<bool> g_handed_back{false};
 std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
@@ -379,6 +385,7 @@ struct Description {
   bool append = false;
   std::mutex mu;            // offset users: read, write, readv, writev, lseek
   std::uint64_t offset = 0; // under mu
+  bool handed = false;      // under mu: the offset went to the kernel (shutdown): libc serves it
 };
 
 std::mutex g_pool_mu;
@@ -464,7 +471,7 @@ Description* acquire(int fd) noexcept {
 
 struct Ref {
   Description* d;
-  explicit Ref(int fd) noexcept : d(g_down.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
+  explicit Ref(int fd) noexcept : d(g_handed_back.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
   ~Ref() {
     if (d) release(d);
   }
@@ -608,6 +615,15 @@ ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_f
   return r;
 }
 
+// Under ino.mu: the layer is shutting down (exit in another thread, exec) and this inode's File
+// is closed already (written back): the kernel has the file, and a call that still holds the
+// description (g_handed_back not yet set, or set after it took its reference) goes there, at the
+// description's offset (the kernel's calls succeed during exit too; failing them would be a
+// change the program can see).
+bool shut_down_locked(const Inode& ino) noexcept {
+  return !ino.file.is_open() && g_down.load(std::memory_order_acquire);
+}
+
 // count is clamped here. pos: the explicit offset, or the description's (then
 // `append` decides; on return pos is where the bytes went, for the description's offset).
 // Returns bytes or -errno.
@@ -632,6 +648,15 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
     if (r > 0) pos = end >= static_cast<std::uint64_t>(r) ? end - static_cast<std::uint64_t>(r) : 0;
     return r;
   }
+  if (shut_down_locked(ino)) {
+    ssize_t r;
+    do {
+      r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    grow_size(ino, pos + static_cast<std::uint64_t>(r));
+    return r;
+  }
   return submit_write_locked(ino, buf, n, pos, false);
 }
 
@@ -645,6 +670,13 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
   Receipt r;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
+    if (shut_down_locked(ino)) {  // see shut_down_locked
+      ssize_t k;
+      do {
+        k = ::pread(fd, buf, n, static_cast<off_t>(pos));
+      } while (k < 0 && errno == EINTR);
+      return k < 0 ? -errno : k;
+    }
     order(ino);
     ino.cache_used = true;
     r = ino.file.read(pos, buf, n);
@@ -654,12 +686,16 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
 }
 
 
-int sync_routed(Description& d, bool data_only) {
+int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   Receipt r;
   std::uint64_t target;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
+    if (shut_down_locked(ino)) {  // see shut_down_locked: the kernel has every byte
+      const int rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+      return rc < 0 ? -errno : 0;
+    }
     order(ino);
     target = ino.writes_submitted.load(std::memory_order_relaxed);
     r = data_only ? ino.file.fdatasync() : ino.file.fsync();
@@ -742,6 +778,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   d->accmode = acc;
   d->append = (flags & O_APPEND) != 0;
   d->offset = offset;
+  d->handed = false;
   d->refs.store(1, std::memory_order_relaxed);
   if (!fresh && (flags & O_TRUNC) && wants_write) {
     // The program's ::open truncated the file, but this process's cache may hold bytes of it
@@ -771,6 +808,13 @@ int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
   return fd;
 }
 
+// Sets the kernel's offset of fd, with the system call itself: the exit handler runs outside
+// the preload library's depth count, so ::lseek would come back into the layer through its
+// interposer, and wait for the description's mutex the caller holds.
+void kernel_seek(int fd, std::uint64_t offset) noexcept {
+  (void)::syscall(SYS_lseek, fd, static_cast<off_t>(offset), SEEK_SET);
+}
+
 // Hands each routed descriptor's offset to the kernel (the exit handler: libc serves them
 // afterwards).
 void hand_back_offsets() {
@@ -784,7 +828,8 @@ void hand_back_offsets() {
       // alias made by dup outlives it). Aliases share the kernel offset: setting it twice is fine.
       const int fd = (top << kChunkBits) | i;
       std::lock_guard<std::mutex> lock(d->mu);
-      (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+      kernel_seek(fd, d->offset);
+      d->handed = true;  // a call that waited for d->mu meanwhile now uses the kernel's offset
     }
   }
 }
@@ -793,7 +838,10 @@ std::vector<std::string> shutdown_locked() {
   std::vector<std::string> failures;
   Controller* c = g_ctl.load(std::memory_order_acquire);
   g_down.store(true, std::memory_order_release);
-  if (!c) return failures;
+  if (!c) {
+    g_handed_back.store(true, std::memory_order_release);
+    return failures;
+  }
   {
     std::lock_guard<std::mutex> lock(g_reg_mu);
     for (auto& [key, ino] : registry()) {
@@ -803,6 +851,7 @@ std::vector<std::string> shutdown_locked() {
     }
   }
   hand_back_offsets();
+  g_handed_back.store(true, std::memory_order_release);
   ShutdownReport report = c->shutdown();
   for (auto& f : report.failures) failures.push_back(std::move(f));
   return failures;
@@ -861,6 +910,7 @@ Controller* controller() {
                  ex.what());
     delete c;
     g_down.store(true, std::memory_order_release);
+    g_handed_back.store(true, std::memory_order_release);
     return nullptr;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
@@ -920,7 +970,7 @@ void for_each_slot(Fn&& fn) {
 int unroute_slot(int fd, Description* d) {
   {
     std::lock_guard<std::mutex> lock(d->mu);
-    (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+    kernel_seek(fd, d->offset);
   }
   std::atomic<Description*>* s = slot_of(fd, false);
   Description* expected = d;
@@ -1109,6 +1159,7 @@ int write_back_fd(int fd) {
 void disable_in_forked_child() noexcept {
   g_forked_child.store(true, std::memory_order_release);
   g_down.store(true, std::memory_order_release);
+  g_handed_back.store(true, std::memory_order_release);
 }
 
 std::vector<std::string> shutdown_for_exec() {
@@ -1145,6 +1196,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
   }
   g_override = settings;
   g_down.store(false, std::memory_order_release);
+  g_handed_back.store(false, std::memory_order_release);
   return report;
 }
 
@@ -1184,6 +1236,7 @@ ssize_t write(int fd, const void* buf, std::size_t count) {
   if (!d) return ::write(fd, buf, count);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::write(fd, buf, count);
   std::uint64_t pos = d->offset;
   const ssize_t r = detail::do_write(*d.d, fd, buf, count, pos, d->append, false);
   if (r > 0) d->offset = pos + static_cast<std::uint64_t>(r);
@@ -1204,6 +1257,7 @@ ssize_t read(int fd, void* buf, std::size_t count) {
   if (!d) return ::read(fd, buf, count);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::read(fd, buf, count);
   const ssize_t r = detail::do_read(*d.d, fd, buf, count, d->offset);
   if (r > 0) d->offset += static_cast<std::uint64_t>(r);
   return finish(r, saved);
@@ -1241,6 +1295,7 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
   if (!detail::writable(*d.d)) return finish<ssize_t>(-EBADF, saved);
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::writev(fd, iov, iovcnt);
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> il(ino.mu);  // the pieces go in together: no other write between
   detail::order(ino);
@@ -1252,6 +1307,15 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   }
   std::uint64_t pos = d->offset;
   if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
+  if (detail::shut_down_locked(ino)) {  // see shut_down_locked
+    ssize_t r;
+    do {
+      r = ::pwritev(fd, iov, iovcnt, static_cast<off_t>(pos));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return finish<ssize_t>(-errno, saved);
+    d->offset = pos + static_cast<std::uint64_t>(r);
+    return finish(r, saved);
+  }
   ssize_t done = 0;
   std::size_t left = std::min(total, detail::kMaxRw);
   for (int i = 0; i < iovcnt && left > 0; ++i) {
@@ -1282,6 +1346,7 @@ ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
   if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
   if (!detail::readable(*d.d)) return finish<ssize_t>(-EBADF, saved);
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::readv(fd, iov, iovcnt);
   const std::uint64_t pos = d->offset;
   if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
   ssize_t done = 0;
@@ -1307,6 +1372,7 @@ off_t lseek(int fd, off_t offset, int whence) {
   if (!d) return ::lseek(fd, offset, whence);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::lseek(fd, offset, whence);
   const off_t cur = static_cast<off_t>(d->offset);
   off_t next = 0;
   switch (whence) {
@@ -1342,14 +1408,14 @@ int fsync(int fd) {
   Ref d(fd);
   if (!d) return ::fsync(fd);
   const int saved = errno;
-  return finish(detail::sync_routed(*d.d, false), saved);
+  return finish(detail::sync_routed(*d.d, fd, false), saved);
 }
 
 int fdatasync(int fd) {
   Ref d(fd);
   if (!d) return ::fdatasync(fd);
   const int saved = errno;
-  return finish(detail::sync_routed(*d.d, true), saved);
+  return finish(detail::sync_routed(*d.d, fd, true), saved);
 }
 
 int ftruncate(int fd, off_t length) {

@@ -3,6 +3,8 @@
 // going, which bounds what SIGKILL can take) and write_back_for_end (the preload library's
 // _exit, abort and fatal-signal paths). And O_APPEND, which goes through to the kernel so that
 // another process appending meanwhile is never written over.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -133,6 +135,37 @@ TEST_F(Ends, AppendAfterCachedWritesKeepsTheOrderAndReadsSeeIt) {
   ASSERT_EQ(posix::close(a), 0);
   ASSERT_EQ(posix::close(w), 0);
   EXPECT_EQ(kernel_contents(path), want);
+}
+
+TEST_F(Ends, WritesOfAnotherThreadDuringTheExitHandlerAllLand) {
+  // exit() in one thread runs the exit handler (here: shutdown_for_testing, the same work)
+  // while another thread keeps writing: every write succeeds, and every byte is in the kernel
+  // at its place, the ones after the shutdown going to the kernel directly.
+  restart(quiet_settings(0));
+  const std::string path = file("exiting.dat");
+  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  constexpr int kRecords = 4000;
+  std::string want;
+  for (int i = 0; i < kRecords; ++i) want += pattern(1000, static_cast<unsigned>(i));
+  std::atomic<int> failed{0};
+  std::atomic<bool> started{false};
+  std::thread writer([&] {
+    for (int i = 0; i < kRecords; ++i) {
+      if (posix::write(fd, want.data() + static_cast<std::size_t>(i) * 1000, 1000) != 1000) failed.fetch_add(1);
+      started.store(true);
+    }
+  });
+  while (!started.load()) std::this_thread::yield();
+  const std::vector<std::string> failures = posix::detail::shutdown_for_testing();
+  writer.join();
+  EXPECT_TRUE(failures.empty());
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(posix::close(fd), 0);
+  const std::string got = kernel_contents(path);
+  ASSERT_EQ(got.size(), want.size());
+  const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+  EXPECT_TRUE(diff.first == got.end()) << "first wrong byte at " << (diff.first - got.begin());
 }
 
 }  // namespace

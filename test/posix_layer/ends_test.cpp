@@ -137,6 +137,30 @@ TEST_F(Ends, AppendAfterCachedWritesKeepsTheOrderAndReadsSeeIt) {
   EXPECT_EQ(kernel_contents(path), want);
 }
 
+TEST_F(Ends, AppendOnlyDescriptorReadsBackWhatItAppended) {
+  // The appends never touch the cache; reads through the layer (which go through the cache)
+  // must still see them, past the size the file had when it was routed.
+  restart(quiet_settings(0));
+  const std::string path = file("appread.dat");
+  ASSERT_EQ(::close(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)), 0);
+  const int fd = posix::open(path.c_str(), O_RDWR | O_APPEND);
+  ASSERT_GE(fd, 0);
+  std::string want;
+  for (int i = 0; i < 50; ++i) {
+    const std::string r = pattern(777, static_cast<unsigned>(i));
+    ASSERT_EQ(write_all(fd, r), static_cast<ssize_t>(r.size()));
+    want += r;
+    std::string got(want.size() + 1, '\0');
+    ASSERT_EQ(posix::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(want.size())) << "after append " << i;
+    got.resize(want.size());
+    ASSERT_EQ(got, want) << "after append " << i;
+  }
+  struct stat st {};
+  ASSERT_EQ(posix::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(want.size()));
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
 TEST_F(Ends, WritesOfAnotherThreadDuringTheExitHandlerAllLand) {
   // exit() in one thread runs the exit handler (here: shutdown_for_testing, the same work)
   // while another thread keeps writing: every write succeeds, and every byte is in the kernel

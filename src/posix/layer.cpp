@@ -185,6 +185,7 @@ std::atomic<std::uint32_t> g_keeper_wake{0};      // futex: bumped when the keep
 std::atomic<std::uint32_t> g_end_requested{0};    // write_back_for_end calls made
 std::atomic<std::uint32_t> g_end_done{0};         // futex: requests served (the keeper's count)
 std::atomic<bool> g_keeper_started{false};
+std::atomic<bool> g_keeper_failed{false};         // the thread could not be made: callers write back themselves
 
 std::uint64_t now_ns() noexcept {
   struct timespec ts {};
@@ -1093,9 +1094,9 @@ void start_keeper() noexcept {
   try {
     std::thread(keeper_main).detach();  // lives as long as the process (gone in a forked child)
   } catch (const std::exception& ex) {
-    g_keeper_started.store(false, std::memory_order_release);
-    std::fprintf(stderr, "tai::posix: cannot start the write-behind thread (%s): cached writes reach the kernel "
-                 "only at close, fsync and exit\n", ex.what());
+    g_keeper_failed.store(true, std::memory_order_release);
+    std::fprintf(stderr, "tai::posix: cannot start the write-behind thread (%s): no write-behind deadline; "
+                 "cached writes reach the kernel at close, fsync and the end of the program\n", ex.what());
   }
 }
 }  // namespace
@@ -1103,7 +1104,12 @@ void start_keeper() noexcept {
 int write_back_for_end(int timeout_ms) noexcept {
   if (g_forked_child.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire) ||
       !g_keeper_started.load(std::memory_order_acquire))
+    return 0;  // nothing was ever routed (the keeper starts with the first routed file)
+  if (g_keeper_failed.load(std::memory_order_acquire)) {
+    // No keeper: on this thread, without the bounded wait (better than losing the data).
+    keeper_write_back();
     return 0;
+  }
   const std::uint32_t mine = g_end_requested.fetch_add(1, std::memory_order_acq_rel) + 1;
   g_keeper_wake.fetch_add(1, std::memory_order_release);
   futex_wake(g_keeper_wake, 1);

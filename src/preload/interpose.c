@@ -83,8 +83,9 @@
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
-#include <utime.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "src/preload/bridge.h"
 
@@ -1451,7 +1452,8 @@ EXPORT handler_t __sysv_signal(int sig, handler_t h) { return signal_like(sig, h
 /* metadata: after the routed writes made before it                                           */
 /*
  * A write-back after a metadata call would undo it: the kernel sets mtime (tar's and cp -p's
- * futimens, touch -r) and clears set-user-ID bits (chmod, chown) on every write. And rename
+ * futimens, touch -r) and clears set-user-ID bits (chmod, chown) and file capabilities
+ * (setxattr of security.capability, as setcap does) on every write. And rename
  * and link publish the file to other processes. So each call that names a routed file, by
  * descriptor or by a path that resolves to a routed inode, first hands that file's cached
  * writes to the kernel (tai_bridge_write_back_fd / _inode: after every earlier write of any
@@ -1569,4 +1571,16 @@ EXPORT int linkat(int fromdir, const char* from, int todir, const char* to, int 
   write_back_path_before(fromdir, from, (flags & AT_EMPTY_PATH) | ((flags & AT_SYMLINK_FOLLOW) ? 0 : AT_SYMLINK_NOFOLLOW),
                          "linkat");
   return REAL(linkat)(fromdir, from, todir, to, flags);
+}
+EXPORT int setxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
+  write_back_path_before(AT_FDCWD, path, 0, "setxattr");
+  return REAL(setxattr)(path, name, value, size, flags);
+}
+EXPORT int lsetxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
+  write_back_path_before(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, "lsetxattr");
+  return REAL(lsetxattr)(path, name, value, size, flags);
+}
+EXPORT int fsetxattr(int fd, const char* name, const void* value, size_t size, int flags) {
+  write_back_fd_before(fd, "fsetxattr");
+  return REAL(fsetxattr)(fd, name, value, size, flags);
 }

@@ -176,15 +176,15 @@ TEST_F(Ends, WritesOfAnotherThreadDuringTheExitHandlerAllLand) {
   std::atomic<bool> started{false};
   std::thread writer([&] {
     for (int i = 0; i < kRecords; ++i) {
-      if (posix::write(fd, want.data() + static_cast<std::size_t>(i) * 1000, 1000) != 1000) failed.fetch_add(1);
-      started.store(true);
+      if (posix::write(fd, want.data() + static_cast<std::size_t>(i) * 1000, 1000) != 1000) failed.fetch_add(1, std::memory_order_relaxed);
+      started.store(true, std::memory_order_release);
     }
   });
-  while (!started.load()) std::this_thread::yield();
+  while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
   const std::vector<std::string> failures = posix::detail::shutdown_for_testing();
   writer.join();
   EXPECT_TRUE(failures.empty());
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(failed.load(std::memory_order_relaxed), 0);  // after join
   EXPECT_EQ(posix::close(fd), 0);
   const std::string got = kernel_contents(path);
   ASSERT_EQ(got.size(), want.size());

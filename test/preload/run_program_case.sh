@@ -123,6 +123,12 @@ if [[ ${SANITIZER_RUNTIME:-} == *tsan* ]]; then
   fi
 fi
 
+# AddressSanitizer handles SIGSEGV, SIGBUS and SIGFPE itself (a report, then exit 1) in the
+# instrumented ends program, plain or preloaded: the default action these cases check never runs.
+if [[ ${SANITIZER_RUNTIME:-} == *asan* && ( $CASE == end_sigsegv || $CASE == end_sigbus || $CASE == end_sigfpe ) ]]; then
+  skip "under AddressSanitizer the instrumented program's SIGSEGV/SIGBUS/SIGFPE go to ASan's own handler (a report and exit 1, with and without the library), not to the default action this case checks; the release preset runs it"
+fi
+
 # --- sanitizer builds ----------------------------------------------------------------------------
 # An instrumented library in an uninstrumented program needs the sanitizer runtime loaded first.
 # Some programs cannot host a runtime at all: check each with the runtime alone, so that a skip

@@ -42,10 +42,15 @@
 // POSIX meaning, kept:
 //  * write/pwrite/writev return once the bytes are copied; read/pread/readv see every earlier
 //    write of the process on that file, whichever thread or routed descriptor made it.
-//  * lseek(SEEK_END), fstat's st_size and O_APPEND use the size with cached writes included.
-//    O_APPEND takes the end of file atomically per write (two threads or two descriptors
-//    appending never overlap or lose a record). As on Linux, pwrite on an O_APPEND descriptor
-//    appends (the offset is ignored).
+//  * lseek(SEEK_END) and fstat's st_size use the size with cached writes included.
+//    O_APPEND is the kernel's: a write on a descriptor opened with O_APPEND goes through to the
+//    kernel on the program's descriptor (whose O_APPEND makes the kernel take the end of file
+//    atomically, also against other processes appending to the file), after the file's cache
+//    was written back and emptied if anything went through it since the last append (so the
+//    append lands after every earlier write, and no cached copy of the appended bytes goes
+//    stale). Two threads, two descriptors or two processes appending never overlap or lose a
+//    record. A file that is only appended to never touches the cache (a write and an lseek per
+//    call). As on Linux, pwrite on an O_APPEND descriptor appends (the offset is ignored).
 //  * ftruncate drops cached bytes beyond the new size (and grows with zeros).
 //  * fsync/fdatasync return when every earlier write of the file is durable, with the error
 //    (EIO, ENOSPC, ...) of any write-back that failed since the last fsync; after a failed
@@ -78,6 +83,12 @@
 //                written to a file, a worker asks the kernel to start writing the file's dirty
 //                pages to the device (sync_file_range(SYNC_FILE_RANGE_WRITE)), so that the device
 //                works while the program computes and its fsync finds little left to write
+//   TAI_WRITE_BEHIND_MS  milliseconds (default 200; 0: off): a routed write reaches the kernel
+//                (written back, not synced) at most about this long after it was made, whatever
+//                the program does meanwhile. A keeper thread, started with the first routed
+//                file, does it; it sleeps on a futex while nothing is dirty. This bounds what a
+//                SIGKILL (or an _exit with this header alone) can take, in time; the strict quota
+//                bounds it in bytes.
 //   TAI_LOG      1: one line on stderr per decision (configuration, routed or not and why,
 //                errors found at close and at exit)
 // A malformed value is reported on stderr and its default used.
@@ -88,8 +99,9 @@
 // was given, flushes stdio and ends the process with _exit(75) (EX_TEMPFAIL): the failure is
 // visible in the status even when the program exited 0. After that, routed descriptors are
 // served by libc directly (their data is already in the kernel). _exit(), quick_exit() and fatal
-// signals skip the handler: cached data not yet written back is then lost, as it is from a
-// crash; call fsync (or wait) first.
+// signals skip the handler: cached data not yet written back (younger than the write-behind
+// deadline) is then lost, as it is from a crash; call fsync (or wait) first. The preload library
+// covers those ends (src/preload/interpose.c) with detail::write_back_for_end.
 // fork: the controller's threads do not survive fork(); a child must not use routed descriptors
 // (the preload library handles fork; with this header call wait() on every routed descriptor
 // before forking and use libc in the child).

@@ -6,6 +6,9 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -129,6 +132,17 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       s.start_writeback_bytes = bytes;
   }
+  if (const char* b = std::getenv("TAI_WRITE_BEHIND_MS"); b && *b) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long ms = std::strtoull(b, &end, 10);
+    // At most a day: the keeper's deadline arithmetic stays far from overflow.
+    if (errno != 0 || *end != '\0' || b[0] == '-' || ms > 86'400'000ull)
+      warn(std::string("TAI_WRITE_BEHIND_MS='") + b + "' is not a number of milliseconds in 0..86400000; using " +
+           std::to_string(s.write_behind_ms));
+    else
+      s.write_behind_ms = ms;
+  }
   if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
   errno = saved;
   return s;
@@ -141,10 +155,68 @@ namespace {
 
 std::mutex g_init_mu;                       // making, restarting and shutting down
 std::atomic<Controller*> g_ctl{nullptr};    // release by the maker, acquire by users
-std::atomic<bool> g_down{false};            // after the exit handler: libc serves everything
+std::atomic<bool> g_down{false};            // shutting down or down: no new routing, no new cache
+// Set after g_down, once every description's offset is the kernel's (hand_back_offsets): from
+// then on libc serves every call. In between (the exit handler running while other threads
+// still call), calls go on through their descriptions (offsets are the layer's until handed
+// back), and those on files whose cache is closed already go to the kernel (shut_down_locked).
+// release by the shutdown, acquire by Ref.
+std::atomic<bool> g_handed_back{false};
 std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
+
+// ---------------------------------------------------------------------------------------------
+// The keeper: one thread (started with the first routed file) that hands cached writes to the
+// kernel when nobody else would in time:
+//  * write-behind: a write made while nothing was dirty (g_dirty_since was 0) stamps the time
+//    and wakes the keeper; the keeper sleeps until that stamp plus the deadline, clears the
+//    stamp and writes everything back (write_back_all). A write after the clear stamps again.
+//    So a write reaches the kernel within about one deadline, and nothing wakes the keeper
+//    while nothing is dirty (it waits on its futex without a timeout).
+//  * the ends of a program that skip the exit handler (write_back_for_end): the caller, maybe
+//    a signal handler that interrupted a thread holding the allocator's or a stdio lock, only
+//    bumps a counter, wakes the keeper and waits on a futex with a deadline, so that it never
+//    blocks for good on a lock its own thread holds.
+// The futex words are 32-bit atomics (std::atomic<uint32_t> has the plain representation).
+std::atomic<std::uint64_t> g_write_behind_ns{0};  // Settings::write_behind_ms (set before g_ctl)
+std::atomic<std::uint64_t> g_dirty_since{0};      // CLOCK_MONOTONIC ns of the oldest unstamped write; 0: clean
+std::atomic<std::uint32_t> g_keeper_wake{0};      // futex: bumped when the keeper has new work
+std::atomic<std::uint32_t> g_end_requested{0};    // write_back_for_end calls made
+std::atomic<std::uint32_t> g_end_done{0};         // futex: requests served (the keeper's count)
+std::atomic<bool> g_keeper_started{false};
+std::atomic<bool> g_keeper_failed{false};         // the thread could not be made: callers write back themselves
+
+std::uint64_t now_ns() noexcept {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+uint32_t* futex_word(std::atomic<std::uint32_t>& a) noexcept { return reinterpret_cast<uint32_t*>(&a); }
+// Waits while *word == seen, at most `ns` (0: no limit). Spurious returns are the caller's loop's.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::uint64_t ns) noexcept {
+  struct timespec ts {};
+  ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000u);
+  ts.tv_nsec = static_cast<long>(ns % 1'000'000'000u);
+  (void)::syscall(SYS_futex, futex_word(word), FUTEX_WAIT_PRIVATE, seen, ns ? &ts : nullptr, nullptr, 0);
+}
+void futex_wake(std::atomic<std::uint32_t>& word, int n) noexcept {
+  (void)::syscall(SYS_futex, futex_word(word), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
+}
+
+// After a write was submitted (under the inode's mutex, after ino.last was set): stamps the
+// first dirty write for the keeper. Two loads when the stamp is set already.
+void note_dirty() noexcept {
+  if (g_write_behind_ns.load(std::memory_order_relaxed) == 0) return;
+  if (g_dirty_since.load(std::memory_order_relaxed) != 0) return;
+  std::uint64_t expected = 0;
+  // acq_rel: pairs with the keeper's clearing exchange (a stamp made after the clear is seen by
+  // the keeper's next look; a write made before the clear is in the keeper's write-back).
+  if (g_dirty_since.compare_exchange_strong(expected, now_ns(), std::memory_order_acq_rel)) {
+    g_keeper_wake.fetch_add(1, std::memory_order_release);
+    futex_wake(g_keeper_wake, 1);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Inodes
@@ -169,6 +241,10 @@ struct Inode {
   std::atomic<std::uint64_t> writes_settled{0};    // by the writes' continuations
   int writeback_fd = -1;             // TAI's own duplicate, for sync_file_range (-1: none)
   std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
+  // Under mu: something went through `file` (a cached write or a read, which may cache what it
+  // read) since it was opened. An O_APPEND write goes to the kernel (see append_through_locked),
+  // and the cache must then not hold bytes that the kernel's append would make stale.
+  bool cache_used = false;
 
   Inode() = default;
   Inode(const Inode&) = delete;
@@ -268,6 +344,22 @@ int inode_release_open(Inode* ino) noexcept {
   return err;
 }
 
+// Opens the inode's File again after close_file_locked (an empty cache). Under ino.mu.
+void reopen_locked(Inode& ino, int fd, const char* why) noexcept {
+  // Through the descriptor at hand: the one the inode was first opened as may be closed by now
+  // (and its number reused).
+  auto f = open_engine_file(ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name, ino.engine_readable);
+  if (f) {
+    ino.file = std::move(f.value());
+  } else {
+    // The descriptor is still the program's: the file cannot be reopened only if /proc or the
+    // controller went away. Later operations fail with EIO (the Receipt of a closed File).
+    logf("%s of %s: cannot reopen through TAI: %s", why, ino.name.c_str(), f.error().message.c_str());
+    note_error(ino, EIO);
+  }
+  ino.cache_used = false;
+}
+
 // Truncation through the cache: write everything back and close the File (its cache goes with
 // it), truncate with the program's descriptor, open the File again. Under ino.mu. Returns -errno
 // of the truncation; a write-back error is kept for the next fsync/close.
@@ -280,17 +372,7 @@ int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
   const int terr = rc < 0 ? errno : 0;
   struct stat st {};
   if (::fstat(fd, &st) == 0) ino.size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_release);
-  // Through the descriptor at hand: the one the inode was first opened as may be closed by now
-  // (and its number reused).
-  auto f = open_engine_file(ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name, ino.engine_readable);
-  if (f) {
-    ino.file = std::move(f.value());
-  } else {
-    // The descriptor is still the program's: the file cannot be reopened only if /proc or the
-    // controller went away. Later operations fail with EIO (the Receipt of a closed File).
-    logf("truncate of %s: cannot reopen through TAI: %s", ino.name.c_str(), f.error().message.c_str());
-    note_error(ino, EIO);
-  }
+  reopen_locked(ino, fd, "truncate");
   return -terr;
 }
 
@@ -304,6 +386,7 @@ struct Description {
   bool append = false;
   std::mutex mu;            // offset users: read, write, readv, writev, lseek
   std::uint64_t offset = 0; // under mu
+  bool handed = false;      // under mu: the offset went to the kernel (shutdown): libc serves it
 };
 
 std::mutex g_pool_mu;
@@ -389,7 +472,7 @@ Description* acquire(int fd) noexcept {
 
 struct Ref {
   Description* d;
-  explicit Ref(int fd) noexcept : d(g_down.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
+  explicit Ref(int fd) noexcept : d(g_handed_back.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
   ~Ref() {
     if (d) release(d);
   }
@@ -479,6 +562,8 @@ ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uin
   });
   ino.last = std::move(r);
   ino.last_tid = std::this_thread::get_id();
+  ino.cache_used = true;
+  note_dirty();
   return static_cast<ssize_t>(n);
 }
 
@@ -494,9 +579,57 @@ ssize_t clamp_count(const void* buf, std::size_t& n) {
   return 0;
 }
 
+// O_APPEND: the write goes through to the kernel on the program's own descriptor (opened with
+// O_APPEND), so that the kernel takes the end of file atomically against every other process
+// appending to it (shell `>>` from two processes, loggers): an end taken from this process's
+// cached size would write over what another process appended meanwhile. Order within the
+// process holds because, under the inode's mutex and after order(), the cache is first written
+// back and emptied (closed and reopened) whenever something went through it since the last
+// append: the kernel then has every earlier write, so the append lands after them, and a later
+// read through the cache finds no stale copy of the bytes the kernel appended. A file that is
+// only appended to never touches the cache: each write is the kernel's write plus an lseek.
+// `kernel_write` makes the system call (write, pwrite or writev on fd) and returns its result
+// or -1 with errno. Sets `end` to the end of what was written when `end_from_offset` (the
+// descriptor's offset moved there), else to the file's size. Returns bytes or -errno.
+template <class KernelWrite>
+ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_from_offset, KernelWrite kernel_write) {
+  if (ino.cache_used) {
+    if (const int err = close_file_locked(ino)) note_error(ino, err);  // reported by the next fsync/close
+    reopen_locked(ino, fd, "O_APPEND write");
+  }
+  ssize_t r;
+  do {
+    r = kernel_write();
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  off_t at = -1;
+  if (end_from_offset) {
+    at = ::lseek(fd, 0, SEEK_CUR);
+  } else {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) at = st.st_size;
+  }
+  if (at >= 0) {
+    end = static_cast<std::uint64_t>(at);
+    grow_size(ino, end);
+  }
+  return r;
+}
+
+// Under ino.mu: the layer is shutting down (exit in another thread, exec) and this inode's File
+// is closed already (written back): the kernel has the file, and a call that still holds the
+// description (g_handed_back not yet set, or set after it took its reference) goes there, at the
+// description's offset (the kernel's calls succeed during exit too; failing them would be a
+// change the program can see).
+bool shut_down_locked(const Inode& ino) noexcept {
+  return !ino.file.is_open() && g_down.load(std::memory_order_acquire);
+}
+
 // count is clamped here. pos: the explicit offset, or the description's (then
-// `append` decides). Returns bytes or -errno.
-ssize_t do_write(Description& d, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
+// `append` decides; on return pos is where the bytes went, for the description's offset).
+// Returns bytes or -errno.
+ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
+                 bool explicit_offset) {
   if (!writable(d)) return -EBADF;
   if (const ssize_t e = clamp_count(buf, n)) return e;
   if (n == 0) return 0;
@@ -505,7 +638,27 @@ ssize_t do_write(Description& d, const void* buf, std::size_t n, std::uint64_t& 
   Inode& ino = *d.inode;
   std::lock_guard<std::mutex> lock(ino.mu);
   order(ino);
-  return submit_write_locked(ino, buf, n, pos, append);
+  if (append) {
+    std::uint64_t end = pos;
+    const std::uint64_t at = pos;
+    const ssize_t r = append_through_locked(ino, fd, end, !explicit_offset, [&] {
+      // pwrite on an O_APPEND descriptor appends on Linux (the offset is ignored) and leaves
+      // the descriptor's offset alone.
+      return explicit_offset ? ::pwrite(fd, buf, n, static_cast<off_t>(at)) : ::write(fd, buf, n);
+    });
+    if (r > 0) pos = end >= static_cast<std::uint64_t>(r) ? end - static_cast<std::uint64_t>(r) : 0;
+    return r;
+  }
+  if (shut_down_locked(ino)) {
+    ssize_t r;
+    do {
+      r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    grow_size(ino, pos + static_cast<std::uint64_t>(r));
+    return r;
+  }
+  return submit_write_locked(ino, buf, n, pos, false);
 }
 
 ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos) {
@@ -518,7 +671,15 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
   Receipt r;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
+    if (shut_down_locked(ino)) {  // see shut_down_locked
+      ssize_t k;
+      do {
+        k = ::pread(fd, buf, n, static_cast<off_t>(pos));
+      } while (k < 0 && errno == EINTR);
+      return k < 0 ? -errno : k;
+    }
     order(ino);
+    ino.cache_used = true;
     r = ino.file.read(pos, buf, n);
   }
   if (!r.ok()) return -error_of(r);
@@ -526,12 +687,16 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
 }
 
 
-int sync_routed(Description& d, bool data_only) {
+int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   Receipt r;
   std::uint64_t target;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
+    if (shut_down_locked(ino)) {  // see shut_down_locked: the kernel has every byte
+      const int rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+      return rc < 0 ? -errno : 0;
+    }
     order(ino);
     target = ino.writes_submitted.load(std::memory_order_relaxed);
     r = data_only ? ino.file.fdatasync() : ino.file.fsync();
@@ -555,6 +720,8 @@ T finish(T ret, int saved) {
 
 // ---------------------------------------------------------------------------------------------
 // Opening
+
+void start_keeper() noexcept;
 
 // Decides whether `fd` (just opened by the program's call with `flags`) is routed, and routes
 // it. Never fails the open: a file that cannot be routed passes through. Returns nullptr when
@@ -612,6 +779,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   d->accmode = acc;
   d->append = (flags & O_APPEND) != 0;
   d->offset = offset;
+  d->handed = false;
   d->refs.store(1, std::memory_order_relaxed);
   if (!fresh && (flags & O_TRUNC) && wants_write) {
     // The program's ::open truncated the file, but this process's cache may hold bytes of it
@@ -620,6 +788,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
     (void)truncate_locked(*ino, fd, 0);
   }
   install(fd, d);  // release: the description's fields above happen-before its users
+  if (fresh) start_keeper();
   logf("%s (fd %d) routed%s", path, fd, fresh ? "" : " (file already routed: shares its cache)");
   return nullptr;
 }
@@ -640,6 +809,13 @@ int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
   return fd;
 }
 
+// Sets the kernel's offset of fd, with the system call itself: the exit handler runs outside
+// the preload library's depth count, so ::lseek would come back into the layer through its
+// interposer, and wait for the description's mutex the caller holds.
+void kernel_seek(int fd, std::uint64_t offset) noexcept {
+  (void)::syscall(SYS_lseek, fd, static_cast<off_t>(offset), SEEK_SET);
+}
+
 // Hands each routed descriptor's offset to the kernel (the exit handler: libc serves them
 // afterwards).
 void hand_back_offsets() {
@@ -653,7 +829,8 @@ void hand_back_offsets() {
       // alias made by dup outlives it). Aliases share the kernel offset: setting it twice is fine.
       const int fd = (top << kChunkBits) | i;
       std::lock_guard<std::mutex> lock(d->mu);
-      (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+      kernel_seek(fd, d->offset);
+      d->handed = true;  // a call that waited for d->mu meanwhile now uses the kernel's offset
     }
   }
 }
@@ -662,7 +839,10 @@ std::vector<std::string> shutdown_locked() {
   std::vector<std::string> failures;
   Controller* c = g_ctl.load(std::memory_order_acquire);
   g_down.store(true, std::memory_order_release);
-  if (!c) return failures;
+  if (!c) {
+    g_handed_back.store(true, std::memory_order_release);
+    return failures;
+  }
   {
     std::lock_guard<std::mutex> lock(g_reg_mu);
     for (auto& [key, ino] : registry()) {
@@ -672,6 +852,7 @@ std::vector<std::string> shutdown_locked() {
     }
   }
   hand_back_offsets();
+  g_handed_back.store(true, std::memory_order_release);
   ShutdownReport report = c->shutdown();
   for (auto& f : report.failures) failures.push_back(std::move(f));
   return failures;
@@ -684,11 +865,17 @@ void at_exit() {
   // some other thread of the parent held): nothing to shut down, nothing to take.
   if (g_forked_child.load(std::memory_order_acquire)) return;
   const int saved = errno;
+  // A fatal signal's handler (the preload library's) asks the keeper for a write-back, which
+  // needs g_init_mu: held back until the shutdown is done, as inside the layer.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   std::vector<std::string> failures;
   {
     std::lock_guard<std::mutex> lock(g_init_mu);
     failures = shutdown_locked();
   }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (failures.empty()) {
     errno = saved;
     return;
@@ -724,13 +911,16 @@ Controller* controller() {
                  ex.what());
     delete c;
     g_down.store(true, std::memory_order_release);
+    g_handed_back.store(true, std::memory_order_release);
     return nullptr;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
+  g_write_behind_ns.store(s.write_behind_ms * 1'000'000u, std::memory_order_release);
   logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64 ", start write-back every %" PRIu64
-       " bytes", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
-       c->options().weak_quota, c->options().strict_quota, s.start_writeback_bytes);
+       " bytes, write-behind %" PRIu64 " ms", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
+       c->options().weak_quota, c->options().strict_quota, s.start_writeback_bytes,
+       s.write_behind_ms);
   g_ctl.store(c, std::memory_order_release);
   return c;
 }
@@ -781,7 +971,7 @@ void for_each_slot(Fn&& fn) {
 int unroute_slot(int fd, Description* d) {
   {
     std::lock_guard<std::mutex> lock(d->mu);
-    (void)::lseek(fd, static_cast<off_t>(d->offset), SEEK_SET);
+    kernel_seek(fd, d->offset);
   }
   std::atomic<Description*>* s = slot_of(fd, false);
   Description* expected = d;
@@ -857,9 +1047,125 @@ int write_back_all() {
   return error_of(r);
 }
 
+namespace {
+void keeper_write_back() noexcept {
+  // g_init_mu: the controller cannot be shut down or replaced (restart_for_testing) meanwhile.
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  const int err = write_back_all();
+  // A failed write-back leaves the data dirty in the cache; the file's next fsync or close
+  // writes it again and reports the error.
+  if (err) logf("write-behind: write-back failed: %s", std::strerror(err));
+}
+
+void keeper_main() noexcept {
+  tai::detail::mark_this_thread_as_tai();  // libc directly, no program signal handlers here
+  for (;;) {
+    const std::uint32_t seen = g_keeper_wake.load(std::memory_order_acquire);
+    const std::uint32_t requested = g_end_requested.load(std::memory_order_acquire);
+    if (requested != g_end_done.load(std::memory_order_relaxed)) {  // only the keeper stores it
+      // Everything written so far goes now: the stamp is cleared first (acq_rel: a write
+      // stamping after this is seen by the next round; one before it is in this write-back).
+      (void)g_dirty_since.exchange(0, std::memory_order_acq_rel);
+      keeper_write_back();
+      g_end_done.store(requested, std::memory_order_release);  // the waiters' acquire loads
+      futex_wake(g_end_done, INT_MAX);
+      continue;
+    }
+    const std::uint64_t deadline = g_write_behind_ns.load(std::memory_order_relaxed);
+    const std::uint64_t since = g_dirty_since.load(std::memory_order_acquire);
+    std::uint64_t wait_ns = 0;  // no limit: nothing is dirty (or write-behind is off)
+    if (deadline != 0 && since != 0) {
+      const std::uint64_t now = now_ns();
+      if (now >= since + deadline) {
+        (void)g_dirty_since.exchange(0, std::memory_order_acq_rel);
+        keeper_write_back();
+        continue;
+      }
+      wait_ns = since + deadline - now;
+    }
+    futex_wait(g_keeper_wake, seen, wait_ns);
+  }
+}
+
+void start_keeper() noexcept {
+  bool expected = false;
+  // acq_rel: one thread starts it; the others see it started.
+  if (!g_keeper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
+  try {
+    std::thread(keeper_main).detach();  // lives as long as the process (gone in a forked child)
+  } catch (const std::exception& ex) {
+    g_keeper_failed.store(true, std::memory_order_release);
+    std::fprintf(stderr, "tai::posix: cannot start the write-behind thread (%s): no write-behind deadline; "
+                 "cached writes reach the kernel at close, fsync and the end of the program\n", ex.what());
+  }
+}
+}  // namespace
+
+int write_back_for_end(int timeout_ms) noexcept {
+  if (g_forked_child.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire) ||
+      !g_keeper_started.load(std::memory_order_acquire))
+    return 0;  // nothing was ever routed (the keeper starts with the first routed file)
+  if (g_keeper_failed.load(std::memory_order_acquire)) {
+    // No keeper: on this thread, without the bounded wait (better than losing the data).
+    keeper_write_back();
+    return 0;
+  }
+  const std::uint32_t mine = g_end_requested.fetch_add(1, std::memory_order_acq_rel) + 1;
+  g_keeper_wake.fetch_add(1, std::memory_order_release);
+  futex_wake(g_keeper_wake, 1);
+  const std::uint64_t limit = now_ns() + static_cast<std::uint64_t>(timeout_ms < 0 ? 0 : timeout_ms) * 1'000'000u;
+  for (;;) {
+    const std::uint32_t done = g_end_done.load(std::memory_order_acquire);
+    if (static_cast<std::int32_t>(done - mine) >= 0) return 0;
+    const std::uint64_t now = now_ns();
+    if (now >= limit) return ETIMEDOUT;
+    futex_wait(g_end_done, done, limit - now);
+  }
+}
+
+namespace {
+// Writes back after every earlier write of any thread to `ino` (order()); waits outside the
+// inode's mutex. errno or 0.
+int write_back_one(Inode& ino) {
+  Controller* c = g_down.load(std::memory_order_acquire) ? nullptr : g_ctl.load(std::memory_order_acquire);
+  if (!c) return 0;
+  Receipt r;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (!ino.file.is_open()) return 0;
+    order(ino);
+    // The controller has no per-file flush; flush() after this thread's earlier submissions
+    // (one thread's order is kept) and the other threads' last one (order) covers the file.
+    r = c->flush();
+  }
+  return error_of(r);
+}
+}  // namespace
+
+int write_back_inode(dev_t dev, ino_t ino) {
+  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return 0;
+  Inode* ip = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_reg_mu);
+    auto it = registry().find(InodeKey{dev, ino});
+    if (it == registry().end()) return 0;
+    ip = it->second;
+    ip->refs.fetch_add(1, std::memory_order_relaxed);  // under g_reg_mu: it is registered (refs >= 1)
+  }
+  const int err = write_back_one(*ip);
+  inode_unref(ip);
+  return err;
+}
+
+int write_back_fd(int fd) {
+  Ref d(fd);
+  return d ? write_back_one(*d->inode) : 0;
+}
+
 void disable_in_forked_child() noexcept {
   g_forked_child.store(true, std::memory_order_release);
   g_down.store(true, std::memory_order_release);
+  g_handed_back.store(true, std::memory_order_release);
 }
 
 std::vector<std::string> shutdown_for_exec() {
@@ -896,6 +1202,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
   }
   g_override = settings;
   g_down.store(false, std::memory_order_release);
+  g_handed_back.store(false, std::memory_order_release);
   return report;
 }
 
@@ -935,8 +1242,9 @@ ssize_t write(int fd, const void* buf, std::size_t count) {
   if (!d) return ::write(fd, buf, count);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::write(fd, buf, count);
   std::uint64_t pos = d->offset;
-  const ssize_t r = detail::do_write(*d.d, buf, count, pos, d->append);
+  const ssize_t r = detail::do_write(*d.d, fd, buf, count, pos, d->append, false);
   if (r > 0) d->offset = pos + static_cast<std::uint64_t>(r);
   return finish(r, saved);
 }
@@ -947,7 +1255,7 @@ ssize_t pwrite(int fd, const void* buf, std::size_t count, off_t offset) {
   Ref d(fd);
   if (!d) return ::pwrite(fd, buf, count, offset);
   std::uint64_t pos = static_cast<std::uint64_t>(offset);
-  return finish(detail::do_write(*d.d, buf, count, pos, d->append), saved);  // Linux: O_APPEND appends
+  return finish(detail::do_write(*d.d, fd, buf, count, pos, d->append, true), saved);  // Linux: O_APPEND appends
 }
 
 ssize_t read(int fd, void* buf, std::size_t count) {
@@ -955,6 +1263,7 @@ ssize_t read(int fd, void* buf, std::size_t count) {
   if (!d) return ::read(fd, buf, count);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::read(fd, buf, count);
   const ssize_t r = detail::do_read(*d.d, fd, buf, count, d->offset);
   if (r > 0) d->offset += static_cast<std::uint64_t>(r);
   return finish(r, saved);
@@ -992,11 +1301,27 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
   if (!detail::writable(*d.d)) return finish<ssize_t>(-EBADF, saved);
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::writev(fd, iov, iovcnt);
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> il(ino.mu);  // the pieces go in together: no other write between
   detail::order(ino);
-  std::uint64_t pos = d->append ? ino.size.load(std::memory_order_acquire) : d->offset;
+  if (d->append) {  // through to the kernel: see append_through_locked
+    std::uint64_t end = d->offset;
+    const ssize_t r = detail::append_through_locked(ino, fd, end, true, [&] { return ::writev(fd, iov, iovcnt); });
+    if (r >= 0) d->offset = end;
+    return finish(r, saved);
+  }
+  std::uint64_t pos = d->offset;
   if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
+  if (detail::shut_down_locked(ino)) {  // see shut_down_locked
+    ssize_t r;
+    do {
+      r = ::pwritev(fd, iov, iovcnt, static_cast<off_t>(pos));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return finish<ssize_t>(-errno, saved);
+    d->offset = pos + static_cast<std::uint64_t>(r);
+    return finish(r, saved);
+  }
   ssize_t done = 0;
   std::size_t left = std::min(total, detail::kMaxRw);
   for (int i = 0; i < iovcnt && left > 0; ++i) {
@@ -1027,6 +1352,7 @@ ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
   if (const ssize_t e = check_iov(iov, iovcnt, total)) return finish(e, saved);
   if (!detail::readable(*d.d)) return finish<ssize_t>(-EBADF, saved);
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::readv(fd, iov, iovcnt);
   const std::uint64_t pos = d->offset;
   if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
   ssize_t done = 0;
@@ -1052,6 +1378,7 @@ off_t lseek(int fd, off_t offset, int whence) {
   if (!d) return ::lseek(fd, offset, whence);
   const int saved = errno;
   std::lock_guard<std::mutex> lock(d->mu);
+  if (d->handed) return ::lseek(fd, offset, whence);
   const off_t cur = static_cast<off_t>(d->offset);
   off_t next = 0;
   switch (whence) {
@@ -1087,14 +1414,14 @@ int fsync(int fd) {
   Ref d(fd);
   if (!d) return ::fsync(fd);
   const int saved = errno;
-  return finish(detail::sync_routed(*d.d, false), saved);
+  return finish(detail::sync_routed(*d.d, fd, false), saved);
 }
 
 int fdatasync(int fd) {
   Ref d(fd);
   if (!d) return ::fdatasync(fd);
   const int saved = errno;
-  return finish(detail::sync_routed(*d.d, true), saved);
+  return finish(detail::sync_routed(*d.d, fd, true), saved);
 }
 
 int ftruncate(int fd, off_t length) {

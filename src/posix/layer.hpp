@@ -52,12 +52,17 @@ struct Settings {
   /// worker), so that the program's fsync finds little left. 0: never (the kernel starts only at
   /// fsync or after its dirty timeout).
   std::uint64_t start_writeback_bytes = std::uint64_t{8} << 20;
+  /// TAI_WRITE_BEHIND_MS: a routed write reaches the kernel (written back, not synced) at most
+  /// this many milliseconds after it was made, whatever the program does next: what a SIGKILL
+  /// can take is bounded by it. 0: off (the cache keeps data until close, fsync, exit or the
+  /// controller's own idle and quota write-back).
+  std::uint64_t write_behind_ms = 200;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
 };
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
-/// TAI_START_WRITEBACK, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
+/// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 
 /// The process-wide controller, made on first call (thread-safe); nullptr when it cannot be made
@@ -103,6 +108,22 @@ int unroute_all(bool inheritable_only);
 /// Every routed file's cached writes to the kernel (no fsync): before a child process or another
 /// process may read the files (posix_spawn, fcntl locks, sync). 0 or the first error (errno).
 int write_back_all();
+
+/// For the ends of a program that skip the exit handler (_exit, exit_group, abort, a fatal
+/// signal's default action): every routed file's cached writes to the kernel (no fsync), done by
+/// the layer's keeper thread while the caller waits at most `timeout_ms` (a signal handler may
+/// have interrupted a thread that holds a lock the write-back needs: then the caller proceeds
+/// without it). Uses only atomics and futex calls on the caller's side: callable from a signal
+/// handler. 0 when done (or nothing to do), ETIMEDOUT when the wait ran out.
+int write_back_for_end(int timeout_ms) noexcept;
+
+/// The cached writes of routed file (dev, ino), if any, to the kernel (no fsync), after every
+/// earlier write of any thread to it: before a call that changes the file's metadata (times,
+/// mode, owner, name, links), which a later write-back would otherwise overwrite (mtime) or
+/// which another process may act on. errno or 0.
+int write_back_inode(dev_t dev, ino_t ino);
+/// write_back_inode for routed descriptor fd's file; 0 when fd is not routed.
+int write_back_fd(int fd);
 
 /// In the child of fork(): the controller's threads did not survive; every call passes through
 /// to libc from now on, and the exit handler does nothing. Async-signal-safe.

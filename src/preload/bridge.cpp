@@ -135,6 +135,24 @@ int tai_bridge_write_back_all(void) {
   errno = saved;
   return err;
 }
+int tai_bridge_write_back_for_end(int timeout_ms) {
+  const int saved = errno;
+  const int err = tai::posix::detail::write_back_for_end(timeout_ms);
+  errno = saved;
+  return err;
+}
+int tai_bridge_write_back_inode(dev_t dev, ino_t ino) {
+  const int saved = errno;
+  const int err = tai::posix::detail::write_back_inode(dev, ino);
+  errno = saved;
+  return err;
+}
+int tai_bridge_write_back_fd(int fd) {
+  const int saved = errno;
+  const int err = tai::posix::detail::write_back_fd(fd);
+  errno = saved;
+  return err;
+}
 void tai_bridge_forked_child(void) { tai::posix::detail::disable_in_forked_child(); }
 void tai_bridge_before_exec(void) {
   const int saved = errno;

@@ -60,6 +60,16 @@ int tai_bridge_unroute_all(int inheritable_only);
 int tai_bridge_unroute_inode(dev_t dev, ino_t ino);
 /* Every routed file's cached writes to the kernel (no fsync). errno or 0. */
 int tai_bridge_write_back_all(void);
+/* Every routed file's cached writes to the kernel (no fsync) for an end of the program that skips
+ * the exit handler (_exit, abort, a fatal signal): done by the layer's keeper thread while the
+ * caller waits at most timeout_ms. Only atomics and futex calls on the caller's side: callable
+ * from a signal handler. 0, or ETIMEDOUT when the wait ran out. */
+int tai_bridge_write_back_for_end(int timeout_ms);
+/* The cached writes of the routed file (dev, ino), or of routed fd's file, to the kernel (no
+ * fsync), after every earlier write to it: before a metadata call on it. errno or 0 (0 also
+ * when it is not routed). */
+int tai_bridge_write_back_inode(dev_t dev, ino_t ino);
+int tai_bridge_write_back_fd(int fd);
 /* In the child of fork(): pass everything through from now on. */
 void tai_bridge_forked_child(void);
 /* Before execve: write everything back and shut the layer down. Failures go to stderr. */

@@ -30,11 +30,25 @@
  * everything back and shut the layer down first. close_range and closefrom never close TAI's own
  * descriptors. Slower from then on, never wrong.
  *
+ * The ends of a program. What write() acknowledged reaches the kernel however the program
+ * ends, SIGKILL aside: exit through the layer's atexit handler, exec through before_exec, and
+ * _exit, _Exit, exit_group, quick_exit, abort and the fatal signals the program leaves at
+ * SIG_DFL through the section "the ends of a program" at the end of this file (which also
+ * virtualises sigaction and signal for those signals). SIGKILL takes at most what is younger
+ * than the layer's write-behind deadline (TAI_WRITE_BEHIND_MS).
+ *
+ * O_APPEND stays the kernel's atomic append across processes: the layer writes an O_APPEND
+ * descriptor's data through to the kernel (tai/posix.hpp). Metadata calls (times, mode, owner,
+ * rename, link) on a routed file first hand its cache to the kernel, so that a later write-back
+ * cannot undo them (section "metadata" at the end).
+ *
  * stdio. glibc's FILE writes through an internal write, so fopen and fdopen of a routed file
  * return a FILE made with fopencookie over the routed descriptor; fileno() of it answers the
  * descriptor (the cookie stream's _fileno, which glibc uses for nothing else on such a stream).
  * freopen is not interposed: a stream reopened onto a routed path is a plain one, and that file
- * should then not also be written through a routed descriptor.
+ * should then not also be written through a routed descriptor. A standard stream replaced by a cookie stream
+ * (adopt_std_stream) whose original the program still fcloses through a saved pointer gets the
+ * replacement flushed first (fclose).
  *
  * Re-entrancy and signals. The layer itself calls libc (through these same names, as does TAI's
  * engine): a thread-local depth makes every call made from inside the layer, and every call of a
@@ -64,10 +78,14 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "src/preload/bridge.h"
 
@@ -129,6 +147,8 @@ static void say(const char* fmt, ...) {
   errno = saved;
 }
 
+static void install_end_handlers(void);
+
 static void init_once(void) {
   int expected = kUninit;
   if (!atomic_compare_exchange_strong(&g_state, &expected, kInitializing)) return;
@@ -179,6 +199,7 @@ static void init_once(void) {
     atomic_store_explicit(&g_adopt_pending, g_adopt_count > 0, memory_order_release);
   }
   if (adopt) unsetenv("TAI_PRELOAD_ADOPT"); /* for this image only, not its children */
+  if (state == kActive) install_end_handlers();
   --t_depth;
   errno = saved;
   atomic_store_explicit(&g_state, state, memory_order_release);
@@ -412,11 +433,13 @@ EXPORT int creat64(const char* path, mode_t mode) {
 
 EXPORT int close(int fd) {
   set_exclusive(fd, 0);
-  if (fd >= 3 && engaged()) {
-    if (tai_bridge_is_own_fd(fd)) {  /* never the program's: a guessed number, or a close-all loop */
+  if (fd >= 0 && engaged()) {
+    if (fd >= 3 && tai_bridge_is_own_fd(fd)) {  /* never the program's: a guessed number, or a close-all loop */
       errno = EBADF;
       return -1;
     }
+    /* 0, 1 and 2 too when routed (a routed stdout the program closes: a later write(1) must
+     * fail with EBADF as the kernel's would, not land in the cache) */
     if (tai_bridge_routed(fd)) {
       ENTER();
       const int rc = tai_bridge_close(fd);
@@ -744,6 +767,12 @@ static FILE* cookie_stream(int fd, const char* mode);
  * stdout or stderr would read and write that descriptor behind the layer, so the stream is
  * flushed and replaced by a cookie stream over the layer (programs name the streams through the
  * stdin/stdout/stderr variables, which glibc's own functions read too). */
+/* The streams replaced (glibc's own) and their replacements, by descriptor: a program that
+ * saved the stream's pointer before (mawk keeps stdout in its table of output files) may still
+ * fclose the original, see fclose below. Set once per descriptor, by the thread that adopts. */
+static FILE* _Atomic g_std_original[3];
+static FILE* _Atomic g_std_replacement[3];
+
 static void adopt_std_stream(int fd) {
   FILE** slot = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
   if (fd != 0) fflush(*slot);
@@ -753,6 +782,9 @@ static void adopt_std_stream(int fd) {
     return;
   }
   if (fd == 2) setvbuf(c, NULL, _IONBF, 0);
+  /* release: the streams are made before fclose may compare against them */
+  atomic_store_explicit(&g_std_replacement[fd], c, memory_order_release);
+  atomic_store_explicit(&g_std_original[fd], *slot, memory_order_release);
   *slot = c;
   say("fd %d is a routed file: %s now writes through TAI", fd, fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr");
 }
@@ -1155,7 +1187,400 @@ static FILE* fopen_impl(const char* path, const char* mode, FILE* (*real)(const 
 }
 EXPORT FILE* fopen(const char* path, const char* mode) { return fopen_impl(path, mode, REAL(fopen)); }
 EXPORT FILE* fopen64(const char* path, const char* mode) { return fopen_impl(path, mode, REAL(fopen64)); }
+/* fclose of a standard stream that adopt_std_stream replaced, through a pointer the program
+ * saved before (mawk's output table): glibc closes the descriptor inside fclose, behind the
+ * layer, while the program's output sits in the replacement's buffer, which exit would flush
+ * only after the layer's own exit handler, into a closed descriptor. So the replacement is
+ * flushed into the layer and the descriptor's routing released (its file written back) first,
+ * as the program's own close of the stream would have done. */
+EXPORT int fclose(FILE* f) {
+  for (int fd = 0; f && fd < 3; ++fd) {
+    FILE* orig = atomic_load_explicit(&g_std_original[fd], memory_order_acquire);
+    if (f != orig) continue;
+    atomic_store_explicit(&g_std_original[fd], NULL, memory_order_relaxed);
+    FILE* c = atomic_load_explicit(&g_std_replacement[fd], memory_order_acquire);
+    if (c && fd != 0) fflush(c);
+    if (routed(fd)) {
+      const int saved = errno;
+      ENTER();
+      const int err = tai_bridge_forget(fd);
+      LEAVE();
+      say("fclose of the original stream of fd %d: its replacement flushed, the file written back%s%s", fd,
+          err ? "; a write-back failed: " : "", err ? strerror(err) : "");
+      errno = saved;
+    }
+    break;
+  }
+  return REAL(fclose)(f);
+}
+
 EXPORT FILE* fdopen(int fd, const char* mode) {
   if (!routed(fd) || !mode) return REAL(fdopen)(fd, mode);
   return cookie_stream(fd, mode);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the ends of a program                                                                      */
+/*
+ * What write() acknowledged must reach the kernel however the program ends (SIGKILL aside).
+ * exit() and a return from main run the layer's atexit handler; exec is before_exec. The other
+ * ends skip both, so each gets the write-back here, on the layer's keeper thread, the caller
+ * waiting at most kEndWaitMs (see tai_bridge_write_back_for_end): no fsync, the page cache is
+ * what libc would have left too.
+ *  * _exit, _Exit and syscall(SYS_exit_group): interposed. quick_exit: an at_quick_exit handler
+ *    registered at activation (so that it runs after the program's, which may still write).
+ *  * abort: interposed (the program's SIGABRT handler may return, and glibc then kills with the
+ *    default action without another look at ours); glibc's own aborts (a corrupted heap) raise
+ *    SIGABRT, which the signal handler below catches when the program left it at SIG_DFL.
+ *  * The fatal signals whose default action ends the process (kEndSignals): at activation,
+ *    every one still at SIG_DFL gets end_signal_handler, which writes back, restores SIG_DFL,
+ *    and raises the signal again with it unblocked, so that the exit status and the core dump
+ *    are the kernel's. sigaction, signal and their relatives are virtualised for these
+ *    signals: the program sees SIG_DFL where ours is installed; a handler (or SIG_IGN) it sets
+ *    is installed for real; SIG_DFL it sets keeps ours. A handler runs on a program thread
+ *    outside the layer (enter_layer blocks every signal), so the thread it interrupted holds
+ *    no lock of the layer; it may hold the allocator's or a stdio lock, which the keeper could
+ *    need: hence the bounded wait. TAI's threads block every signal, so none runs there.
+ *    Synchronous faults inside the layer (a bug) are the kernel's: blocked, they kill at once.
+ * A forked child (which passes everything through) inherits the handlers: they find nothing to
+ * write back and re-raise. exec resets caught signals to SIG_DFL, and the next image installs
+ * its own. SIGKILL cannot be caught: the keeper's write-behind deadline (TAI_WRITE_BEHIND_MS)
+ * bounds what it takes.
+ */
+enum { kEndWaitMs = 5000 };
+
+static void end_write_back(const char* how) {
+  if (atomic_load_explicit(&g_state, memory_order_acquire) != kActive) return;
+  if (t_depth > 0 || tai_bridge_on_tai_thread()) return; /* the layer itself ends the process */
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) &&
+      !atomic_load_explicit(&g_adopt_pending, memory_order_relaxed))
+    return;
+  const int saved = errno;
+  ENTER();
+  const int err = tai_bridge_write_back_for_end(kEndWaitMs);
+  LEAVE();
+  if (err) say("%s: the write-back did not finish within %d ms; what it had not done is lost", how, kEndWaitMs);
+  else say("%s: every routed file's cache handed to the kernel", how);
+  errno = saved;
+}
+
+EXPORT void _exit(int status) {
+  end_write_back("_exit");
+  REAL(_exit)(status);
+  __builtin_unreachable();
+}
+EXPORT void _Exit(int status) {
+  end_write_back("_Exit");
+  REAL(_Exit)(status);
+  __builtin_unreachable();
+}
+EXPORT void abort(void) {
+  end_write_back("abort");
+  REAL(abort)();
+  __builtin_unreachable();
+}
+static void at_quick_exit_handler(void) { end_write_back("quick_exit"); }
+
+/* syscall(2): SYS_exit_group ends the process without the exit handler; every other number
+ * passes through with its arguments (six words, as glibc's own syscall() reads them: the
+ * unused ones are whatever the registers held, which the kernel ignores). */
+EXPORT long syscall(long number, ...) {
+  va_list ap;
+  va_start(ap, number);
+  long a[6];
+  for (int i = 0; i < 6; ++i) a[i] = va_arg(ap, long);
+  va_end(ap);
+  if (number == SYS_exit_group) end_write_back("syscall(SYS_exit_group)");
+  return REAL(syscall)(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* The signals whose default action ends the process (all but SIGKILL and SIGSTOP, which
+ * cannot be caught, and SIGTRAP, which debuggers use). */
+static const int kEndSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,  SIGABRT,   SIGBUS,  SIGFPE,
+                                  SIGUSR1, SIGSEGV, SIGUSR2, SIGPIPE, SIGALRM,   SIGTERM, SIGSTKFLT,
+                                  SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSYS};
+#define kSigMax 65
+/* g_ours[sig]: end_signal_handler is installed for sig, and the program believes SIG_DFL (with
+ * the flags and mask in g_program_act[sig], which sigaction's oldact reports). Both change
+ * under g_sig_lock only; g_ours is read without it by the handler (relaxed: informational). */
+static _Atomic int g_ours[kSigMax];
+static struct sigaction g_program_act[kSigMax];
+static _Atomic int g_end_handlers = 0; /* installed (release by install_end_handlers) */
+static atomic_flag g_sig_lock = ATOMIC_FLAG_INIT;
+
+static int is_end_signal(int sig) {
+  for (size_t i = 0; i < sizeof kEndSignals / sizeof kEndSignals[0]; ++i)
+    if (kEndSignals[i] == sig) return 1;
+  return 0;
+}
+
+/* A spin lock with every signal blocked: sigaction may be called from a signal handler, and a
+ * handler on this thread must never spin on a lock its own thread holds. */
+static void sig_lock(sigset_t* saved) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, saved);
+  /* acquire: pairs with sig_unlock's release (the tables above) */
+  while (atomic_flag_test_and_set_explicit(&g_sig_lock, memory_order_acquire)) sched_yield();
+}
+static void sig_unlock(const sigset_t* saved) {
+  atomic_flag_clear_explicit(&g_sig_lock, memory_order_release);
+  pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
+  (void)info;
+  (void)uc;
+  const int saved = errno;
+  if (!tai_bridge_on_tai_thread()) (void)tai_bridge_write_back_for_end(kEndWaitMs);
+  /* The kernel's default action, with the kernel's exit status and core dump. */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  REAL(sigaction)(sig, &dfl, NULL);
+  atomic_store_explicit(&g_ours[sig], 0, memory_order_relaxed);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  (void)raise(sig);                           /* pending: this handler's mask blocks it */
+  pthread_sigmask(SIG_UNBLOCK, &one, NULL);   /* delivered here: the process ends */
+  errno = saved;                              /* not reached, unless the program raced us */
+}
+
+static struct sigaction our_action(void) {
+  struct sigaction a;
+  memset(&a, 0, sizeof a);
+  a.sa_sigaction = end_signal_handler;
+  sigfillset(&a.sa_mask);  /* nothing else runs on this thread while it writes back */
+  a.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  return a;
+}
+
+static void install_end_handlers(void) {
+  sigset_t saved;
+  sig_lock(&saved);
+  const struct sigaction ours = our_action();
+  for (size_t i = 0; i < sizeof kEndSignals / sizeof kEndSignals[0]; ++i) {
+    const int sig = kEndSignals[i];
+    struct sigaction cur;
+    if (REAL(sigaction)(sig, NULL, &cur) != 0) continue;
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+      g_program_act[sig] = cur;
+      if (REAL(sigaction)(sig, &ours, NULL) == 0) atomic_store_explicit(&g_ours[sig], 1, memory_order_relaxed);
+    }
+  }
+  atomic_store_explicit(&g_end_handlers, 1, memory_order_release);
+  sig_unlock(&saved);
+  (void)at_quick_exit(at_quick_exit_handler);
+}
+
+static int sets_default(const struct sigaction* act) { return act->sa_handler == SIG_DFL; }
+
+static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction* oldact,
+                          int (*real)(int, const struct sigaction*, struct sigaction*)) {
+  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
+      !is_end_signal(sig))
+    return real(sig, act, oldact);
+  struct sigaction want;
+  if (act) want = *act; /* act and oldact may be one struct */
+  sigset_t saved;
+  sig_lock(&saved);
+  int rc = 0;
+  if (atomic_load_explicit(&g_ours[sig], memory_order_relaxed)) {
+    const struct sigaction believed = g_program_act[sig];
+    if (act && !sets_default(&want)) {
+      rc = real(sig, &want, NULL);
+      if (rc == 0) atomic_store_explicit(&g_ours[sig], 0, memory_order_relaxed);
+    } else if (act) {
+      g_program_act[sig] = want; /* SIG_DFL again: ours stays */
+    }
+    if (rc == 0 && oldact) *oldact = believed;
+  } else if (act && sets_default(&want)) {
+    const struct sigaction ours = our_action();
+    rc = real(sig, &ours, oldact);
+    if (rc == 0) {
+      g_program_act[sig] = want;
+      atomic_store_explicit(&g_ours[sig], 1, memory_order_relaxed);
+    }
+  } else {
+    rc = real(sig, act ? &want : NULL, oldact);
+  }
+  const int err = errno;
+  sig_unlock(&saved);
+  errno = err;
+  return rc;
+}
+
+EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+  return sigaction_impl(sig, act, oldact, REAL(sigaction));
+}
+extern int __sigaction(int, const struct sigaction*, struct sigaction*);
+EXPORT int __sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+  return sigaction_impl(sig, act, oldact, REAL(sigaction));
+}
+
+/* signal and its relatives, for the virtualised signals, through sigaction_impl with glibc's
+ * flags: BSD semantics (signal, bsd_signal, ssignal: SA_RESTART, the signal blocked in its
+ * handler) and System V's (sysv_signal: SA_RESETHAND | SA_NODEFER). */
+typedef void (*handler_t)(int);
+static handler_t signal_like(int sig, handler_t h, int sysv, handler_t (*real)(int, handler_t)) {
+  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
+      !is_end_signal(sig) || h == SIG_ERR)
+    return real(sig, h);
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = h;
+  sigemptyset(&act.sa_mask);
+  if (sysv) {
+    act.sa_flags = SA_RESETHAND | SA_NODEFER;
+  } else {
+    sigaddset(&act.sa_mask, sig);
+    act.sa_flags = SA_RESTART;
+  }
+  if (sigaction_impl(sig, &act, &old, REAL(sigaction)) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+EXPORT handler_t signal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(signal)); }
+EXPORT handler_t bsd_signal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(bsd_signal)); }
+EXPORT handler_t ssignal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(ssignal)); }
+EXPORT handler_t sysv_signal(int sig, handler_t h) { return signal_like(sig, h, 1, REAL(sysv_signal)); }
+extern handler_t __sysv_signal(int, handler_t);
+EXPORT handler_t __sysv_signal(int sig, handler_t h) { return signal_like(sig, h, 1, REAL(__sysv_signal)); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* metadata: after the routed writes made before it                                           */
+/*
+ * A write-back after a metadata call would undo it: the kernel sets mtime (tar's and cp -p's
+ * futimens, touch -r) and clears set-user-ID bits (chmod, chown) and file capabilities
+ * (setxattr of security.capability, as setcap does) on every write. And rename
+ * and link publish the file to other processes. So each call that names a routed file, by
+ * descriptor or by a path that resolves to a routed inode, first hands that file's cached
+ * writes to the kernel (tai_bridge_write_back_fd / _inode: after every earlier write of any
+ * thread, no fsync), and then goes to libc. ftruncate is the layer's own (through the cache).
+ * A path that names no routed file costs one fstatat, and none before the first routed open.
+ */
+static int anything_routed(void) {
+  return atomic_load_explicit(&g_routed_ever, memory_order_relaxed) ||
+         atomic_load_explicit(&g_adopt_pending, memory_order_relaxed);
+}
+
+static void write_back_fd_before(int fd, const char* call) {
+  if (!anything_routed() || !routed(fd)) return;
+  const int saved = errno;
+  ENTER();
+  const int err = tai_bridge_write_back_fd(fd);
+  LEAVE();
+  if (err) say("write-back before %s (fd %d) failed: %s", call, fd, strerror(err));
+  errno = saved;
+}
+
+/* flags: AT_SYMLINK_NOFOLLOW and AT_EMPTY_PATH as the call gives them (a path "" with
+ * AT_EMPTY_PATH, or a null path for utimensat, names dirfd itself). */
+static void write_back_path_before(int dirfd, const char* path, int flags, const char* call) {
+  if (!anything_routed() || !engaged()) return;
+  if (!path || (path[0] == '\0' && (flags & AT_EMPTY_PATH))) {
+    write_back_fd_before(dirfd, call);
+    return;
+  }
+  const int saved = errno;
+  struct stat st;
+  if (REAL(fstatat)(dirfd, path, &st, flags & AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    ENTER();
+    const int err = tai_bridge_write_back_inode(st.st_dev, st.st_ino);
+    LEAVE();
+    if (err) say("write-back before %s (%s) failed: %s", call, path, strerror(err));
+  }
+  errno = saved;
+}
+
+EXPORT int utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) {
+  write_back_path_before(dirfd, path, flags, "utimensat");
+  return REAL(utimensat)(dirfd, path, times, flags);
+}
+EXPORT int futimens(int fd, const struct timespec times[2]) {
+  write_back_fd_before(fd, "futimens");
+  return REAL(futimens)(fd, times);
+}
+EXPORT int utimes(const char* path, const struct timeval times[2]) {
+  write_back_path_before(AT_FDCWD, path, 0, "utimes");
+  return REAL(utimes)(path, times);
+}
+EXPORT int lutimes(const char* path, const struct timeval times[2]) {
+  write_back_path_before(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, "lutimes");
+  return REAL(lutimes)(path, times);
+}
+EXPORT int futimes(int fd, const struct timeval times[2]) {
+  write_back_fd_before(fd, "futimes");
+  return REAL(futimes)(fd, times);
+}
+EXPORT int futimesat(int dirfd, const char* path, const struct timeval times[2]) {
+  write_back_path_before(dirfd, path, 0, "futimesat");
+  return REAL(futimesat)(dirfd, path, times);
+}
+EXPORT int utime(const char* path, const struct utimbuf* times) {
+  write_back_path_before(AT_FDCWD, path, 0, "utime");
+  return REAL(utime)(path, times);
+}
+EXPORT int fchmod(int fd, mode_t mode) {
+  write_back_fd_before(fd, "fchmod");
+  return REAL(fchmod)(fd, mode);
+}
+EXPORT int fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
+  write_back_path_before(dirfd, path, flags, "fchmodat");
+  return REAL(fchmodat)(dirfd, path, mode, flags);
+}
+EXPORT int chmod(const char* path, mode_t mode) {
+  write_back_path_before(AT_FDCWD, path, 0, "chmod");
+  return REAL(chmod)(path, mode);
+}
+EXPORT int fchown(int fd, uid_t uid, gid_t gid) {
+  write_back_fd_before(fd, "fchown");
+  return REAL(fchown)(fd, uid, gid);
+}
+EXPORT int fchownat(int dirfd, const char* path, uid_t uid, gid_t gid, int flags) {
+  write_back_path_before(dirfd, path, flags, "fchownat");
+  return REAL(fchownat)(dirfd, path, uid, gid, flags);
+}
+EXPORT int chown(const char* path, uid_t uid, gid_t gid) {
+  write_back_path_before(AT_FDCWD, path, 0, "chown");
+  return REAL(chown)(path, uid, gid);
+}
+EXPORT int lchown(const char* path, uid_t uid, gid_t gid) {
+  write_back_path_before(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, "lchown");
+  return REAL(lchown)(path, uid, gid);
+}
+EXPORT int rename(const char* from, const char* to) {
+  write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "rename");
+  return REAL(rename)(from, to);
+}
+EXPORT int renameat(int fromdir, const char* from, int todir, const char* to) {
+  write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat");
+  return REAL(renameat)(fromdir, from, todir, to);
+}
+EXPORT int renameat2(int fromdir, const char* from, int todir, const char* to, unsigned flags) {
+  write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat2");
+  if (flags & RENAME_EXCHANGE) write_back_path_before(todir, to, AT_SYMLINK_NOFOLLOW, "renameat2");
+  return REAL(renameat2)(fromdir, from, todir, to, flags);
+}
+EXPORT int link(const char* from, const char* to) {
+  write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "link");
+  return REAL(link)(from, to);
+}
+EXPORT int linkat(int fromdir, const char* from, int todir, const char* to, int flags) {
+  write_back_path_before(fromdir, from, (flags & AT_EMPTY_PATH) | ((flags & AT_SYMLINK_FOLLOW) ? 0 : AT_SYMLINK_NOFOLLOW),
+                         "linkat");
+  return REAL(linkat)(fromdir, from, todir, to, flags);
+}
+EXPORT int setxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
+  write_back_path_before(AT_FDCWD, path, 0, "setxattr");
+  return REAL(setxattr)(path, name, value, size, flags);
+}
+EXPORT int lsetxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
+  write_back_path_before(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, "lsetxattr");
+  return REAL(lsetxattr)(path, name, value, size, flags);
+}
+EXPORT int fsetxattr(int fd, const char* name, const void* value, size_t size, int flags) {
+  write_back_fd_before(fd, "fsetxattr");
+  return REAL(fsetxattr)(fd, name, value, size, flags);
 }

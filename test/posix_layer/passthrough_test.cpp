@@ -80,6 +80,7 @@ TEST(PassThroughSettings, TheEnvironmentIsRead) {
   ::setenv("TAI_WORKERS", "3", 1);
   ::setenv("TAI_QUOTA", "1M,4M", 1);
   ::setenv("TAI_LOG", "1", 1);
+  ::setenv("TAI_WRITE_BEHIND_MS", "50", 1);
   std::vector<std::string> warnings;
   posix::detail::Settings s = posix::detail::settings_from_env(&warnings);
   EXPECT_TRUE(warnings.empty());
@@ -89,15 +90,22 @@ TEST(PassThroughSettings, TheEnvironmentIsRead) {
   EXPECT_EQ(s.options.weak_quota, 1u << 20);
   EXPECT_EQ(s.options.strict_quota, 4u << 20);
   EXPECT_TRUE(s.log);
+  EXPECT_EQ(s.write_behind_ms, 50u);
   ::setenv("TAI_TREE", "binary", 1);
   ::setenv("TAI_WORKERS", "lots", 1);
   ::setenv("TAI_QUOTA", "4M,1M", 1);
+  ::setenv("TAI_WRITE_BEHIND_MS", "-1", 1);
   warnings.clear();
   s = posix::detail::settings_from_env(&warnings);
-  EXPECT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings.size(), 4u);
   EXPECT_FALSE(s.trivial_tree);
   EXPECT_EQ(s.options.workers, 2u);
-  for (const char* v : {"TAI_ENGINE", "TAI_TREE", "TAI_WORKERS", "TAI_QUOTA", "TAI_LOG"}) ::unsetenv(v);
+  EXPECT_EQ(s.write_behind_ms, 200u);  // the default
+  ::setenv("TAI_WRITE_BEHIND_MS", "0", 1);
+  warnings.clear();
+  EXPECT_EQ(posix::detail::settings_from_env(&warnings).write_behind_ms, 0u);  // off
+  for (const char* v : {"TAI_ENGINE", "TAI_TREE", "TAI_WORKERS", "TAI_QUOTA", "TAI_LOG", "TAI_WRITE_BEHIND_MS"})
+    ::unsetenv(v);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ inline posix::detail::Settings fault_settings(const std::string& rules, bool tri
   posix::detail::Settings s = layer_settings(trivial);
   s.options.engine = "fault";
   s.options.flush_idle_ns = -1;  // write-back only at fsync/close: the fault hits there
+  s.write_behind_ms = 0;         // and not at the write-behind deadline either
   s.setup = [rules](Controller& c) {
     auto fault = engines::make_fault(engines::make_posix({}));
     auto added = fault->add_rules(rules);

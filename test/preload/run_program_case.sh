@@ -3,7 +3,8 @@
 # library changes nothing it can observe:
 #   run A: plain, writing into $WORK/<case>/A;
 #   run B: LD_PRELOAD=$PRELOAD_LIB TAI_PRELOAD_PATHS=<B> TAI_PRELOAD_LOG=1, writing into B;
-# then every step's exit status must be 0 on both sides, the outputs (stdout, with the output
+# then every step's exit status must be 0 on both sides (or the status the step names: a program
+# that ends by a signal), the outputs (stdout, with the output
 # directory's name replaced) must be equal, the trees A and B must be byte-identical, and B's log
 # must show at least one routed open under B - a library that routes nothing would pass
 # everything else. Each command runs under `timeout`: a hang fails with its own message.
@@ -12,6 +13,7 @@
 #   PRELOAD_LIB        the library (ctest: $<TARGET_FILE:tai_preload>); empty: skip
 #   WORK               scratch root (ctest: <build>/test/preload/work); default /tmp/tai-preload-work
 #   PROBE              tai_preload_probe, for the probe_* cases
+#   ENDS               tai_preload_ends, for the end_* cases
 #   SANITIZER_RUNTIME  libasan.so/libtsan.so when the library is instrumented: preloaded first
 #   PRELOAD_DEADLINE   seconds for one command (default 60)
 #   KEEP_WORK=1        keep A and B after a success too
@@ -20,7 +22,12 @@
 set -u -o pipefail
 
 CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
-       probe_fork probe_mmap probe_append probe_dup2stdout probe_stdio probe_signal probe_closerange)
+       probe_fork probe_mmap probe_append probe_dup2stdout probe_stdio probe_signal probe_closerange
+       end_exit end_return end__exit end__Exit end_exit_group end_quick_exit end_abort end_exec
+       end_thread_exit end_vfork end_spawn end_sigterm end_sigint end_sighup end_sigquit end_sigpipe
+       end_sigsegv end_sigbus end_sigfpe end_sigabrt end_sigxfsz end_virtual end_sigkill
+       mawk_exit python_exit perl_sigterm sigpipe_tee append_procs
+       meta_tar meta_cp meta_touch meta_python)
 
 if [[ ${1:-} == --list ]]; then
   printf '%s\n' "${CASES[@]}"
@@ -62,8 +69,15 @@ case $CASE in
   gzip) need=(bash gzip cmp) ;;
   gzip_own) need=(gzip cp cmp) ;;
   sqlite*) need=(sqlite3) ;;
-  python) need=(python3) ;;
-  probe_*) need=() ;;
+  python | python_exit | meta_python) need=(python3) ;;
+  probe_* | end_*) need=() ;;
+  mawk_exit) need=(bash seq awk) ;;
+  perl_sigterm) need=(perl) ;;
+  sigpipe_tee) need=(bash yes tee head wc) ;;
+  append_procs) need=(bash sort uniq wc) ;;
+  meta_tar) need=(tar bash find sort xargs stat) ;;
+  meta_cp) need=(cp stat) ;;
+  meta_touch) need=(bash touch stat) ;;
 esac
 for p in "${need[@]}" timeout cmp diff awk; do
   command -v "$p" >/dev/null 2>&1 || skip "$p is not installed"
@@ -71,8 +85,11 @@ done
 if [[ $CASE == probe_* ]]; then
   [[ -n ${PROBE:-} && -x ${PROBE:-} ]] || fail "PROBE (tai_preload_probe) is not set or not executable: '${PROBE:-}'"
 fi
+if [[ $CASE == end_* ]]; then
+  [[ -n ${ENDS:-} && -x ${ENDS:-} ]] || fail "ENDS (tai_preload_ends) is not set or not executable: '${ENDS:-}'"
+fi
 PYTHON=""
-if [[ $CASE == python ]]; then
+if [[ $CASE == python || $CASE == python_exit || $CASE == meta_python ]]; then
   # The interpreter itself, not a wrapper script (pyenv's shim is a bash script): the preload
   # then goes into the program under test and not into a launcher first.
   PYTHON=$(python3 -c 'import sys; print(sys.executable)') || fail "python3 does not run"
@@ -106,6 +123,12 @@ if [[ ${SANITIZER_RUNTIME:-} == *tsan* ]]; then
   fi
 fi
 
+# AddressSanitizer handles SIGSEGV, SIGBUS and SIGFPE itself (a report, then exit 1) in the
+# instrumented ends program, plain or preloaded: the default action these cases check never runs.
+if [[ ${SANITIZER_RUNTIME:-} == *asan* && ( $CASE == end_sigsegv || $CASE == end_sigbus || $CASE == end_sigfpe ) ]]; then
+  skip "under AddressSanitizer the instrumented program's SIGSEGV/SIGBUS/SIGFPE go to ASan's own handler (a report and exit 1, with and without the library), not to the default action this case checks; the release preset runs it"
+fi
+
 # --- sanitizer builds ----------------------------------------------------------------------------
 # An instrumented library in an uninstrumented program needs the sanitizer runtime loaded first.
 # Some programs cannot host a runtime at all: check each with the runtime alone, so that a skip
@@ -116,6 +139,7 @@ if [[ -n ${SANITIZER_RUNTIME:-} ]]; then
   PRELOAD="$SANITIZER_RUNTIME:$PRELOAD_LIB"
   hosts=("${need[@]}")
   [[ $CASE == probe_* ]] && hosts=(probe)
+  [[ $CASE == end_* ]] && hosts=()  # built here with the same flags as the probe
   for p in "${hosts[@]}"; do
     [[ $p == diff || $p == cmp || $p == wc ]] && continue  # verification only, run plain
     cmd=$(trivial_command "$p")
@@ -142,6 +166,9 @@ ROOT=$(realpath "$WORK")/$CASE
 rm -rf "$ROOT"
 mkdir -p "$ROOT/in" "$ROOT/A" "$ROOT/B" || fail "cannot create $ROOT"
 IN=$ROOT/in
+# The cases that end by SIGQUIT, SIGSEGV, SIGABRT... would leave core files (or wait for a
+# core handler): none wanted.
+ulimit -c 0
 # Resolved paths: the library matches TAI_PRELOAD_PATHS against realpath()s.
 A=$(realpath "$ROOT/A")
 B=$(realpath "$ROOT/B")
@@ -186,7 +213,17 @@ SIDE=""
 OUT=""
 step_no=0
 # run CMD...: one command on the current side. stdout goes to the side's transcript (compared
-# later), stderr to its log; a nonzero status or a hang ends the case.
+# later), stderr to its log; a status other than $EXPECT_RC (0 unless run_status set it) or a
+# hang ends the case.
+EXPECT_RC=0
+# run_status STATUS CMD...: run, for a command that must end with STATUS on both sides (128 + the
+# signal number for one killed by a signal).
+run_status() {
+  EXPECT_RC=$1
+  shift
+  run "$@"
+  EXPECT_RC=0
+}
 run() {
   step_no=$((step_no + 1))
   local rc=0
@@ -202,14 +239,14 @@ run() {
       "$@" >>"$ROOT/$SIDE.stdout" 2>>"$ROOT/$SIDE.stderr" || rc=$?
   fi
   echo "--- exit status $rc" >>"$ROOT/$SIDE.stdout"
-  if ((rc == 124 || rc == 137)); then
+  if ((rc != EXPECT_RC && (rc == 124 || rc == 137))); then
     show_logs
     fail "HANG: run $SIDE step $step_no did not finish within $DEADLINE s and was killed: $*"
   fi
-  if ((rc != 0)); then
+  if ((rc != EXPECT_RC)); then
     show_logs
     if [[ $SIDE == A ]]; then
-      fail "the plain run (A) failed with exit status $rc in step $step_no: $* - the environment or the harness is broken, not the library"
+      fail "the plain run (A) failed with exit status $rc (expected $EXPECT_RC) in step $step_no: $* - the environment or the harness is broken, not the library"
     fi
     # What the two runs printed up to here (A ran every step; B stopped at this one).
     awk -v d="$A" -f /dev/stdin "$ROOT/A.stdout" <<<"$NORMALIZE" >"$ROOT/A.stdout.norm"
@@ -218,7 +255,7 @@ run() {
     diff -u "$ROOT/A.stdout.norm" "$ROOT/B.stdout.norm" | head -n 60
     local why="exit status $rc"
     ((rc > 128)) && why="killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
-    fail "the preloaded run (B) failed in step $step_no with $why (the plain run gave 0): $*"
+    fail "the preloaded run (B) failed in step $step_no with $why (the plain run gave $EXPECT_RC): $*"
   fi
 }
 
@@ -240,6 +277,8 @@ prepare_inputs() {
     dd_* | gzip* | cat) make_input "$IN/input" && gen_text 77777 31 >"$IN/input2" ;;
     cp_tree | tar) make_tree "$IN/tree" ;;
     sqlite | sqlite_wal) write_sql ;;
+    meta_tar) make_tree "$IN/tree" && chmod 0640 "$IN/tree/a.txt" && chmod 0751 "$IN/tree/sub/b.bin" ;;
+    meta_cp | meta_touch) gen_text 300000 41 >"$IN/src" && chmod 0751 "$IN/src" && touch -d @1234567 "$IN/src" ;;
   esac || fail "could not generate the inputs in $IN"
 }
 
@@ -337,6 +376,93 @@ body() {
     probe_*)
       run "$PROBE" "${CASE#probe_}" "$OUT"
       ;;
+    end_*)
+      # Each way of ending, with the status the kernel gives it (128 + signal when killed).
+      local way=${CASE#end_} status=0
+      case $way in
+        abort | sigabrt) status=134 ;;
+        sigterm | virtual) status=143 ;;
+        sigint) status=130 ;;
+        sighup) status=129 ;;
+        sigquit) status=131 ;;
+        sigpipe) status=141 ;;
+        sigsegv) status=139 ;;
+        sigbus) status=135 ;;
+        sigfpe) status=136 ;;
+        sigxfsz) status=153 ;;
+      esac
+      run_status $status "$ENDS" "$way" "$OUT"
+      ;;
+    mawk_exit)
+      # mawk writes its last buffer and ends without the stdio flush the layer's exit handler
+      # would see last.
+      run bash -c 'seq 100000 | awk "{print \$1*3}" > "$1/awk.out"' _ "$OUT"
+      ;;
+    python_exit)
+      run "$PYTHON" -c 'import os, sys
+fd = os.open(sys.argv[1] + "/py.out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, bytes(range(256)) * 400)
+os._exit(0)' "$OUT"
+      ;;
+    perl_sigterm)
+      run_status 143 perl -e 'open(my $f, ">", "$ARGV[0]/pl.out") or die "open: $!";
+syswrite($f, "perl " x 14000) == 70000 or die "syswrite: $!";
+kill "TERM", $$; sleep 10; exit 3;' "$OUT"
+      ;;
+    sigpipe_tee)
+      # tee writes the file, then dies by SIGPIPE when head has had its fill; how far tee got
+      # varies from run to run, so only the first million bytes (always written) are compared.
+      run bash -c 'yes | tee "$1/yes.out" | head -c 1000000 > "$1/head.out"' _ "$OUT"
+      run bash -c 'head -c 1000000 "$1/yes.out" > "$1/yes.first" && wc -c < "$1/yes.first" && rm "$1/yes.out"' _ "$OUT"
+      ;;
+    append_procs)
+      # Four processes append 10,000 lines each to one file at once (bash's builtin echo: one
+      # write(2) per line, on a descriptor opened with O_APPEND and routed in each process):
+      # every line must be there exactly once. The order varies: the sorted file is compared.
+      run bash -c 'for p in 1 2 3 4; do
+  bash -c "for ((i = 0; i < 10000; i++)); do echo \"process $p line \$i\"; done" >> "$1/app.log" &
+done
+wait' _ "$OUT"
+      run bash -c 'wc -l < "$1/app.log"; sort "$1/app.log" | uniq -d | wc -l; sort "$1/app.log" > "$1/app.sorted"; rm "$1/app.log"' _ "$OUT"
+      ;;
+    meta_tar)
+      # tar sets each file's time (here 0) and mode after writing it: a later write-back of
+      # the data would set the time to that moment.
+      run tar --mtime=@0 --sort=name -cf "$OUT/m.tar" -C "$IN" tree
+      run mkdir "$OUT/x"
+      run tar -xf "$OUT/m.tar" -C "$OUT/x"
+      run bash -c 'cd "$1/x" && find . -type f -print0 | sort -z | xargs -0 stat -c "%Y %a %s %n"' _ "$OUT"
+      ;;
+    meta_cp)
+      run cp -p "$IN/src" "$OUT/cp.dat"
+      run stat -c "%Y %a %s" "$OUT/cp.dat"
+      ;;
+    meta_touch)
+      # The shell keeps the file open and written while touch -r sets its time.
+      run bash -c 'exec 3> "$1/t.dat"; printf "%s\n" hello there >&3; touch -r "$2" "$1/t.dat"; exec 3>&-; stat -c "%Y %s" "$1/t.dat"' _ "$OUT" "$IN/src"
+      ;;
+    meta_python)
+      # One process writes and sets times, mode and names itself, by path and by descriptor.
+      run "$PYTHON" -c 'import os, sys
+d = sys.argv[1]
+fd = os.open(d + "/p1", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"one " * 5000)
+os.utime(d + "/p1", ns=(0, 1234567 * 10**9))
+os.chmod(d + "/p1", 0o640)
+fd2 = os.open(d + "/p2", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd2, b"two " * 5000)
+os.utime(fd2, ns=(0, 7654321 * 10**9))
+os.fchmod(fd2, 0o604)
+fd3 = os.open(d + "/p3", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd3, b"three " * 5000)
+os.rename(d + "/p3", d + "/p3-renamed")
+os.link(d + "/p3-renamed", d + "/p3-link")
+os.utime(d + "/p3-link", ns=(0, 1111111 * 10**9))
+for f in (fd, fd2, fd3): os.close(f)
+for n in ("p1", "p2", "p3-renamed", "p3-link"):
+    st = os.stat(d + "/" + n)
+    print(n, st.st_mtime_ns // 10**9, oct(st.st_mode & 0o7777), st.st_size)' "$OUT"
+      ;;
   esac
 }
 
@@ -373,6 +499,11 @@ esac
 # (every record whole, size = records x record size) and prints only the verdicts.
 varies=()
 [[ $CASE == probe_signal ]] && varies=(signal.dat)
+# How far the busy threads got when another thread called exit varies.
+[[ $CASE == end_thread_exit ]] && varies=(busy-1.dat busy-2.dat)
+# The sigkill case's busy block: written back or not when the kill came (its deadline is what
+# end.dat is about).
+[[ $CASE == end_sigkill ]] && varies=(busy.dat)
 exclude=()
 for f in "${varies[@]}"; do
   exclude+=(-x "$f")

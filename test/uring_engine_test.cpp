@@ -350,7 +350,12 @@ TEST(UringEngine, PolledRingRefusesBufferedFilesAndRunsSyncsInline) {
   ASSERT_TRUE(f) << f.error().message;
   TestBuffer out(64 * KiB), in(64 * KiB);
   fill_pattern(out.at(), 0, 64 * KiB, 40);
-  ASSERT_EQ(run_one_request(*e, Op::write, f->get(), out.at(), 0, 64 * KiB).result, 65536);
+  const std::int64_t wrote = run_one_request(*e, Op::write, f->get(), out.at(), 0, 64 * KiB).result;
+  // tmpfs (Linux >= 6.6) takes O_DIRECT and the open, having no block queue to ask, but refuses
+  // polled I/O at the first transfer: the scratch directory decides, not TAI.
+  if (wrote == -EOPNOTSUPP)
+    GTEST_SKIP() << "the file system of " << dir.path() << " takes O_DIRECT but not polled I/O (EOPNOTSUPP)";
+  ASSERT_EQ(wrote, 65536);
   EXPECT_EQ(run_one_request(*e, Op::fsync, f->get(), nullptr, 0, 0).result, 0);
   EXPECT_EQ(e->stats().sync_on_polled_ring, 1u);
   ASSERT_EQ(run_one_request(*e, Op::read, f->get(), in.at(), 0, 64 * KiB).result, 65536);

@@ -138,7 +138,10 @@ std::vector<BadInput> table() {
                  char b[1];
                  return of(o.file.read(0, b, std::numeric_limits<std::size_t>::max()));
                }});
-  t.push_back({"File", "unaligned buffer, offset and length on an O_DIRECT file (legal: bounced)", 0,
+  // Only where the scratch directory's file system takes O_DIRECT (not ramfs, not tmpfs before
+  // Linux 6.6): elsewhere the open fails with EINVAL, which says nothing of the bounce.
+  if (scratch_direct_io_unsupported_reason().empty())
+    t.push_back({"File", "unaligned buffer, offset and length on an O_DIRECT file (legal: bounced)", 0,
                [](const std::string& d) {
                  Controller c(quiet());
                  auto f = c.open(d + "/direct", OpenMode(Open::read | Open::write | Open::create | Open::direct));
@@ -338,6 +341,9 @@ TEST(BadInputTable, EveryClassGetsAClearErrorUnderADeadline) {
   std::printf("[bad input] %d of %zu classes of bad input got their clear error (File, Controller, IoQueue, "
               "tai::posix), each under a 30 s deadline\n",
               passed, cases.size());
+  if (!scratch_direct_io_unsupported_reason().empty())
+    std::printf("[bad input] not run: the unaligned request on an O_DIRECT file: %s\n",
+                scratch_direct_io_unsupported_reason().c_str());
   write_reliability_row("bad input (one table)", 1, 1,
                         std::to_string(cases.size()) + " classes through File, Controller, IoQueue, tai::posix",
                         cases.size() - static_cast<std::size_t>(passed));

@@ -151,6 +151,7 @@ TEST(BenchController, RandreadViaControllerAddsAControllerRowWithItsRatio) {
   SKIP_WITHOUT_BENCH();
   if (!engine_available("uring")) GTEST_SKIP() << "io_uring is not available here";
   tai::test::ScratchDir dir;
+  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());  // randread reads its file with O_DIRECT
   const std::string csv = dir.file("randread.csv");
   const Outcome r = run_bench("randread --via controller --file " + dir.file("rr.dat") +
                               " --size 4M --bs 4k --depth 8 --reqs 256 --repeat 2 --csv " + csv);

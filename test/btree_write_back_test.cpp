@@ -139,6 +139,7 @@ TEST(BTreeWriteBack, FsyncWritesEverythingBackBeforeTheEngineSync) {
 TEST(BTreeWriteBack, ADirectFileGetsTheAlignedSupersetOfAValidBlock) {
   ScratchDir dir;
   auto engine = engines::make_posix({});
+  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
   auto opened = engine->open(dir.file("direct.bin"), OpenMode(Open::read | Open::write | Open::create | Open::direct));
   ASSERT_TRUE(opened) << opened.error().message;
   auto file = std::move(opened.value());

@@ -3,7 +3,8 @@
 // space is freed, the next fsync writes the cached data again and succeeds, the close succeeds,
 // and the file holds exactly what was written. The same body runs over posix (write(2) fails
 // at once) and cstdio (the bytes sit in the stdio buffer and the failure comes out of a later
-// fflush, which also drops whatever else the buffer held): both engines must recover alike. The
+// fflush, which also drops whatever else the buffer held), and fstream (whose filebuf keeps the
+// bytes of a failed flush unless the engine discards them): all must recover alike. The
 // asynchronous engines run it once too (skipped where the kernel does not offer them).
 //
 // The file system is a tmpfs of 1 MiB (test/support/small_fs.hpp), so these tests run as root
@@ -95,7 +96,9 @@ TEST_P(ControllerFullFileSystem, AFailedFsyncRecoversOnceSpaceIsFreed) {
 // The shapes reach the full disk at different places in the cstdio engine: `buffered` fits the
 // stdio buffer (64 KiB), so the failure comes out of the fsync's fflush; `large` overflows it,
 // so a write-back's fwrite fails while flushing bytes of earlier, completed write-backs;
-// `scattered` leaves holes, so each write-back seeks, and the seek's flush fails.
+// `scattered` leaves holes, so each write-back seeks, and the seek's flush fails. In fstream,
+// libstdc++'s filebuf sends writes of 1 KiB or more to write(2) at once (with what its buffer
+// held), so its write-backs fail on the write itself.
 constexpr FullFsCase kCases[] = {
     {"posix", "buffered", 12, kBlock, 16 * 1024},
     {"cstdio", "buffered", 12, kBlock, 16 * 1024},
@@ -103,6 +106,9 @@ constexpr FullFsCase kCases[] = {
     {"cstdio", "large", 128, kBlock, 64 * 1024},
     {"posix", "scattered", 64, 2 * kBlock, 64 * 1024},
     {"cstdio", "scattered", 64, 2 * kBlock, 64 * 1024},
+    {"fstream", "buffered", 12, kBlock, 16 * 1024},
+    {"fstream", "large", 128, kBlock, 64 * 1024},
+    {"fstream", "scattered", 64, 2 * kBlock, 64 * 1024},
     {"uring", "large", 128, kBlock, 64 * 1024},
     {"libaio", "large", 128, kBlock, 64 * 1024},
 };

@@ -332,6 +332,7 @@ TEST_P(FaultOver, ShortRulesLeaveSyncsAlone) {
 }
 
 TEST_P(FaultOver, ShortOnADirectFileStaysAligned) {
+  TAI_SKIP_WITHOUT_DIRECT_IO(scratch_.path());
   auto f = create("direct", Open::direct);
   ASSERT_TRUE(f);
   const std::uint64_t block =

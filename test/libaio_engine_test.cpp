@@ -70,6 +70,7 @@ TEST(LibaioEngine, Capabilities) {
 
 TEST(LibaioEngine, EventfdBecomesReadableAfterACompletion) {
   ScratchDir dir;
+  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
   MAKE_LIBAIO_OR_SKIP(e, depth(8));
   auto f = e->open(dir.file("a"), {Open::read | Open::write | Open::create | Open::direct});
   ASSERT_TRUE(f) << f.error().message;
@@ -131,6 +132,7 @@ TEST(LibaioEngine, ManyBatchesReuseTheIocbs) {
   ScratchDir dir;
   constexpr unsigned kDepth = 16;
   MAKE_LIBAIO_OR_SKIP(e, depth(kDepth));
+  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
   auto f = e->open(dir.file("m"), {Open::read | Open::write | Open::create | Open::direct});
   ASSERT_TRUE(f) << f.error().message;
   constexpr std::size_t kBlock = 16 * KiB, kBlocks = 256;
@@ -149,6 +151,8 @@ TEST(LibaioEngine, ManyBatchesReuseTheIocbs) {
 
 TEST(LibaioEngine, DontneedDropsTheReadRangeFromThePageCache) {
   ScratchDir dir;
+  if (const std::string why = tai::test::page_cache_not_droppable_reason(dir.path().string()); !why.empty())
+    GTEST_SKIP() << why;
   const std::string path = dir.file("dn");
   // 4 MiB, of which the first 2 MiB are read: DONTNEED cannot drop part of a large folio, and
   // the page cache may use folios of up to 2 MiB.

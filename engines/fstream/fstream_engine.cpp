@@ -43,23 +43,31 @@ FstreamFile::~FstreamFile() {
 
 int FstreamFile::open_stream(std::ios::openmode how) {
   // pubsetbuf must come before open() to take effect in libstdc++.
-  if (stream_buffer_) stream_.rdbuf()->pubsetbuf(stream_buffer_.get(), FstreamEngine::kStreamBufferSize);
+  if (stream_buffer_) filebuf_.pubsetbuf(stream_buffer_.get(), FstreamEngine::kStreamBufferSize);
   errno = 0;
-  stream_.open(path(), how);
-  if (!stream_.is_open()) return errno_or_eio();
+  if (filebuf_.open(path(), how) == nullptr) return errno_or_eio();
   return 0;
 }
 
-int FstreamFile::flush_locked() {
+void FstreamFile::flush_failed_locked(int err, bool completed_writes_lost) {
+  if (completed_writes_lost && unreported_error_ == 0) unreported_error_ = err;
+  // The filebuf still holds the bytes it could not write, and the descriptor stands where the
+  // written part ended: dropped here, a later flush cannot write them there. The next transfer
+  // seeks.
+  filebuf_.discard_pending();
+  stream_.clear();
+  position_ = kUnknownPosition;
+  last_op_ = LastOp::none;
+}
+
+int FstreamFile::flush_locked(bool completed_writes_lost) {
+  if (filebuf_.pending() == 0) return 0;
   stream_.clear();  // flush() does nothing on a stream whose state is not good()
   errno = 0;
   stream_.flush();
   if (stream_.bad()) {
     const int err = errno_or_eio();
-    remember_write_error(err);
-    stream_.clear();
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
+    flush_failed_locked(err, completed_writes_lost);
     return err;
   }
   return 0;
@@ -71,7 +79,8 @@ int FstreamFile::seek_locked(std::uint64_t offset, LastOp op) {
   // Flush pending output explicitly first: a seek would do it too, but then its error could
   // not be told apart from a bad offset.
   if (last_op_ == LastOp::write) {
-    if (int err = flush_locked()) return err;
+    // The bytes pending are those of writes already reported complete.
+    if (int err = flush_locked(/*completed_writes_lost=*/true)) return err;
   }
   stream_.clear();
   errno = 0;
@@ -113,62 +122,67 @@ std::int64_t FstreamFile::read_locked(void* buffer, std::uint64_t offset, std::u
 
 std::int64_t FstreamFile::write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length) {
   if (int err = seek_locked(offset, LastOp::write)) return -err;
+  // Bytes of earlier writes, already reported complete, that a flush inside this write may drop.
+  const bool earlier_bytes_buffered = filebuf_.pending() > 0;
   errno = 0;
   stream_.write(static_cast<const char*>(buffer), static_cast<std::streamsize>(length));
   if (stream_.bad()) {
     // ostream::write does not say how much went out: the whole request failed, and the file's
     // contents in its range are unknown.
     const int err = errno_or_eio();
-    remember_write_error(err);
-    stream_.clear();
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
+    flush_failed_locked(err, earlier_bytes_buffered);
     return -err;
   }
   position_ = offset + length;
   if (has(mode().flags, Open::dsync)) {
     // Emulated O_DSYNC: the stream cannot carry the flag, so flush and fdatasync each write.
-    if (int err = flush_locked()) return -err;
+    // Every earlier write was flushed and synced when it completed: a failure here loses only
+    // this write's bytes, and fails only this write.
+    if (int err = flush_locked(/*completed_writes_lost=*/false)) return -err;
     int rc;
     do {
       rc = ::fdatasync(sync_fd_);
     } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-      const int err = errno;
-      remember_write_error(err);
-      return -err;
-    }
+    if (rc != 0) return -errno;
     if (has(mode().flags, Open::dontneed)) detail::apply_dontneed(sync_fd_, offset, length);
   }
   return static_cast<std::int64_t>(length);
 }
 
 std::int64_t FstreamFile::sync_locked(bool data_only) {
-  (void)flush_locked();  // its error is remembered, and reported below
+  (void)flush_locked(/*completed_writes_lost=*/true);  // its error is remembered, and reported below
   int rc;
   do {
     rc = data_only ? ::fdatasync(sync_fd_) : ::fsync(sync_fd_);
   } while (rc != 0 && errno == EINTR);
-  if (rc != 0) remember_write_error(errno);
-  return write_error_ ? -write_error_ : 0;
+  const int sync_err = rc != 0 ? errno : 0;
+  // Reported once, as the kernel reports a write-back error to one fsync: this failure tells the
+  // caller to write again everything since its last good sync (TAI's tree does, from its cache).
+  // Keeping it would fail every later sync, even after that rewrite succeeded, for the life of
+  // the stream (a disk that was full and then freed could never be synced again).
+  const int err = unreported_error_ ? unreported_error_ : sync_err;
+  unreported_error_ = 0;
+  return -err;
 }
 
 std::error_code FstreamFile::close_locked() {
   if (closed_) return std::error_code(EBADF, std::generic_category());
   closed_ = true;
   int err = 0;
-  if (stream_.is_open()) {
-    err = flush_locked();  // a no-op when nothing is pending
+  if (filebuf_.is_open()) {
+    // A failed flush drops the bytes, so the filebuf's close has nothing left to write again.
+    err = flush_locked(/*completed_writes_lost=*/true);
     stream_.clear();
     errno = 0;
-    stream_.close();
-    if (stream_.fail() && err == 0) err = errno_or_eio();
+    if (filebuf_.close() == nullptr && err == 0) err = errno_or_eio();
   }
   if (sync_fd_ >= 0) {
     if (::close(sync_fd_) != 0 && err == 0 && errno != EINTR) err = errno;
     sync_fd_ = -1;
   }
-  if (err == 0) err = write_error_;
+  // A failed flush that no sync reported: its bytes are lost, and this is the last chance to say so.
+  if (unreported_error_ != 0) err = unreported_error_;
+  unreported_error_ = 0;
   return err ? std::error_code(err, std::generic_category()) : std::error_code();
 }
 

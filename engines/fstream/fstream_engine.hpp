@@ -16,13 +16,26 @@
 //    file description in Linux and cannot reach the stream's own descriptor: they are accepted
 //    and ignored.
 // Positioned I/O is seekg+read / seekp+write under a per-file mutex, with clear() before each
-// step so one failed or end-of-file read does not poison the next request. As in cstdio, a
-// failed flush is reported on the request that caused it and then on every later fsync,
-// fdatasync and close. No direct I/O: Open::direct fails with EINVAL. fd() returns -1.
+// step so one failed or end-of-file read does not poison the next request.
+//
+// A failed flush (EIO, ENOSPC), as in cstdio. libstdc++'s filebuf keeps the bytes of a failed
+// write(2) in its put area, and the descriptor's offset stays where the written part ended: a
+// later flush (a seek, a sync, the close) would write them again, at that offset, and fail for
+// as long as they do not fit. The engine drops them from the put area (the filebuf's pptr goes
+// back to pbase), clears the stream's state and forgets the position, so the next transfer seeks
+// and the stream works again once the condition is gone (a full disk freed). The error is
+// reported on the request whose flush failed (a write, a read or write that had to seek, an
+// fsync or fdatasync, a close); when the dropped bytes include those of earlier writes, already
+// reported complete, the next fsync or fdatasync fails with it too (or the close, when no sync
+// comes first). A sync reports it once, as the kernel reports a write-back error to one fsync:
+// the caller writes the data again (TAI's tree does, from its cache) and a later sync succeeds.
+// A write that fails fails as a whole (ostream::write does not say how much went out).
+// No direct I/O: Open::direct fails with EINVAL. fd() returns -1.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,7 +57,15 @@ class FstreamFile final : public EngineFile {
   static constexpr std::uint64_t kUnknownPosition = ~std::uint64_t{0};
   enum class LastOp { none, read, write };
 
-  /// Opens stream_ on path() with `how`, in place (the filebuf's buffer is set before open).
+  /// std::filebuf, and what the standard keeps protected: the bytes waiting in the put area, and
+  /// dropping them after a failed flush (so that no later flush writes them at the wrong offset).
+  class Filebuf final : public std::filebuf {
+   public:
+    std::size_t pending() const { return static_cast<std::size_t>(pptr() - pbase()); }
+    void discard_pending() { setp(pbase(), epptr()); }
+  };
+
+  /// Opens the stream on path() with `how`, in place (the filebuf's buffer is set before open).
   /// Returns 0 or an errno value. Called once, by FstreamEngine::do_open, before publication.
   int open_stream(std::ios::openmode how);
   std::int64_t read_locked(void* buffer, std::uint64_t offset, std::uint64_t length);
@@ -55,20 +76,23 @@ class FstreamFile final : public EngineFile {
   /// skipping the seek when a same-direction transfer continues where the last one stopped.
   /// Returns 0 or an errno value.
   int seek_locked(std::uint64_t offset, LastOp op);
-  /// flush() of pending output; 0 or an errno value (also remembered).
-  int flush_locked();
-  void remember_write_error(int err) noexcept {
-    if (write_error_ == 0) write_error_ = err;
-  }
+  /// flush() of pending output; 0 or an errno value. `completed_writes_lost`: whether the
+  /// pending bytes belong to writes already reported complete (see flush_failed_locked).
+  int flush_locked(bool completed_writes_lost);
+  /// After a failed flush or write: remembers `err` for the next sync when
+  /// `completed_writes_lost`, drops the put area's bytes, clears the stream's state and forgets
+  /// the position.
+  void flush_failed_locked(int err, bool completed_writes_lost);
 
   std::mutex mutex_;  // guards everything below
-  std::unique_ptr<char[]> stream_buffer_;  // the filebuf's buffer: declared first, outlives stream_
-  std::fstream stream_;
+  std::unique_ptr<char[]> stream_buffer_;  // the filebuf's buffer: declared first, outlives filebuf_
+  Filebuf filebuf_;
+  std::iostream stream_{&filebuf_};  // formatted-free access to filebuf_: write, read, seekp, flush
   int sync_fd_;  // the open(2) descriptor kept for fsync/fdatasync/fadvise; -1 once closed
   bool closed_ = false;
   std::uint64_t position_ = kUnknownPosition;
   LastOp last_op_ = LastOp::none;
-  int write_error_ = 0;  // first failed flush or sync; sticky
+  int unreported_error_ = 0;  // first failed flush that dropped completed writes; cleared by the sync that reports it
 };
 
 /// The fstream engine. Thread-safety: as tai::SyncEngine; requests on one file serialize on its

@@ -895,9 +895,12 @@ class RunDir {
     if (const char* d = std::getenv("TAI_MODEL_DIR")) base = d;
     else if (!direct && ::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK) == 0)
       base = "/dev/shm";
-    else base = std::getenv("TAI_TEST_DIR") ? std::getenv("TAI_TEST_DIR") : "/var/tmp";
+    else base = ScratchDir::default_root().string();
     std::string tmpl = base + "/tai-model-XXXXXX";
-    if (!mkdtemp(tmpl.data())) std::abort();
+    if (!mkdtemp(tmpl.data())) {
+      std::fprintf(stderr, "mkdtemp %s: %s\n", tmpl.c_str(), std::strerror(errno));
+      std::abort();
+    }
     path_ = tmpl;
   }
   ~RunDir() {

@@ -8,8 +8,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -69,6 +71,29 @@ inline std::size_t resident_pages(const std::string& path, std::uint64_t offset,
     for (unsigned char v : vec) n += v & 1;
   ::munmap(map, length);
   return n;
+}
+
+/// Why POSIX_FADV_DONTNEED cannot drop the clean pages of a file in `dir` ("" when it can): on
+/// tmpfs and ramfs the page cache is the file's only copy, so tests of the dontneed hint depend on
+/// the file system the scratch directory is on. Probed: 1 MiB written, fsync'ed, advised
+/// DONTNEED, then counted with mincore.
+inline std::string page_cache_not_droppable_reason(const std::string& dir) {
+  const std::string path = dir + "/tai-dontneed-probe-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
+  constexpr std::size_t kProbe = 1 << 20;
+  const std::vector<char> data(kProbe, 'p');
+  const bool written = ::write(fd, data.data(), kProbe) == static_cast<ssize_t>(kProbe) && ::fsync(fd) == 0 &&
+                       ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  const std::size_t left = written ? resident_pages(path, 0, kProbe) : 0;
+  ::unlink(path.c_str());
+  if (!written) return "the page-cache probe in " + dir + " failed: " + std::strerror(errno);
+  if (left > 0)
+    return "clean pages of files in " + dir +
+           " stay cached after POSIX_FADV_DONTNEED (tmpfs or ramfs: the page cache is the file's only copy); "
+           "set TAI_TEST_DIR to a directory on a disk file system";
+  return "";
 }
 
 /// True when `e` carries one of `codes` (errno values). Thread-safe.

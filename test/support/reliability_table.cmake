@@ -1,29 +1,54 @@
 # Prints the reliability report: one row per suite, from the .row files the suites' summary
-# tests left in DIR (test/support/tally.hpp, write_reliability_row). Fails when a row counts a
-# violation, so a red row cannot scroll by unseen.
+# tests left in DIR (test/support/tally.hpp, write_reliability_row) in this ctest invocation
+# (reliability.reset empties DIR first). Fails when a row counts a violation, so a red row cannot
+# scroll by unseen, and when a suite of SUITES ('|'-separated names, as in the rows' first cell)
+# left no row or a row that ran none of its configurations: a table that checked nothing must
+# not pass.
+cmake_policy(VERSION 3.25)  # IN_LIST, as in the project
 if(NOT DEFINED DIR)
-  message(FATAL_ERROR "usage: cmake -DDIR=<reliability dir> -P reliability_table.cmake")
+  message(FATAL_ERROR "usage: cmake -DDIR=<reliability dir> [-DSUITES=<name>|<name>...] -P reliability_table.cmake")
 endif()
 file(GLOB rows "${DIR}/*.row")
 list(SORT rows)
 set(out "\n| suite | configurations | run | violations |\n|---|---|---|---|\n")
 set(bad 0)
+set(problems "")
+set(seen "")
 foreach(row IN LISTS rows)
   file(READ "${row}" line)
   string(STRIP "${line}" line)
   string(REPLACE "|" ";" cells "${line}")
+  list(GET cells 0 suite)
+  list(GET cells 1 configurations)
   list(GET cells 3 violations)
+  list(APPEND seen "${suite}")
   if(NOT violations EQUAL 0)
     math(EXPR bad "${bad} + 1")
+  endif()
+  if(configurations MATCHES "^0 of ")
+    string(APPEND problems "  suite '${suite}' ran none of its configurations (${configurations}): its tests did not run "
+                           "in this ctest invocation, only its summary\n")
   endif()
   string(REPLACE "|" " | " line "${line}")
   string(APPEND out "| ${line} |\n")
 endforeach()
+if(DEFINED SUITES AND NOT SUITES STREQUAL "")
+  string(REPLACE "|" ";" expected "${SUITES}")
+  foreach(suite IN LISTS expected)
+    if(NOT suite IN_LIST seen)
+      string(APPEND problems "  suite '${suite}' did not run in this ctest invocation (no row)\n")
+    endif()
+  endforeach()
+endif()
 list(LENGTH rows n)
 if(n EQUAL 0)
-  string(APPEND out "(no suite left a row: run the suites' summary tests first)\n")
+  string(APPEND out "(no suite left a row in this ctest invocation)\n")
 endif()
 message("[reliability]${out}")
+if(NOT problems STREQUAL "")
+  message(FATAL_ERROR "[reliability] the table checked less than it lists: run the whole ctest (or the suites "
+                      "with their summary tests) before reliability.summary\n${problems}")
+endif()
 if(bad GREATER 0)
   message(FATAL_ERROR "[reliability] ${bad} suite(s) counted violations")
 endif()

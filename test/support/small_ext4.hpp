@@ -24,6 +24,8 @@
 #include <filesystem>
 #include <string>
 
+#include "support/test_env.hpp"
+
 namespace tai::test {
 
 // From linux/ext4.h (not installed by every linux-libc-dev): the shutdown ioctl and its flags.
@@ -34,14 +36,13 @@ constexpr std::uint32_t kExt4GoingDownNoLogFlush = 0x2;  // EXT4_GOING_FLAGS_NOL
 
 class SmallExt4 {
  public:
-  /// An ext4 of `mib` MiB under $TAI_TEST_DIR (default /var/tmp), mounted on a fresh directory.
+  /// An ext4 of `mib` MiB under $TAI_TEST_DIR (ScratchDir::default_root(): $TAI_TEST_DIR, else /var/tmp), mounted on a fresh directory.
   explicit SmallExt4(unsigned mib) {
     if (::geteuid() != 0) {
       reason_ = "mounting a loop ext4 needs root";
       return;
     }
-    const char* base = std::getenv("TAI_TEST_DIR");
-    const std::filesystem::path root = base ? base : "/var/tmp";
+    const std::filesystem::path root = ScratchDir::default_root();
     std::string tmpl = (root / "tai-ext4-XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) {
       reason_ = "mkdtemp under " + root.string() + ": " + std::strerror(errno);

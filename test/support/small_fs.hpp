@@ -19,6 +19,8 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+
+#include "support/test_env.hpp"
 #include <vector>
 
 namespace tai::test {
@@ -26,14 +28,13 @@ namespace tai::test {
 class SmallTmpfs {
  public:
   /// Mounts a tmpfs of `bytes` (rounded up to pages by the kernel) under $TAI_TEST_DIR
-  /// (default /var/tmp).
+  /// (ScratchDir::default_root(): $TAI_TEST_DIR, else /var/tmp).
   explicit SmallTmpfs(std::uint64_t bytes) {
     if (::geteuid() != 0) {
       reason_ = "mounting a small tmpfs needs root";
       return;
     }
-    const char* base = std::getenv("TAI_TEST_DIR");
-    const std::filesystem::path root = base ? base : "/var/tmp";
+    const std::filesystem::path root = ScratchDir::default_root();
     std::string tmpl = (root / "tai-smallfs-XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) {
       reason_ = "mkdtemp under " + root.string() + ": " + std::strerror(errno);

@@ -1,6 +1,6 @@
 # augment.program_input_dir: copies IN (24 images) plus one corrupt .png into WORK/in, runs
 # PROGRAM --input over it with --json and --csv, and checks the skip line, the verify result and
-# that python3 parses both reports (one run per method, status ok).
+# that both reports read back (one run per method, status ok).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/in/nested)
 file(GLOB images ${IN}/*)
@@ -25,18 +25,53 @@ foreach(want "input: skipped .*corrupt.png" "input: 24 images from" "verify: ok:
     message(FATAL_ERROR "the output does not say '${want}'")
   endif()
 endforeach()
-execute_process(COMMAND python3 -c "
-import csv, json, sys
-d = json.load(open(sys.argv[1]))
-assert d['schema'] == 'tai-augment/1', d['schema']
-runs = d['runs']
-assert [r['method'] for r in runs] == ['posix', 'tai-def:posix'], runs
-assert all(r['status'] == 'ok' and r['images'] == 24 and r['bytes_output'] > 0 for r in runs), runs
-assert d['config']['input'].endswith('/in') and d['config']['fsync_every'] == 3, d['config']
-rows = list(csv.DictReader(open(sys.argv[2])))
+# The JSON report, read back with CMake's own parser (no python3 needed).
+file(READ ${WORK}/report.json json)
+string(JSON schema ERROR_VARIABLE jerr GET "${json}" schema)
+if(jerr OR NOT schema STREQUAL "tai-augment/1")
+  message(FATAL_ERROR "report.json: schema '${schema}' (${jerr}), not tai-augment/1")
+endif()
+string(JSON nruns ERROR_VARIABLE jerr LENGTH "${json}" runs)
+if(jerr OR NOT nruns EQUAL 2)
+  message(FATAL_ERROR "report.json: ${nruns} runs (${jerr}), not 2")
+endif()
+set(i 0)
+foreach(want_method posix tai-def:posix)
+  string(JSON method GET "${json}" runs ${i} method)
+  string(JSON status GET "${json}" runs ${i} status)
+  string(JSON images GET "${json}" runs ${i} images)
+  string(JSON bytes GET "${json}" runs ${i} bytes_output)
+  if(NOT method STREQUAL want_method OR NOT status STREQUAL "ok" OR NOT images EQUAL 24 OR NOT bytes GREATER 0)
+    message(FATAL_ERROR "report.json: run ${i} is ${method}, ${status}, ${images} images, ${bytes} bytes; "
+                        "expected ${want_method}, ok, 24 images, some bytes")
+  endif()
+  math(EXPR i "${i} + 1")
+endforeach()
+string(JSON input GET "${json}" config input)
+string(JSON fsync_every GET "${json}" config fsync_every)
+if(NOT input MATCHES "/in$" OR NOT fsync_every EQUAL 3)
+  message(FATAL_ERROR "report.json: config input '${input}', fsync_every '${fsync_every}'")
+endif()
+# The CSV report: python3's csv module where there is a python3 (quoted fields and all); else one
+# row per method, each line holding its method as a field.
+find_program(PYTHON3 python3)
+if(PYTHON3)
+  execute_process(COMMAND ${PYTHON3} -c "
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
 assert [r['method'] for r in rows] == ['posix', 'tai-def:posix'], rows
 print('reports: ok')
-" ${WORK}/report.json ${WORK}/report.csv RESULT_VARIABLE prc)
-if(NOT prc EQUAL 0)
-  message(FATAL_ERROR "the JSON/CSV reports do not parse back as expected")
+" ${WORK}/report.csv RESULT_VARIABLE prc)
+  if(NOT prc EQUAL 0)
+    message(FATAL_ERROR "the CSV report does not parse back as expected")
+  endif()
+else()
+  file(STRINGS ${WORK}/report.csv lines)
+  list(LENGTH lines nlines)
+  list(GET lines 1 first)
+  list(GET lines 2 second)
+  if(NOT nlines EQUAL 3 OR NOT ",${first}," MATCHES ",posix," OR NOT ",${second}," MATCHES ",tai-def:posix,")
+    message(FATAL_ERROR "the CSV report does not hold one row per method:\n${lines}")
+  endif()
+  message("reports: ok (the CSV checked without python3: not installed)")
 endif()

@@ -1,6 +1,7 @@
 # Runs one `mpirun ... tai-augment --mpi ...` for ctest, under a deadline.
 #   cmake -DMPIRUN=<mpirun> -DFLAGS_FILE=<mpirun-flags> -DNP=<ranks> -DDEADLINE=<s> -DEXPECT=<regex>
 #         [-DEXPECT_EXIT=0|nonzero] [-DCLEAN=<dir, emptied and made>] [-DSAVE_DIGEST=<file>] [-DSAME_DIGEST=<file>]
+#         [-DDIRECT_DIR=<dir the job opens with O_DIRECT: skipped where its file system refuses that>]
 #         -P mpi_run.cmake -- <program> <args...>
 # First it checks that the launcher can start NP processes here at all (`mpirun -np NP true`); if it
 # cannot, it prints "MPI-SKIP: <why>" and the test is skipped (SKIP_REGULAR_EXPRESSION) instead of
@@ -37,6 +38,15 @@ endif()
 if(DEFINED CLEAN)
   file(REMOVE_RECURSE ${CLEAN})  # a fresh output directory: files of an earlier build must not count
   file(MAKE_DIRECTORY ${CLEAN})
+endif()
+# DIRECT_DIR: the job uses O_DIRECT there; skipped with the reason where the file system refuses it.
+if(DEFINED DIRECT_DIR)
+  include(${CMAKE_CURRENT_LIST_DIR}/direct_probe.cmake)
+  tai_direct_io_unsupported(${DIRECT_DIR} why)
+  if(why)
+    message("MPI-SKIP: ${why}")
+    return()
+  endif()
 endif()
 # timeout(1) sends mpirun SIGTERM at the deadline, which it passes on to its ranks (a plain
 # execute_process TIMEOUT would kill mpirun alone and could leave ranks behind).

@@ -2,7 +2,10 @@
 # holds EXPECT (a regular expression) AND no line says FAILED. A plain PASS_REGULAR_EXPRESSION would
 # ignore the exit status, so a crash after the verify line, or a method that failed while the
 # others verified, would pass.
-#   cmake -DEXPECT=<regex> -DDEADLINE=<s> [-DCLEAN=<dir to empty first>] -P program_run.cmake -- <program> <args...>
+#   cmake -DEXPECT=<regex> -DDEADLINE=<s> [-DCLEAN=<dir to empty first>] [-DDIRECT_DIR=<dir>]
+#         -P program_run.cmake -- <program> <args...>
+# DIRECT_DIR: the run uses O_DIRECT in <dir>; where that file system refuses it, the script prints
+# "DIRECT-SKIP: <why>" and returns (the test's SKIP_REGULAR_EXPRESSION makes that a skip).
 set(cmd)
 set(after_dashes FALSE)
 foreach(i RANGE ${CMAKE_ARGC})
@@ -17,6 +20,14 @@ if(NOT cmd)
 endif()
 if(DEFINED CLEAN)
   file(REMOVE_RECURSE ${CLEAN})  # a fresh output directory: runs of an earlier build must not count
+endif()
+if(DEFINED DIRECT_DIR)
+  include(${CMAKE_CURRENT_LIST_DIR}/direct_probe.cmake)
+  tai_direct_io_unsupported(${DIRECT_DIR} why)
+  if(why)
+    message("DIRECT-SKIP: ${why}")
+    return()
+  endif()
 endif()
 execute_process(COMMAND ${cmd} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT ${DEADLINE})
 message("${out}${err}")

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -180,12 +183,17 @@ TEST(Table, MediansSpeedUpsAndTheCeiling) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5);
 }
 
-// A temporary output directory, removed with what it holds.
+// A temporary output directory under $TMPDIR (default /tmp), removed with what it holds.
 struct TempDir {
   std::string path;
   TempDir() {
-    char tmpl[] = "/tmp/tai-serial-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/tai-serial-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "mkdtemp %s: %s (set TMPDIR to a writable directory)\n", tmpl.c_str(), std::strerror(errno));
+      std::abort();
+    }
+    path = tmpl;
   }
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
 };

@@ -863,7 +863,7 @@ bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, 
   // The staging copy counts against the quota like a block: the strict limit then bounds every
   // byte of data the tree holds. Checked first so that a full quota (which the per-block path
   // handles without memory) does not count a denial.
-  if (quota_.available() < total) return false;
+  if (quota_.available() < Quota::charge_for(total)) return false;
   const std::size_t align = std::max<std::size_t>(mem_align_, 4096);
   std::byte* buffer = quota_.allocate(total, align);
   if (buffer == nullptr) return false;

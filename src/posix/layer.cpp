@@ -129,6 +129,14 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       s.start_writeback_bytes = bytes;
   }
+  if (const char* a = std::getenv("TAI_WRITE_AROUND"); a && *a) {
+    std::uint64_t bytes = 0;
+    if (!parse_bytes(a, bytes))
+      warn(std::string("TAI_WRITE_AROUND='") + a + "' is not a byte count (suffixes K, M, G); using " +
+           std::to_string(s.options.tree_options.write_around_bytes));
+    else
+      s.options.tree_options.write_around_bytes = bytes;
+  }
   if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
   errno = saved;
   return s;

@@ -102,8 +102,8 @@
 //    io_done step with its share of the result: a failed or short gathered write fails every
 //    block it covered (all stay dirty, the error is recorded), so the failure rules below hold
 //    per block exactly as for a write of its own.
-//  * Write-around (BTreeOptions::write_around_bytes, off unless set; the controller's default
-//    sets it to one page): a write of at least that many bytes whose step reaches a node that
+//  * Write-around (BTreeOptions::write_around_bytes, off unless set; the drop-in layer sets it
+//    to one page, TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
 //    holds nothing (no block, no children: a range of the file this tree has not cached) goes
 //    to the engine as one uncached request for the node's piece, the path BTreeTrivial takes
 //    for every request, instead of allocating blocks, copying into them and copying them again
@@ -371,7 +371,8 @@ class TreeCore {
   bool writes_around(const Step& s) const noexcept {
     const Node& n = *s.node;
     return options_.write_around_bytes != 0 && s.op->kind == TreeOp::write &&
-           s.op->length >= options_.write_around_bytes && n.block == nullptr && n.child_count == 0;
+           s.op->length >= options_.write_around_bytes && n.block == nullptr && n.child_count == 0 &&
+           !(bottom(n) && !cacheable(n.depth));  // where no block can ever be, it is "uncached" as before
   }
   bool cacheable(unsigned depth) const noexcept {
     return shift_[depth] < 63 && (std::uint64_t{1} << shift_[depth]) <= max_block_;

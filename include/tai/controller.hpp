@@ -82,15 +82,9 @@ struct ControllerOptions {
     o.depth = 256;
     return o;
   }();
-  /// Tree options for open() calls that give none. The controller's default turns the tree's
-  /// write-around rule on for writes of a page or more (BTreeOptions::write_around_bytes: such a
-  /// write over a range that holds no cache goes to the engine uncached); a BTreeOptions{} given
-  /// to open() keeps it off.
-  BTreeOptions tree_options = [] {
-    BTreeOptions o;
-    o.write_around_bytes = 4096;
-    return o;
-  }();
+  /// Tree options for open() calls that give none. (The drop-in layer turns the write-around
+  /// rule on, BTreeOptions::write_around_bytes; here it is off unless set.)
+  BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;
   /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).

@@ -787,6 +787,8 @@ bool TreeCore::write_at_idle_child(Node& c, const Step& piece) noexcept {
     // A leaf for every request that has no block yet: at_leaf() would allocate one. Checked
     // against available() first so that a refusal (the step then reroutes) is counted once.
     if (c.child_count != 0 || !bottom(c) || !cacheable(c.depth)) return false;
+    // The write-around rule: c's own step sends the piece to the engine.
+    if (options_.write_around_bytes != 0 && piece.op->length >= options_.write_around_bytes) return false;
     if (quota_.available() < block_size(c) || !allocate_block(c)) return false;
   }
   const std::uint64_t lo = piece.first - c.base, hi = piece.last - c.base + 1;
@@ -863,7 +865,7 @@ bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, 
   // The staging copy counts against the quota like a block: the strict limit then bounds every
   // byte of data the tree holds. Checked first so that a full quota (which the per-block path
   // handles without memory) does not count a denial.
-  if (quota_.available() < total) return false;
+  if (quota_.available() < Quota::charge_for(total)) return false;
   const std::size_t align = std::max<std::size_t>(mem_align_, 4096);
   std::byte* buffer = quota_.allocate(total, align);
   if (buffer == nullptr) return false;
@@ -995,6 +997,7 @@ BTreeStats TreeCore::stats() const noexcept {
   s.node_bytes = ld(node_bytes_);
   s.collects = ld(collects_);
   s.gathered_blocks = ld(counters_.gathered_blocks);
+  s.write_arounds = ld(counters_.write_arounds);
   return s;
 }
 

@@ -105,6 +105,7 @@ std::string ControllerStats::table() const {
   row("size refreshes", size_refreshes);
   row("collects", collects);
   row("gathered blocks", gathered_blocks);
+  row("write-arounds", write_arounds);
   row("cached bytes", cached_bytes);
   row("dirty bytes", dirty_bytes);
   row("blocks", blocks);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 
 namespace tai {
@@ -86,34 +87,112 @@ struct Quota::Records {
   alignas(64) std::atomic<std::size_t> head{0};  // next cell to empty
 };
 
-Quota::Quota(std::uint64_t weak_bytes, std::uint64_t strict_bytes, std::size_t record_capacity)
+// The block pool: one free list per power-of-two size from kPoolMin to kPoolMax, linked through
+// the first bytes of the kept blocks themselves (so keeping a block costs no allocation), under
+// one mutex. The critical sections are a few loads and stores; the allocator's own calls
+// (posix_memalign, free) stay outside it except when kept blocks are freed to make room.
+// Invariant, at every unlock: used() + pooled() <= strict (release() keeps a block only within
+// it; allocate() frees kept blocks, largest first, until it holds again after its charge).
+struct Quota::Pool {
+  static constexpr int kMinLog = 12;
+  static constexpr int kClasses = 30 - kMinLog + 1;
+  struct Kept {
+    Kept* next;
+  };
+  static int class_of(std::uint64_t charge) noexcept { return 63 - __builtin_clzll(charge) - kMinLog; }
+
+  std::mutex mu;
+  Kept* heads[kClasses] = {};
+  std::uint64_t bytes = 0;  // under mu; mirrored in Quota::pooled_
+
+  /// Pops a kept block of class `c` aligned to `alignment`; nullptr when there is none.
+  std::byte* take(int c, std::size_t alignment) noexcept {
+    Kept* k = heads[c];
+    // Blocks are allocated at least page-aligned; a request for more than the head offers
+    // (a direct-I/O file with a large alignment) takes a fresh block instead.
+    if (k == nullptr || reinterpret_cast<std::uintptr_t>(k) % alignment != 0) return nullptr;
+    heads[c] = k->next;
+    bytes -= std::uint64_t{1} << (c + kMinLog);
+    return reinterpret_cast<std::byte*>(k);
+  }
+  void put(int c, std::byte* block) noexcept {
+    auto* k = reinterpret_cast<Kept*>(block);
+    k->next = heads[c];
+    heads[c] = k;
+    bytes += std::uint64_t{1} << (c + kMinLog);
+  }
+  /// Frees kept blocks, largest first, until at most `keep` bytes are kept.
+  void shrink_to(std::uint64_t keep) noexcept {
+    for (int c = kClasses - 1; c >= 0 && bytes > keep; --c) {
+      while (heads[c] != nullptr && bytes > keep) {
+        Kept* k = heads[c];
+        heads[c] = k->next;
+        bytes -= std::uint64_t{1} << (c + kMinLog);
+        std::free(k);
+      }
+    }
+  }
+};
+
+Quota::Quota(std::uint64_t weak_bytes, std::uint64_t strict_bytes, std::size_t record_capacity,
+             std::uint64_t pool_limit)
     : strict_(strict_bytes),
       weak_(std::min(weak_bytes, strict_bytes)),
-      records_(std::make_unique<Records>(std::max<std::size_t>(record_capacity, 1))) {}
+      pool_limit_(std::min(pool_limit, std::min(weak_bytes, strict_bytes))),
+      records_(std::make_unique<Records>(std::max<std::size_t>(record_capacity, 1))),
+      pool_(std::make_unique<Pool>()) {}
 
 Quota::~Quota() {
   // Every tree returns its blocks when it is destroyed; a quota destroyed first would leave them
   // pointing at freed bookkeeping.
   assert(used() == 0 && "tai::Quota destroyed while cache blocks are still allocated");
+  trim();
+}
+
+void Quota::trim() noexcept {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  pool_->shrink_to(0);
+  pooled_.store(pool_->bytes, std::memory_order_relaxed);
 }
 
 std::byte* Quota::allocate(std::uint64_t bytes, std::size_t alignment) noexcept {
+  const std::uint64_t charge = charge_for(bytes);
+  const bool pooled_size = bytes >= kPoolMin && bytes <= kPoolMax;
   std::uint64_t cur = used_.load(std::memory_order_relaxed);
   do {
-    if (bytes > strict_ || cur > strict_ - bytes) {
+    if (charge > strict_ || cur > strict_ - charge) {
       denials_.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
-  } while (!used_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed, std::memory_order_relaxed));
+  } while (!used_.compare_exchange_weak(cur, cur + charge, std::memory_order_relaxed, std::memory_order_relaxed));
   // The charge is in: the total can no longer pass strict_ because of this block.
   std::uint64_t peak = peak_.load(std::memory_order_relaxed);
-  while (cur + bytes > peak &&
-         !peak_.compare_exchange_weak(peak, cur + bytes, std::memory_order_relaxed, std::memory_order_relaxed)) {
+  while (cur + charge > peak &&
+         !peak_.compare_exchange_weak(peak, cur + charge, std::memory_order_relaxed, std::memory_order_relaxed)) {
+  }
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  {
+    // Every charge passes here before memory is allocated for it, so a block kept by a release
+    // that did not see this charge yet is freed below when it would not fit next to it.
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (pooled_size) {
+      if (std::byte* p = pool_->take(Pool::class_of(charge), alignment)) {
+        pooled_.store(pool_->bytes, std::memory_order_relaxed);
+        pool_hits_.fetch_add(1, std::memory_order_relaxed);
+        return p;
+      }
+    }
+    // A fresh block: first make room for it next to the kept ones (the invariant above).
+    if (pool_->bytes != 0) {
+      const std::uint64_t u = used_.load(std::memory_order_relaxed);
+      pool_->shrink_to(u >= strict_ ? 0 : strict_ - u);
+      pooled_.store(pool_->bytes, std::memory_order_relaxed);
+    }
   }
   void* p = nullptr;
-  if (alignment < sizeof(void*)) alignment = sizeof(void*);
-  if (bytes > static_cast<std::uint64_t>(SIZE_MAX) || ::posix_memalign(&p, alignment, static_cast<std::size_t>(bytes)) != 0) {
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+  const std::size_t align = pooled_size ? std::max<std::size_t>(alignment, 4096) : alignment;
+  if (charge > static_cast<std::uint64_t>(SIZE_MAX) || ::posix_memalign(&p, align, static_cast<std::size_t>(charge)) != 0) {
+    used_.fetch_sub(charge, std::memory_order_relaxed);
     denials_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -122,9 +201,23 @@ std::byte* Quota::allocate(std::uint64_t bytes, std::size_t alignment) noexcept 
 
 void Quota::release(std::byte* block, std::uint64_t bytes) noexcept {
   if (block == nullptr) return;
+  const std::uint64_t charge = charge_for(bytes);
+  if (bytes >= kPoolMin && bytes <= kPoolMax && pool_limit_ >= charge) {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    [[maybe_unused]] const std::uint64_t before = used_.fetch_sub(charge, std::memory_order_relaxed);
+    assert(before >= charge && "tai::Quota::release of more bytes than allocated");
+    const std::uint64_t u = before - charge;
+    const std::uint64_t kept = pool_->bytes;
+    if (kept + charge <= pool_limit_ && u <= strict_ && kept + charge <= strict_ - u) {
+      pool_->put(Pool::class_of(charge), block);
+      pooled_.store(pool_->bytes, std::memory_order_relaxed);
+      return;
+    }
+  } else {
+    [[maybe_unused]] const std::uint64_t before = used_.fetch_sub(charge, std::memory_order_relaxed);
+    assert(before >= charge && "tai::Quota::release of more bytes than allocated");
+  }
   std::free(block);
-  [[maybe_unused]] const std::uint64_t before = used_.fetch_sub(bytes, std::memory_order_relaxed);
-  assert(before >= bytes && "tai::Quota::release of more bytes than allocated");
 }
 
 bool Quota::record(const BlockRecord& r) noexcept {

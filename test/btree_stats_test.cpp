@@ -41,6 +41,7 @@ BTreeStats numbered(std::uint64_t base) {
   s.node_bytes = i++;
   s.collects = i++;
   s.gathered_blocks = i++;
+  s.write_arounds = i++;
   return s;
 }
 
@@ -56,6 +57,7 @@ TEST(BTreeStats, SumAddsEveryField) {
   // The same by name, in case the list itself misses a field.
   EXPECT_EQ(sum.cached_bytes, 1001u);
   EXPECT_EQ(sum.collects, 1001u + 2 * 22);
+  EXPECT_EQ(sum.write_arounds, 1001u + 2 * 24);
   EXPECT_EQ(sum.write_back_errors, 1001u + 2 * 18);
   EXPECT_EQ(sum.size_refreshes, 1001u + 2 * 20);
   EXPECT_EQ(sum.node_bytes, 1001u + 2 * 21);

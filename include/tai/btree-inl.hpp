@@ -91,6 +91,10 @@ template <unsigned... Bits>
 bool BTree<Bits...>::transfer(const Step& s, StepSink& sink) {
   detail::Node& n = *s.node;
   if (n.block != nullptr) return at_block(s, sink);
+  if (writes_around(s)) {
+    count(counters_.write_arounds);
+    return go_direct(s, sink);
+  }
   if (bottom(n)) return at_leaf(s, sink);
   const bool whole = s.first == n.base && s.last == node_last(n);
   if (whole && cacheable(n.depth)) {

@@ -102,6 +102,19 @@
 //    io_done step with its share of the result: a failed or short gathered write fails every
 //    block it covered (all stay dirty, the error is recorded), so the failure rules below hold
 //    per block exactly as for a write of its own.
+//  * Write-around (BTreeOptions::write_around_bytes, off unless set; the drop-in layer sets it
+//    to one page, TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
+//    holds nothing (no block, no children: a range of the file this tree has not cached) goes
+//    to the engine as one uncached request for the node's piece, the path BTreeTrivial takes
+//    for every request, instead of allocating blocks, copying into them and copying them again
+//    into a staging buffer at write-back. For such a write the cache buys nothing a bigger
+//    write does not already have (the engine request is as large as the caller's), and it
+//    costs two copies and, for a stream of appends, blocks that fill the quota with clean data
+//    (first-touch page faults for every block, until recycling evicts). Later requests of the
+//    node queue behind the uncached one where they overlap it (the uncached-request rules
+//    above), so order holds; the write is stamped with the sync epoch like every uncached
+//    write, so durability and the failed-sync rules hold. Smaller writes are still cached (the
+//    merging and gathering are where caching pays).
 //  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
 //    pages it could not write, and a later fsync of the same data reports success). Every engine
 //    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation
@@ -194,6 +207,11 @@ struct BTreeOptions {
   /// Gathered write-back (see the header comment): the most bytes one engine write may carry
   /// for adjacent dirty blocks under one parent. 0: every block is written back on its own.
   std::uint64_t gather_bytes = std::uint64_t{1} << 20;
+  /// Write-around (see the header comment): a write of at least this many bytes whose piece
+  /// reaches a node that holds no block and has no children goes to the engine uncached, as
+  /// BTreeTrivial would send it, instead of allocating blocks for it. 0: off (every write is
+  /// cached when the quota allows).
+  std::uint64_t write_around_bytes = 0;
 };
 
 /// Introspection counters of one tree (a snapshot; exact when the tree is idle).
@@ -225,6 +243,7 @@ struct BTreeStats {
   std::uint64_t node_bytes = 0;         ///< heap bytes of the tree's nodes and child tables (an estimate for sparse tables)
   std::uint64_t collects = 0;           ///< collect operations completed (freeing nodes that hold nothing)
   std::uint64_t gathered_blocks = 0;    ///< blocks written back as part of a gathered engine write
+  std::uint64_t write_arounds = 0;      ///< write pieces sent uncached by the write-around rule
 
   /// Adds every field of `o` (counters and "now" values alike: a sum over trees). Not
   /// thread-safe for *this (see above).
@@ -241,6 +260,7 @@ inline constexpr std::uint64_t BTreeStats::*kBTreeStatsFields[] = {
     &BTreeStats::engine_writes,  &BTreeStats::bytes_from_engine, &BTreeStats::bytes_to_engine,
     &BTreeStats::write_back_errors, &BTreeStats::inline_ops,     &BTreeStats::size_refreshes,
     &BTreeStats::node_bytes,     &BTreeStats::collects,          &BTreeStats::gathered_blocks,
+    &BTreeStats::write_arounds,
 };
 // A field added to the struct but not to the list makes the struct bigger than the list says.
 static_assert(sizeof(BTreeStats) == sizeof(std::uint64_t) * std::size(kBTreeStatsFields),
@@ -346,6 +366,14 @@ class TreeCore {
     return shift_[depth] >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << shift_[depth]) - 1;
   }
   std::uint64_t node_last(const Node& n) const noexcept { return n.base + node_mask(n.depth); }
+  /// The write-around rule (see the header comment): a write step of a big enough operation at
+  /// a node with no block and no children (nothing cached in its range, nothing in flight below).
+  bool writes_around(const Step& s) const noexcept {
+    const Node& n = *s.node;
+    return options_.write_around_bytes != 0 && s.op->kind == TreeOp::write &&
+           s.op->length >= options_.write_around_bytes && n.block == nullptr && n.child_count == 0 &&
+           !(bottom(n) && !cacheable(n.depth));  // where no block can ever be, it is "uncached" as before
+  }
   bool cacheable(unsigned depth) const noexcept {
     return shift_[depth] < 63 && (std::uint64_t{1} << shift_[depth]) <= max_block_;
   }
@@ -602,6 +630,7 @@ class TreeCore {
     std::atomic<std::uint64_t> cache_hits{0}, fills{0}, restructures{0}, quiesces{0};
     std::atomic<std::uint64_t> engine_reads{0}, engine_writes{0}, bytes_from_engine{0}, bytes_to_engine{0};
     std::atomic<std::uint64_t> write_back_errors{0}, inline_ops{0}, size_refreshes{0}, gathered_blocks{0};
+    std::atomic<std::uint64_t> write_arounds{0};
   } counters_;
   static void count(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
     if (n != 0) c.fetch_add(n, std::memory_order_relaxed);

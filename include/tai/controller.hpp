@@ -82,7 +82,8 @@ struct ControllerOptions {
     o.depth = 256;
     return o;
   }();
-  /// Tree options for open() calls that give none.
+  /// Tree options for open() calls that give none. (The drop-in layer turns the write-around
+  /// rule on, BTreeOptions::write_around_bytes; here it is off unless set.)
   BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;

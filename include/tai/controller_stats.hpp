@@ -62,6 +62,7 @@ struct ControllerStats {
   std::uint64_t inline_ops = 0;      ///< reads/writes a tree did at once, without steps
   std::uint64_t size_refreshes = 0;  ///< reads past a file's known size that found it grown by another writer
   std::uint64_t collects = 0;        ///< tree collect operations (freeing nodes that hold nothing)
+  std::uint64_t write_arounds = 0;   ///< write pieces sent to the engine uncached by the write-around rule (BTreeOptions::write_around_bytes)
   std::uint64_t gathered_blocks = 0; ///< blocks written back as part of a gathered engine write (one write, many blocks)
   std::uint64_t cached_bytes = 0, dirty_bytes = 0;  ///< now (open files)
   std::uint64_t blocks = 0, dirty_blocks = 0;       ///< now (open files): cache blocks, and those with dirty ranges

@@ -18,6 +18,17 @@
 // the record is not kept (records_dropped() counts them): the block is then reached only by the
 // controller's flush rounds, never lost.
 //
+// Block pool. Blocks of 4 KiB and more are charged and allocated in power-of-two sizes (cache
+// blocks are powers of two already; a gathered write-back's staging copy is rounded up), and a
+// released one is kept for the next allocate() of its size instead of going back to the
+// allocator: a steady stream of writes through the cache then reuses the same resident pages
+// instead of having the allocator return them to the kernel (madvise/munmap) and the next
+// blocks fault them in again, page by page. The pool is bounded: at most pool_limit bytes (the
+// constructor's argument, lowered to the weak limit), and used() plus the kept bytes never pass
+// the strict limit (an allocate() that finds no block of its size frees kept ones first), so
+// the strict limit still bounds every byte of cache memory the quota holds. trim() frees what
+// is kept; the destructor does.
+//
 // Thread-safety: every member function is thread-safe. The counters are exact (atomic
 // read-modify-write), and their memory order is relaxed: no other data is published through them.
 #pragma once
@@ -42,8 +53,11 @@ class Quota {
   static constexpr std::uint64_t kUnlimited = ~std::uint64_t{0};
 
   /// weak <= strict is expected; a weak limit above the strict one is lowered to it.
+  /// Released blocks kept for reuse by default, at most (see "Block pool" above).
+  static constexpr std::uint64_t kDefaultPoolLimit = std::uint64_t{64} << 20;
+
   explicit Quota(std::uint64_t weak_bytes = kUnlimited, std::uint64_t strict_bytes = kUnlimited,
-                 std::size_t record_capacity = 1u << 14);
+                 std::size_t record_capacity = 1u << 14, std::uint64_t pool_limit = kDefaultPoolLimit);
   ~Quota();
   Quota(const Quota&) = delete;
   Quota& operator=(const Quota&) = delete;
@@ -68,12 +82,28 @@ class Quota {
   /// allocate() calls refused because of the strict limit (or because memory ran out).
   std::uint64_t denials() const noexcept { return denials_.load(std::memory_order_relaxed); }
 
-  /// Charges `bytes` and returns that many bytes aligned to `alignment` (a power of two), or
-  /// nullptr when the charge would pass the strict limit or the system has no memory left (then
-  /// nothing stays charged). The memory is uninitialised.
+  /// What allocate(bytes, ...) charges: `bytes` rounded up to a power of two from 4 KiB on
+  /// (the pool's sizes), `bytes` itself below.
+  static std::uint64_t charge_for(std::uint64_t bytes) noexcept {
+    if (bytes < kPoolMin || bytes > kPoolMax) return bytes;
+    return std::uint64_t{1} << (64 - __builtin_clzll(bytes - 1));
+  }
+
+  /// Charges charge_for(bytes) and returns at least `bytes` bytes aligned to `alignment` (a
+  /// power of two), or nullptr when the charge would pass the strict limit or the system has no
+  /// memory left (then nothing stays charged). The memory is uninitialised (a reused block
+  /// holds old data).
   std::byte* allocate(std::uint64_t bytes, std::size_t alignment) noexcept;
-  /// Frees a block from allocate() and returns its bytes to the quota.
+  /// Returns a block from allocate(bytes, ...) (the same `bytes`): kept for reuse when the
+  /// pool has room, freed otherwise; its charge goes back to the quota either way.
   void release(std::byte* block, std::uint64_t bytes) noexcept;
+
+  /// Bytes of released blocks kept for reuse (not part of used()).
+  std::uint64_t pooled() const noexcept { return pooled_.load(std::memory_order_relaxed); }
+  /// allocate() calls served from the pool.
+  std::uint64_t pool_hits() const noexcept { return pool_hits_.load(std::memory_order_relaxed); }
+  /// Frees every kept block.
+  void trim() noexcept;
 
   /// A fresh sequence number (1, 2, ...): allocation order across every tree of this quota.
   std::uint64_t next_seq() noexcept { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -86,6 +116,9 @@ class Quota {
 
  private:
   struct Records;  // the lock-free ring, private to src/quota.cpp
+  struct Pool;     // the kept blocks, private to src/quota.cpp
+  static constexpr std::uint64_t kPoolMin = 4096;                 // smallest pooled size
+  static constexpr std::uint64_t kPoolMax = std::uint64_t{1} << 30;  // largest pooled size
 
   const std::uint64_t strict_;
   const std::uint64_t weak_;
@@ -97,7 +130,11 @@ class Quota {
   std::atomic<std::uint64_t> denials_{0};
   std::atomic<std::uint64_t> seq_{0};
   std::atomic<std::uint64_t> records_dropped_{0};
+  std::atomic<std::uint64_t> pooled_{0};  // written under the pool's mutex, read anywhere
+  std::atomic<std::uint64_t> pool_hits_{0};
+  const std::uint64_t pool_limit_;
   std::unique_ptr<Records> records_;
+  std::unique_ptr<Pool> pool_;
 };
 
 }  // namespace tai

@@ -314,30 +314,37 @@ class Doorbell {
   int fd() const noexcept { return fd_; }
 
   /// After a push: wakes the master if it sleeps. Only the first submitter after the master fell
-  /// asleep rings (the exchange): one system call per sleep, not one per request. The submitter
-  /// pushed, runs AsymmetricFence::light(), loads `sleeping_`; the master stores it, runs
-  /// AsymmetricFence::heavy(), re-checks the queues: one of them sees the other (no lost
-  /// wake-up), and the submitter's side costs no fence instruction.
+  /// asleep rings (the exchange): one system call per sleep, not one per request; a submitter
+  /// that finds the master awake (running rounds or spinning) costs it nothing. The handshake is
+  /// Dekker's, with a seq_cst fence on each side: the submitter pushed, fences, loads
+  /// `sleeping_`; the master stores `sleeping_`, fences, re-checks the queues; by the fences'
+  /// total order one of them sees the other (no lost wake-up). The submitter pays one fence
+  /// instruction per request. (An asymmetric fence, a compiler barrier here and
+  /// membarrier(PRIVATE_EXPEDITED) on the sleeping side, makes every sleep of the master an
+  /// inter-processor interrupt to every CPU running the process, a VM exit each on a virtual
+  /// machine; the drop-in's system time fell by a third without it: docs/results/cache-cost.md.)
   void ring() noexcept {
-    AsymmetricFence::light();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false, std::memory_order_seq_cst)) signal();
   }
   /// Makes the master's next (or current) sleep return, whether or not it sleeps (shutdown).
   void signal() noexcept;
-  /// The master's side, written once: drains the eventfd, says it sleeps (seq_cst store), runs
-  /// the heavy fence, then calls check_then_sleep(), which re-checks for work and sleeps
-  /// (polling fd()) only when there is none; then says it is awake.
+  /// The master's side, written once: says it sleeps, fences, then calls check_then_sleep(),
+  /// which re-checks for work and sleeps (polling fd()) only when there is none; then says it is
+  /// awake. The eventfd is read only when the poll reported it readable (drain()): a ring that
+  /// lands after the poll returned leaves a count that makes the next poll return at once, one
+  /// spare round of checks and no lost wake-up.
   template <class F>
   void sleep(F&& check_then_sleep) {
-    drain();
-    sleeping_.store(true, std::memory_order_seq_cst);
-    AsymmetricFence::heavy();
+    sleeping_.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     check_then_sleep();
     sleeping_.store(false, std::memory_order_relaxed);
   }
+  /// Resets the eventfd's count; the master calls it when a poll found fd() readable.
+  void drain() noexcept;
 
  private:
-  void drain() noexcept;
   int fd_ = -1;
   std::atomic<bool> sleeping_{false};
 };

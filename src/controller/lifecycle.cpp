@@ -219,6 +219,7 @@ ControllerStats ControllerCore::stats() const {
   s.size_refreshes = sum.size_refreshes;
   s.collects = sum.collects;
   s.gathered_blocks = sum.gathered_blocks;
+  s.write_arounds = sum.write_arounds;
   s.quota_denials = quota.denials();
   s.quota_used = quota.used();
   s.quota_peak = quota.peak();

@@ -339,7 +339,8 @@ void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
   timespec ts = ns_to_timespec(timeout_ns);
   timespec* tsp = timeout_ns >= 0 ? &ts : nullptr;
   workers[0]->sleeps.add();
-  ::ppoll(fds, nfds, tsp, nullptr);
+  if (::ppoll(fds, nfds, tsp, nullptr) <= 0) return;  // timed out (or a signal): nothing to read
+  if (fds[0].revents & POLLIN) doorbell.drain();
   // Consume the engines' counters (nonblocking eventfds; the completions themselves are reaped
   // by the next round).
   for (nfds_t i = 1; i < nfds; ++i)

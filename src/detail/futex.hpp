@@ -7,7 +7,6 @@
 #pragma once
 
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,35 +46,6 @@ inline void cpu_relax() noexcept {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 #endif
 }
-
-/// An asymmetric store-load fence (as folly's asymmetric_thread_fence_light/heavy): the light
-/// side, run on every submission, is a compiler barrier only; the heavy side, run by a thread
-/// about to sleep, is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a full fence on
-/// every thread of the process. Together they order "store X; fence; load Y" on one side against
-/// "store Y; fence; load X" on the other, like two seq_cst fences would. Falls back to seq_cst
-/// fences on both sides when the kernel lacks the command, and under ThreadSanitizer (which does
-/// not model membarrier).
-class AsymmetricFence {
- public:
-  static void light() noexcept {
-    if (enabled())
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-    else
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-  static void heavy() noexcept {
-    if (!enabled() || ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-  static bool enabled() noexcept {
-#if defined(__SANITIZE_THREAD__)
-    return false;
-#else
-    static const bool ok = ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-    return ok;
-#endif
-  }
-};
 
 inline std::int64_t monotonic_ns() noexcept {
   timespec ts;

@@ -1,13 +1,19 @@
 # Runs one `mpirun ... tai-augment --mpi ...` for ctest, under a deadline.
 #   cmake -DMPIRUN=<mpirun> -DFLAGS_FILE=<mpirun-flags> -DNP=<ranks> -DDEADLINE=<s> -DEXPECT=<regex>
 #         [-DEXPECT_EXIT=0|nonzero] [-DCLEAN=<dir, emptied and made>] [-DSAVE_DIGEST=<file>] [-DSAME_DIGEST=<file>]
+#         [-DNEEDS_DIRECT=1 (with CLEAN)] [-DVERIFY=<dir> [-DCORRUPT=1]]
 #         -P mpi_run.cmake -- <program> <args...>
 # First it checks that the launcher can start NP processes here at all (`mpirun -np NP true`); if it
 # cannot, it prints "MPI-SKIP: <why>" and the test is skipped (SKIP_REGULAR_EXPRESSION) instead of
 # failed. Then it passes only when the exit status is as expected (0 by default; "nonzero" for the
 # failure tests, which must end, not hang, and name the failing rank), the output matches EXPECT, and
 # (exit 0) no line says FAILED. SAVE_DIGEST/SAME_DIGEST keep the record set's digest of one run and
-# compare another's with it: the records must not depend on the number of ranks.
+# compare another's with it: the records must not depend on the number of ranks. NEEDS_DIRECT: the
+# test is skipped ("MPI-SKIP:") when the file system of CLEAN refuses O_DIRECT.
+# VERIFY=<dir> (exit 0 jobs): afterwards `<program> verify <dir>` must say "verify: ok" and exit 0,
+# reading the job's files back through the manifest rank 0 wrote. CORRUPT=1 with VERIFY: first one
+# byte inside the first record of the first record file in <dir> is changed, and verify must then
+# exit non-zero and say FAILED.
 set(cmd)
 set(after_dashes FALSE)
 foreach(i RANGE ${CMAKE_ARGC})
@@ -37,6 +43,17 @@ endif()
 if(DEFINED CLEAN)
   file(REMOVE_RECURSE ${CLEAN})  # a fresh output directory: files of an earlier build must not count
   file(MAKE_DIRECTORY ${CLEAN})
+endif()
+if(NEEDS_DIRECT)
+  # The job opens its outputs with O_DIRECT: a file system that refuses it (tmpfs before Linux
+  # 6.6) skips the test rather than failing it.
+  execute_process(COMMAND dd if=/dev/zero of=${CLEAN}/direct.probe bs=4096 count=1 oflag=direct
+                  RESULT_VARIABLE direct_rc OUTPUT_QUIET ERROR_VARIABLE direct_err)
+  file(REMOVE ${CLEAN}/direct.probe)
+  if(NOT direct_rc EQUAL 0)
+    message("MPI-SKIP: the file system of ${CLEAN} refuses O_DIRECT (dd oflag=direct: ${direct_err})")
+    return()
+  endif()
 endif()
 # timeout(1) sends mpirun SIGTERM at the deadline, which it passes on to its ranks (a plain
 # execute_process TIMEOUT would kill mpirun alone and could leave ranks behind).
@@ -83,4 +100,44 @@ if(DEFINED SAME_DIGEST)
     message(FATAL_ERROR "the records differ from the other rank count's: ${digests} here, ${saved} there")
   endif()
   message("same record set as the other rank count: ${digests}")
+endif()
+
+if(DEFINED VERIFY)
+  list(GET cmd 0 program)
+  if(CORRUPT)
+    file(GLOB record_files ${VERIFY}/*.taia)
+    list(SORT record_files)
+    if(NOT record_files)
+      message(FATAL_ERROR "no record file (*.taia) in ${VERIFY} to corrupt")
+    endif()
+    list(GET record_files 0 victim)
+    # Byte 40 of the first record: inside its payload (the header is 24 bytes); records start at
+    # offset 0 of every record file (own files, and the shared file's first chunk is rank 0's).
+    set(at 40)
+    file(READ ${victim} old_byte OFFSET ${at} LIMIT 1 HEX)
+    if(old_byte STREQUAL "58")
+      file(WRITE ${VERIFY}/corrupt.byte "Y")
+    else()
+      file(WRITE ${VERIFY}/corrupt.byte "X")
+    endif()
+    execute_process(COMMAND dd if=${VERIFY}/corrupt.byte of=${victim} bs=1 seek=${at} count=1 conv=notrunc
+                    RESULT_VARIABLE dd_rc OUTPUT_QUIET ERROR_QUIET)
+    file(REMOVE ${VERIFY}/corrupt.byte)
+    if(NOT dd_rc EQUAL 0)
+      message(FATAL_ERROR "could not change byte ${at} of ${victim}")
+    endif()
+    message("changed byte ${at} of ${victim} (was 0x${old_byte})")
+  endif()
+  execute_process(COMMAND ${program} verify ${VERIFY} OUTPUT_VARIABLE vout ERROR_VARIABLE verr RESULT_VARIABLE vrc
+                  TIMEOUT 120)
+  message("${program} verify ${VERIFY}: exit ${vrc}\n${vout}${verr}")
+  if(CORRUPT)
+    if(vrc EQUAL 0 OR NOT "${vout}${verr}" MATCHES "FAILED")
+      message(FATAL_ERROR "verify did not catch the changed byte")
+    endif()
+  else()
+    if(NOT vrc EQUAL 0 OR NOT vout MATCHES "verify: ok")
+      message(FATAL_ERROR "verify of the job's output failed")
+    endif()
+  endif()
 endif()

@@ -65,6 +65,12 @@ constexpr std::uint64_t kEndOfSpace = std::numeric_limits<std::uint64_t>::max();
 /// (ftruncate waits for it, then truncates), so such a write also takes [a1, end of space)
 /// before writing: nothing else writes past it until it has trimmed. A write waiting for that
 /// only ever waits for writes at higher offsets, so the waits cannot form a cycle.
+///
+/// The lock orders this process's writes only: the fstat-then-ftruncate of the trim cannot be
+/// ordered against another process's write past the block, which would be cut off if it landed
+/// in between. A file opened with Open::shared_writers is therefore never trimmed: its padded
+/// write keeps the zeros up to the block boundary, and, with no trim to protect, holds only its
+/// own blocks [a0, a1) like any other write.
 /// Thread-safe (the inline driver runs on many threads).
 class BlockRangeLock {
  public:
@@ -197,6 +203,9 @@ struct EngineCore {
   static BlockRangeLock* lock_of(const Request& r) {
     return range_lock_of(*r.file, r.file->core_state_);
   }
+  // A padded write is trimmed back (and so holds [a1, end of space) until it has) unless other
+  // processes write the file (Open::shared_writers): see BlockRangeLock.
+  static bool trims_padding(const Request& r) { return !has(r.file->mode().flags, Open::shared_writers); }
 
   // A padded write (see BlockRangeLock) has landed while holding everything past its blocks:
   // if the file ends at the padding, nobody else has grown it, so cut it to what was asked.
@@ -485,7 +494,7 @@ struct EngineCore {
         }
         if (--s.reads_pending > 0) return;
         if (s.first_error < 0) return complete(i, s.first_error);
-        if (s.tail_eof != kNoEof) return extend_then_write(i);
+        if (s.tail_eof != kNoEof && trims_padding(r)) return extend_then_write(i);
         write_bounced(i);
         return;
       }
@@ -756,7 +765,7 @@ Completion SyncEngine::execute(const Request& r) {
     if (std::int64_t e = read_edge(0)) return {r.user_data, e};
   if (p.tail_partial)
     if (std::int64_t e = read_edge(p.a1 - p.a0 - p.block)) return {r.user_data, e};
-  if (tail_eof != detail::kNoEof) {
+  if (tail_eof != detail::kNoEof && Core::trims_padding(r)) {
     lock->lock(p.a1, detail::kEndOfSpace);
     extended = true;
   }

@@ -19,7 +19,8 @@ namespace tai::detail {
 
 /// open(2) flags for `flags`: O_RDONLY / O_WRONLY / O_RDWR (O_RDONLY when neither read nor
 /// write is asked), O_CREAT, O_TRUNC, O_DIRECT, O_DSYNC, and always O_CLOEXEC. Hints are not
-/// open flags (see apply_open_hints). Thread-safe.
+/// open flags (see apply_open_hints), nor is Open::shared_writers (the engine base reads it from
+/// the file's mode). Thread-safe.
 inline int open_flags(Open flags) noexcept {
   int f = O_CLOEXEC;
   const bool r = has(flags, Open::read);

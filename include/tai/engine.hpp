@@ -57,6 +57,13 @@ enum class Open : std::uint32_t {
   truncate = 1u << 3,  ///< O_TRUNC
   direct = 1u << 4,    ///< O_DIRECT: bypass the page cache (engines with Capabilities::direct_io)
   dsync = 1u << 5,     ///< O_DSYNC: every write is durable when it completes
+  /// Other processes may write this file: an unaligned direct write past the end of file keeps
+  /// its zero padding (the file then ends at the block boundary) instead of cutting it back,
+  /// which could cut off another process's write. Without it, an unaligned direct write past
+  /// the end of file leaves the file at the write's exact end (the padding is trimmed with an
+  /// fstat and an ftruncate, safe only while this process is the file's one writer). No open(2)
+  /// flag; ignored by files that are not Open::direct (they never pad).
+  shared_writers = 1u << 6,
   // posix_fadvise hints (engines that have a descriptor; ignored by the others)
   sequential = 1u << 8,  ///< POSIX_FADV_SEQUENTIAL at open
   random = 1u << 9,      ///< POSIX_FADV_RANDOM at open

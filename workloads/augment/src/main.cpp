@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
   app.add_option("--stage2", stage2, "--mpi: who checks the records: same (rank r checks rank r-1 after producing) or separate (the upper half of the ranks only checks)")->check(CLI::IsMember({"same", "separate"}))->capture_default_str()->group(mpi_group);
   app.add_flag("--images-per-rank", images_per_rank, "--mpi: --images counts per producing rank (weak scaling); default: the whole set (strong scaling)")->group(mpi_group);
   bool allow_unsafe_shared_direct = false;
-  app.add_flag("--unsafe-shared-direct", allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse unaligned chunks or --direct-unpadded (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
+  app.add_flag("--unsafe-shared-direct", allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse chunks that are not a multiple of 4096 (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
   app.add_option("--fault-rank", fault_rank, "--mpi: this rank's TAI outputs go through a fault engine with the --fault rules (failure tests)")->group(mpi_group);
   app.add_option("--fault", fault_rules, "fault engine rules for --fault-rank, e.g. write:nth=3:errno=EIO")->group(mpi_group);
   CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");

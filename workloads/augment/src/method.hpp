@@ -36,6 +36,10 @@ struct MethodConfig {
                                   // requests (TAI: its cache does the read-modify-write) gets the
                                   // records unpadded; the others still pad
   bool fdatasync = false;         // sync() and finish() use fdatasync instead of fsync
+  bool shared_writers = false;    // other processes write the outputs too (the MPI mode's shared
+                                  // file): TAI methods open them with tai::Open::shared_writers, so
+                                  // that an unaligned direct write at the end keeps its zero
+                                  // padding instead of cutting the file back over a neighbour's write
   std::string fault_rules;        // TAI methods: open the outputs on a fault engine over posix with
                                   // these rules (tai::engines::FaultRule syntax), to test failures
 };

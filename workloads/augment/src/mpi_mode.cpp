@@ -211,8 +211,9 @@ class RecordChecker {
 };
 
 // Output paths of one method's run. Own files: `<out>/<method>.np<N>.rank<p>` per producer (the
-// plain run's record files, indexes and manifest). Shared: `<out>/<method>.np<N>.shared.taia`
-// (or .f<j>.taia), and per producer the index `<file>.rank<p>.idx`.
+// plain run's record files and indexes). Shared: `<out>/<method>.np<N>.shared.taia` (or
+// .f<j>.taia), and per producer the index `<file>.rank<p>.idx`. One manifest for the job,
+// `<out>/<method>.np<N>[.shared].run`, written by rank 0.
 struct Paths {
   std::string out, method;
   int ranks = 1;
@@ -229,7 +230,34 @@ struct Paths {
   std::string index_name(int producer, unsigned j) const {
     return shared ? record_file(producer, j) + ".rank" + std::to_string(producer) : record_file(producer, j);
   }
+  // The job's run manifest (rank 0 writes it after stage 2): `tai-augment verify` reads it.
+  std::string job_manifest() const {
+    return out + "/" + safe_method_name(method) + ".np" + std::to_string(ranks) + (shared ? ".shared" : "") + ".run";
+  }
 };
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The job's manifest: every producer's record files (own files: each with its index; shared:
+// each file once, with one index per producer), the images of every rank.
+bool write_job_manifest(const Paths& paths, const std::string& spec, const std::string& note, const std::string& content,
+                        std::uint64_t inputs, std::uint64_t images, unsigned amplify, int producers, std::string* err) {
+  RunManifest m;
+  m.method = spec;
+  m.note = note + fmt::format(" (MPI job: {} ranks, {} producing{})", paths.ranks, producers,
+                              paths.shared ? ", shared files" : ", a file set per rank");
+  m.content = content;
+  m.inputs = inputs;
+  m.images = images;
+  m.amplify = amplify;
+  m.shared_writers = paths.shared ? unsigned(producers) : 0;
+  for (int p = 0; p < (paths.shared ? 1 : producers); ++p)
+    for (unsigned j = 0; j < paths.files; ++j) m.files.push_back(base_name(paths.record_file(p, j)));
+  return write_manifest(paths.job_manifest(), m, err);
+}
 
 // Per-rank figures gathered on rank 0, in this order.
 enum Field {
@@ -453,6 +481,8 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
   config.method.tai_workers = s.tai_workers;
   if (roles.rank == s.fault_rank) config.method.fault_rules = s.fault_rules;
   config.write_artifacts = !s.shared_file;
+  config.write_manifest = false;  // rank 0 writes the job's manifest after stage 2
+  config.method.shared_writers = s.shared_file;
   config.after_open = [&] { MPI_Barrier(producers_comm); };  // every rank opened (and truncated) first
   std::unique_ptr<ChunkReserver> reserver;
   if (s.shared_file) {
@@ -619,6 +649,16 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
             ok = false;
           }
         }
+      // The job's manifest, for `tai-augment verify` (written once every producer wrote and synced
+      // its files and indexes, whatever stage 2 found: verify then checks on its own).
+      std::string manifest_error;
+      if (write_job_manifest(paths, spec, res.note, config.content, total_images, std::uint64_t(images), amplify,
+                             roles.producers, &manifest_error)) {
+        fmt::print("manifest: {} (tai-augment verify {} reads the job's files back)\n", paths.job_manifest(), s.output);
+      } else {
+        fmt::print("manifest: FAILED: {}\n", manifest_error);
+        ok = false;
+      }
       fmt::print("mpi-result: method={} ranks={} producers={} handoff={} shared={} images={:.0f} bytes={:.0f} seconds={:.4f} "
                  "images_per_s={:.3f} mb_per_s={:.3f} per_rank_images_per_s={:.3f} ready_s={:.4f} durable_ms_max={:.1f} "
                  "checked={:.0f} bad={:.0f} digest={:016x} cpu_per_wall={:.3f} ok={}\n",
@@ -663,16 +703,11 @@ int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
         "--shared-file with --direct needs --chunk to be a multiple of {} (the direct-I/O block): a chunk edge "
         "inside a block would make two ranks read-modify-write the same block and overwrite each other's bytes",
         kDirectAlignment));
-  // An unaligned direct write whose last block lies past the end of the file makes TAI's engine
-  // pad the file to the block and then cut it back if the size is still its own: a check (fstat)
-  // then a truncate that a write of another process can fall between, losing that write. One
-  // process orders its own writes around it; two cannot, so a shared direct file gets only
-  // aligned writes (padded records).
-  if (s.shared_file && s.config.method.direct && s.config.method.direct_unpadded && !s.allow_unsafe_shared_direct)
-    return refuse(
-        "--shared-file with --direct cannot take --direct-unpadded: an unaligned direct write at the end of the "
-        "file pads the file to a block and cuts it back (fstat, then ftruncate), and another rank's write landing "
-        "in between would be cut off; the records must stay padded to 4096 bytes");
+  // --direct-unpadded is fine on a shared file: an unaligned direct write whose last block lies
+  // past the end of the file pads the file to the block, and the TAI methods open a shared file
+  // with tai::Open::shared_writers, under which the engine keeps that zero padding instead of
+  // cutting the file back (an fstat then an ftruncate, which would cut off another rank's write
+  // landing in between). The file then ends at a block boundary; the checks skip the zeros.
   if (s.shared_file && s.chunk_bytes == 0) return refuse("--chunk must be at least 1 byte");
   if (s.fault_rank >= roles.size) return refuse(fmt::format("--fault-rank {} is not a rank of {}", s.fault_rank, roles.size));
   for (const std::string& m : s.methods)

@@ -33,8 +33,8 @@ struct MpiSettings {
   int fault_rank = -1;                // this rank's TAI controller gets a fault engine (tests)
   std::string fault_rules;            // fault engine rules, e.g. "write:nth=3:errno=EIO"
   bool decode = true;                 // stage 2 decodes every payload as a PNG
-  // Skips the refusals of --shared-file --direct with chunks that are not block-aligned or with
-  // unpadded records: only to show that the shared-file check catches the clobbering they prevent.
+  // Skips the refusal of --shared-file --direct with chunks that are not block-aligned: only to
+  // show that the shared-file check catches the clobbering it prevents.
   bool allow_unsafe_shared_direct = false;
   RunConfig config;                   // the workload's knobs (seed, PNG level, batch, fsyncs, ...)
 };

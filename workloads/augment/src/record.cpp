@@ -48,7 +48,7 @@ void make_record(std::uint64_t id, const std::vector<unsigned char>& payload, st
   std::memcpy(out.data() + sizeof h, payload.data(), payload.size());
 }
 
-FileScan scan_file(const std::string& path, bool decode_payloads) {
+FileScan scan_file(const std::string& path, bool decode_payloads, bool zero_gaps) {
   FileScan res;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
@@ -63,6 +63,15 @@ FileScan scan_file(const std::string& path, bool decode_payloads) {
     return res;
   };
   for (;;) {
+    if (zero_gaps) {
+      int c;
+      while ((c = getc_unlocked(f)) == 0) ++offset;
+      if (c == EOF) {
+        if (std::ferror(f)) return fail(std::string("read: ") + std::strerror(errno));
+        break;
+      }
+      std::ungetc(c, f);
+    }
     RecordHeader h;
     const std::size_t got = std::fread(&h, 1, sizeof h, f);
     if (got == 0 && std::feof(f)) break;
@@ -167,6 +176,7 @@ bool write_manifest(const std::string& path, const RunManifest& m, std::string* 
   std::ofstream out(path, std::ios::trunc);
   out << kManifestHeader << "\nmethod " << m.method << "\nnote " << m.note << "\ncontent " << m.content << "\ninputs "
       << m.inputs << "\nimages " << m.images << "\namplify " << m.amplify << "\n";
+  if (m.shared_writers) out << "shared-writers " << m.shared_writers << "\n";
   for (const std::string& f : m.files) out << "file " << f << "\n";
   out.close();
   if (!out) return *err = path + ": write failed", false;
@@ -190,6 +200,7 @@ bool read_manifest(const std::string& path, RunManifest& m, std::string* err) {
       else if (key == "images") m.images = std::stoull(value);
       else if (key == "amplify") m.amplify = unsigned(std::stoul(value));
       else if (key == "file") m.files.push_back(value);
+      else if (key == "shared-writers") m.shared_writers = unsigned(std::stoul(value));
       else return *err = path + ": unknown key '" + key + "'", false;
     } catch (const std::exception&) {
       return *err = path + ": bad value in '" + line + "'", false;
@@ -206,10 +217,19 @@ RunCheck verify_run(const std::string& manifest_path, bool decode_payloads) {
   std::map<std::uint64_t, unsigned> copies;
   for (const std::string& name : m.files) {
     const std::string file = dir_of(manifest_path) + "/" + name;
-    FileScan scan = scan_file(file, decode_payloads);
+    FileScan scan = scan_file(file, decode_payloads, m.shared_writers > 0);
     if (!scan.ok) return res.error = scan.error, res;
     std::vector<IndexEntry> index;
-    if (!read_index(file, index, &res.error)) return res;
+    if (m.shared_writers == 0) {
+      if (!read_index(file, index, &res.error)) return res;
+    } else {
+      for (unsigned p = 0; p < m.shared_writers; ++p) {
+        std::vector<IndexEntry> part;
+        if (!read_index(file + ".rank" + std::to_string(p), part, &res.error)) return res;
+        index.insert(index.end(), part.begin(), part.end());
+      }
+      std::sort(index.begin(), index.end(), [](const IndexEntry& a, const IndexEntry& b) { return a.offset < b.offset; });
+    }
     if (index.size() != scan.records.size())
       return res.error = file + ": " + std::to_string(scan.records.size()) + " records, its index lists " +
                          std::to_string(index.size()),

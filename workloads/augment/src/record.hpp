@@ -6,6 +6,10 @@
 // - one index per record file, `<file>.idx`: a line per record (image id, copy number, offset,
 //   length of the record as written, CRC32C of those bytes), sorted by offset;
 // - one manifest per run, `<run>.run`: what produced the files and how to compare them.
+// The MPI mode writes one manifest per job (rank 0, after stage 2) over every rank's files; a
+// shared file (--shared-file) has one index per rank, `<file>.rank<p>.idx`, and zeros between
+// records (the unused tails of chunks) and after the last one (direct-I/O padding kept at the
+// end of a file other processes write).
 #pragma once
 
 #include <cstdint>
@@ -54,8 +58,11 @@ struct FileScan {
 };
 
 // Reads a record file back: every record's magic, length and CRC, zero padding, no bytes after
-// the last record. With decode_payloads, every payload must also decode as a PNG.
-FileScan scan_file(const std::string& path, bool decode_payloads);
+// the last record. With decode_payloads, every payload must also decode as a PNG. With
+// zero_gaps (a shared file), runs of zero bytes between records and after the last one are
+// skipped (a header starts with its magic, whose first byte is not zero); any other byte there
+// is a bad header.
+FileScan scan_file(const std::string& path, bool decode_payloads, bool zero_gaps = false);
 
 // The index of one record file.
 struct IndexEntry {
@@ -88,6 +95,10 @@ struct RunManifest {
   std::uint64_t images = 0;   // distinct images written (inputs that did not decode excluded)
   unsigned amplify = 1;
   std::vector<std::string> files;  // record files, relative to the manifest's directory
+  // 0: each file has one index `<file>.idx` and its records back to back. N > 0 (the MPI mode's
+  // shared files): N processes wrote each file, each file's index is `<file>.rank<p>.idx` for
+  // p < N together, and zeros may lie between and after the records.
+  unsigned shared_writers = 0;
 };
 bool write_manifest(const std::string& path, const RunManifest& m, std::string* err);
 bool read_manifest(const std::string& path, RunManifest& m, std::string* err);
@@ -105,8 +116,8 @@ struct RunCheck {
   std::uint64_t bytes = 0;
 };
 
-// Verifies one run from its manifest: every file scans (CRCs, padding, PNG decode when asked),
-// its index lists exactly its records (offset, size, CRC32C of the bytes), every image id is
+// Verifies one run from its manifest: every file scans (CRCs, padding, PNG decode when asked;
+// zero gaps in shared files), its index (or its writers' indexes together) lists exactly its records (offset, size, CRC32C of the bytes), every image id is
 // there `amplify` times over the run's files, all copies alike, `images` distinct ids, each below
 // `inputs`.
 RunCheck verify_run(const std::string& manifest_path, bool decode_payloads);

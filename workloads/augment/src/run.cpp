@@ -257,6 +257,10 @@ RunResult run_method(const std::vector<EncodedImage>& input, const std::string& 
     m.files.push_back(base_name(res.files[j]));
     if (!write_index(res.files[j], std::move(per_file[j]), &res.error)) return res;
   }
+  if (!config.write_manifest) {
+    res.manifest.clear();
+    return res;
+  }
   write_manifest(res.manifest, m, &res.error);
   return res;
 }

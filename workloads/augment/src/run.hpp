@@ -48,6 +48,9 @@ struct RunConfig {
   // False: no index or manifest is written after the clock (the MPI shared-file mode writes a
   // per-rank index itself from RunResult::index).
   bool write_artifacts = true;
+  // False: the indexes are written but no manifest (the MPI mode's own files: rank 0 writes one
+  // manifest for the whole job, over every rank's files).
+  bool write_manifest = true;
 };
 
 // reserve_offset's refusal.

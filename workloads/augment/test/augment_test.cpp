@@ -174,6 +174,78 @@ TEST(AugmentRecord, PaddedRecordsScanAndPaddingMustBeZero) {
   std::remove(path.c_str());
 }
 
+// A shared file as the MPI mode leaves it: two writers' records in chunks with zero tails, zeros
+// after the last record (direct-I/O padding kept), one index per writer, one manifest with
+// "shared-writers 2". verify_run must accept it, and catch a changed byte (in a record or in a
+// gap), a missing index entry and a wrong image count.
+TEST(AugmentRecord, SharedFileManifestVerifies) {
+  const std::string base = scratch("shared");
+  const std::string file = base + ".taia";
+  const std::uint64_t chunk = 400;
+  Bytes bytes;
+  std::vector<IndexEntry> rank_entries[2];
+  for (std::uint64_t id = 0; id < 6; ++id) {
+    Bytes rec;
+    make_record(id, Bytes(60 + 10 * id, static_cast<unsigned char>(id + 1)), rec);
+    const unsigned rank = unsigned(id % 2);
+    const std::uint64_t k = id / 2;  // each record in its own chunk: chunk (k*2 + rank)
+    const std::uint64_t at = (k * 2 + rank) * chunk + (k == 1 ? 13 : 0);
+    if (bytes.size() < at + rec.size()) bytes.resize(at + rec.size(), 0);
+    std::copy(rec.begin(), rec.end(), bytes.begin() + std::ptrdiff_t(at));
+    rank_entries[rank].push_back({id, 0, at, rec.size(), crc32c_of(rec.data(), rec.size())});
+  }
+  bytes.resize((bytes.size() + 4095) / 4096 * 4096, 0);  // the padding a shared direct file keeps
+  auto write_bytes = [&](const Bytes& b) { std::ofstream(file, std::ios::binary).write((const char*)b.data(), b.size()); };
+  write_bytes(bytes);
+  std::string err;
+  for (unsigned p = 0; p < 2; ++p) ASSERT_TRUE(write_index(file + ".rank" + std::to_string(p), rank_entries[p], &err)) << err;
+  RunManifest m;
+  m.method = "tai-def";
+  m.content = "test shared";
+  m.inputs = 6;
+  m.images = 6;
+  m.shared_writers = 2;
+  m.files = {file.substr(file.rfind('/') + 1)};
+  const std::string manifest = base + ".run";
+  ASSERT_TRUE(write_manifest(manifest, m, &err)) << err;
+  RunManifest back;
+  ASSERT_TRUE(read_manifest(manifest, back, &err)) << err;
+  EXPECT_EQ(back.shared_writers, 2u);
+
+  RunCheck c = verify_run(manifest, false);
+  EXPECT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.records_read, 6u);
+  EXPECT_FALSE(scan_file(file, false).ok) << "without zero gaps the holes are bad headers";
+
+  Bytes bad = bytes;
+  bad[chunk + 30] ^= 0x40;  // a payload byte of rank 1's first record
+  write_bytes(bad);
+  c = verify_run(manifest, false);
+  EXPECT_FALSE(c.ok);
+  bad = bytes;
+  bad[3 * chunk - 5] = 1;  // a byte in the zero tail of rank 0's second chunk
+  write_bytes(bad);
+  c = verify_run(manifest, false);
+  EXPECT_FALSE(c.ok);
+  bad = bytes;
+  bad.back() = 1;  // in the kept padding after the last record
+  write_bytes(bad);
+  c = verify_run(manifest, false);
+  EXPECT_FALSE(c.ok);
+  write_bytes(bytes);
+  std::vector<IndexEntry> fewer(rank_entries[1].begin(), rank_entries[1].end() - 1);
+  ASSERT_TRUE(write_index(file + ".rank1", fewer, &err)) << err;
+  c = verify_run(manifest, false);
+  EXPECT_FALSE(c.ok);
+  EXPECT_NE(c.error.find("index lists"), std::string::npos) << c.error;
+  ASSERT_TRUE(write_index(file + ".rank1", rank_entries[1], &err)) << err;
+  m.images = 7;
+  ASSERT_TRUE(write_manifest(manifest, m, &err)) << err;
+  c = verify_run(manifest, false);
+  EXPECT_FALSE(c.ok);
+  for (const std::string& f : {file, file + ".rank0.idx", file + ".rank1.idx", manifest}) std::remove(f.c_str());
+}
+
 TEST(AugmentMethods, UnknownNamesAreRejected) {
   EXPECT_EQ(find_method("nosuch", nullptr), nullptr);
   EXPECT_EQ(find_method("posix:uring", nullptr), nullptr);  // only TAI takes an engine suffix

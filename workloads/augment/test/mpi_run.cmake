@@ -2,6 +2,7 @@
 #   cmake -DMPIRUN=<mpirun> -DFLAGS_FILE=<mpirun-flags> -DNP=<ranks> -DDEADLINE=<s> -DEXPECT=<regex>
 #         [-DEXPECT_EXIT=0|nonzero] [-DCLEAN=<dir, emptied and made>] [-DSAVE_DIGEST=<file>] [-DSAME_DIGEST=<file>]
 #         [-DDIRECT_DIR=<dir the job opens with O_DIRECT: skipped where its file system refuses that>]
+#         [-DVERIFY=<dir> [-DCORRUPT=1]]
 #         -P mpi_run.cmake -- <program> <args...>
 # First it checks that the launcher can start NP processes here at all (`mpirun -np NP true`); if it
 # cannot, it prints "MPI-SKIP: <why>" and the test is skipped (SKIP_REGULAR_EXPRESSION) instead of
@@ -9,6 +10,10 @@
 # failure tests, which must end, not hang, and name the failing rank), the output matches EXPECT, and
 # (exit 0) no line says FAILED. SAVE_DIGEST/SAME_DIGEST keep the record set's digest of one run and
 # compare another's with it: the records must not depend on the number of ranks.
+# VERIFY=<dir> (exit 0 jobs): afterwards `<program> verify <dir>` must say "verify: ok" and exit 0,
+# reading the job's files back through the manifest rank 0 wrote. CORRUPT=1 with VERIFY: first one
+# byte inside the first record of the first record file in <dir> is changed, and verify must then
+# exit non-zero and say FAILED.
 set(cmd)
 set(after_dashes FALSE)
 foreach(i RANGE ${CMAKE_ARGC})
@@ -93,4 +98,44 @@ if(DEFINED SAME_DIGEST)
     message(FATAL_ERROR "the records differ from the other rank count's: ${digests} here, ${saved} there")
   endif()
   message("same record set as the other rank count: ${digests}")
+endif()
+
+if(DEFINED VERIFY)
+  list(GET cmd 0 program)
+  if(CORRUPT)
+    file(GLOB record_files ${VERIFY}/*.taia)
+    list(SORT record_files)
+    if(NOT record_files)
+      message(FATAL_ERROR "no record file (*.taia) in ${VERIFY} to corrupt")
+    endif()
+    list(GET record_files 0 victim)
+    # Byte 40 of the first record: inside its payload (the header is 24 bytes); records start at
+    # offset 0 of every record file (own files, and the shared file's first chunk is rank 0's).
+    set(at 40)
+    file(READ ${victim} old_byte OFFSET ${at} LIMIT 1 HEX)
+    if(old_byte STREQUAL "58")
+      file(WRITE ${VERIFY}/corrupt.byte "Y")
+    else()
+      file(WRITE ${VERIFY}/corrupt.byte "X")
+    endif()
+    execute_process(COMMAND dd if=${VERIFY}/corrupt.byte of=${victim} bs=1 seek=${at} count=1 conv=notrunc
+                    RESULT_VARIABLE dd_rc OUTPUT_QUIET ERROR_QUIET)
+    file(REMOVE ${VERIFY}/corrupt.byte)
+    if(NOT dd_rc EQUAL 0)
+      message(FATAL_ERROR "could not change byte ${at} of ${victim}")
+    endif()
+    message("changed byte ${at} of ${victim} (was 0x${old_byte})")
+  endif()
+  execute_process(COMMAND ${program} verify ${VERIFY} OUTPUT_VARIABLE vout ERROR_VARIABLE verr RESULT_VARIABLE vrc
+                  TIMEOUT 120)
+  message("${program} verify ${VERIFY}: exit ${vrc}\n${vout}${verr}")
+  if(CORRUPT)
+    if(vrc EQUAL 0 OR NOT "${vout}${verr}" MATCHES "FAILED")
+      message(FATAL_ERROR "verify did not catch the changed byte")
+    endif()
+  else()
+    if(NOT vrc EQUAL 0 OR NOT vout MATCHES "verify: ok")
+      message(FATAL_ERROR "verify of the job's output failed")
+    endif()
+  endif()
 endif()

@@ -43,6 +43,7 @@ class TaiMethod final : public Method {
   bool open(const std::vector<std::string>& paths) override {
     tai::Open mode = tai::Open::write | tai::Open::create | tai::Open::truncate;
     if (config_.direct) mode = mode | tai::Open::direct;
+    if (config_.shared_writers) mode = mode | tai::Open::shared_writers;
     if (!fault_setup_error_.empty()) {
       fail(fault_setup_error_);
       return false;

@@ -428,6 +428,31 @@ EXPORT int creat64(const char* path, mode_t mode) {
   return after_open(REAL(creat64)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
 }
 
+/* The mkstemp family: glibc opens the file with its internal __open, which no interposition
+ * sees, so these are caught by name. sed -i, perl -i, sort -o, zip and many more write their new
+ * file under a temporary name made by them and rename it over the old one. O_RDWR | O_CREAT |
+ * O_EXCL is what they open with (plus the flags of the *ostemp variants). */
+EXPORT int mkstemp(char* tmpl) { return after_open(REAL(mkstemp)(tmpl), O_RDWR | O_CREAT | O_EXCL); }
+EXPORT int mkstemp64(char* tmpl) { return after_open(REAL(mkstemp64)(tmpl), O_RDWR | O_CREAT | O_EXCL); }
+EXPORT int mkostemp(char* tmpl, int flags) {
+  return after_open(REAL(mkostemp)(tmpl, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkostemp64(char* tmpl, int flags) {
+  return after_open(REAL(mkostemp64)(tmpl, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkstemps(char* tmpl, int suffixlen) {
+  return after_open(REAL(mkstemps)(tmpl, suffixlen), O_RDWR | O_CREAT | O_EXCL);
+}
+EXPORT int mkstemps64(char* tmpl, int suffixlen) {
+  return after_open(REAL(mkstemps64)(tmpl, suffixlen), O_RDWR | O_CREAT | O_EXCL);
+}
+EXPORT int mkostemps(char* tmpl, int suffixlen, int flags) {
+  return after_open(REAL(mkostemps)(tmpl, suffixlen, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkostemps64(char* tmpl, int suffixlen, int flags) {
+  return after_open(REAL(mkostemps64)(tmpl, suffixlen, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* close                                                                                      */
 

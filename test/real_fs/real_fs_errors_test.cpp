@@ -12,7 +12,7 @@
 // all eight on ext4, four of them (one per engine and tree kind) on XFS and btrfs, which each
 // fill and fail their own way. Skipped with the reason without root, the mkfs tool or a loop
 // device, per engine where the kernel or the build lacks it, and the shutdown cases where the
-// file system has no shutdown ioctl (btrfs before Linux 6.17).
+// file system has no shutdown ioctl (btrfs, on most kernels).
 #include <gtest/gtest.h>
 
 #include <cerrno>

@@ -136,7 +136,7 @@ class SmallLoopFs {
   std::string file(const std::string& name) const { return mnt_ + "/" + name; }
 
   /// "" when this kernel's file system has the shutdown ioctl, else why not (btrfs has it only
-  /// from Linux 6.17 on, and only with CONFIG_BTRFS_EXPERIMENTAL). Asked with a flag value no
+  /// in recent kernels, and not in every configuration). Asked with a flag value no
   /// file system accepts: EINVAL says the call exists, ENOTTY or EOPNOTSUPP that it does not.
   std::string shutdown_support() const {
     const int fd = ::open(mnt_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

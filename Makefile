@@ -36,6 +36,10 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #   test scripts:     python3 (the workload's JSON/CSV reports are parsed back)
 #   preload tests:    sqlite3 (a real program run under libtai-preload.so)
 #   real-error tests: e2fsprogs (mkfs.ext4 for the loop-mounted ext4 that fills up and is shut down)
+#                     xfsprogs, btrfs-progs (mkfs.xfs, mkfs.btrfs: the same tests on XFS and
+#                     btrfs, and the preload.xfs.* / preload.btrfs.* cases run in one of each)
+#   preload tests' other programs (a missing one skips its case): cpio, git, xz-utils, bzip2,
+#                     zstd, zip, unzip, gcc (build-essential)
 #   make fuzz:        libclang-rt-14-dev (clang 14's sanitizer and libFuzzer runtimes, which
 #                     -fsanitize=fuzzer,address,undefined links; clang only recommends it, and
 #                     deps installs without recommendations)
@@ -44,7 +48,7 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev \
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip
 
 .PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin docs clean sweep
 

@@ -428,6 +428,31 @@ EXPORT int creat64(const char* path, mode_t mode) {
   return after_open(REAL(creat64)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
 }
 
+/* The mkstemp family: glibc opens the file with its internal __open, which no interposition
+ * sees, so these are caught by name. sed -i, perl -i, sort -o, zip and many more write their new
+ * file under a temporary name made by them and rename it over the old one. O_RDWR | O_CREAT |
+ * O_EXCL is what they open with (plus the flags of the *ostemp variants). */
+EXPORT int mkstemp(char* tmpl) { return after_open(REAL(mkstemp)(tmpl), O_RDWR | O_CREAT | O_EXCL); }
+EXPORT int mkstemp64(char* tmpl) { return after_open(REAL(mkstemp64)(tmpl), O_RDWR | O_CREAT | O_EXCL); }
+EXPORT int mkostemp(char* tmpl, int flags) {
+  return after_open(REAL(mkostemp)(tmpl, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkostemp64(char* tmpl, int flags) {
+  return after_open(REAL(mkostemp64)(tmpl, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkstemps(char* tmpl, int suffixlen) {
+  return after_open(REAL(mkstemps)(tmpl, suffixlen), O_RDWR | O_CREAT | O_EXCL);
+}
+EXPORT int mkstemps64(char* tmpl, int suffixlen) {
+  return after_open(REAL(mkstemps64)(tmpl, suffixlen), O_RDWR | O_CREAT | O_EXCL);
+}
+EXPORT int mkostemps(char* tmpl, int suffixlen, int flags) {
+  return after_open(REAL(mkostemps)(tmpl, suffixlen, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+EXPORT int mkostemps64(char* tmpl, int suffixlen, int flags) {
+  return after_open(REAL(mkostemps64)(tmpl, suffixlen, flags), O_RDWR | O_CREAT | O_EXCL | flags);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* close                                                                                      */
 
@@ -1412,11 +1437,28 @@ static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction
   return rc;
 }
 
-EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+/* A sanitizer runtime preloaded before this library (the sanitizer presets' tests) installs its
+ * own handlers for SIGSEGV and the like while it initialises, before any instrumented code may
+ * run, and its REAL(sigaction) is this library's: under ThreadSanitizer the instrumented entry
+ * of this function then crashed in TSan's not yet made thread state (every preloaded probe died
+ * of SIGSEGV at start). So the entry points are not instrumented, and until the end handlers are
+ * installed (the constructor; nothing is virtualised before that) they go straight to libc,
+ * which is what sigaction_impl would do then. */
+#if defined(__SANITIZE_THREAD__)
+#define NO_TSAN __attribute__((no_sanitize_thread, noinline))
+#else
+#define NO_TSAN
+#endif
+/* A macro: a function of its own would be instrumented (and, at -O1, not inlined). */
+#define end_handlers_installed() atomic_load_explicit(&g_end_handlers, memory_order_acquire)
+
+EXPORT NO_TSAN int sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+  if (!end_handlers_installed()) return REAL(sigaction)(sig, act, oldact);
   return sigaction_impl(sig, act, oldact, REAL(sigaction));
 }
 extern int __sigaction(int, const struct sigaction*, struct sigaction*);
-EXPORT int __sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+EXPORT NO_TSAN int __sigaction(int sig, const struct sigaction* act, struct sigaction* oldact) {
+  if (!end_handlers_installed()) return REAL(sigaction)(sig, act, oldact);
   return sigaction_impl(sig, act, oldact, REAL(sigaction));
 }
 
@@ -1441,12 +1483,27 @@ static handler_t signal_like(int sig, handler_t h, int sysv, handler_t (*real)(i
   if (sigaction_impl(sig, &act, &old, REAL(sigaction)) != 0) return SIG_ERR;
   return old.sa_handler;
 }
-EXPORT handler_t signal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(signal)); }
-EXPORT handler_t bsd_signal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(bsd_signal)); }
-EXPORT handler_t ssignal(int sig, handler_t h) { return signal_like(sig, h, 0, REAL(ssignal)); }
-EXPORT handler_t sysv_signal(int sig, handler_t h) { return signal_like(sig, h, 1, REAL(sysv_signal)); }
+EXPORT NO_TSAN handler_t signal(int sig, handler_t h) {
+  if (!end_handlers_installed()) return REAL(signal)(sig, h);
+  return signal_like(sig, h, 0, REAL(signal));
+}
+EXPORT NO_TSAN handler_t bsd_signal(int sig, handler_t h) {
+  if (!end_handlers_installed()) return REAL(bsd_signal)(sig, h);
+  return signal_like(sig, h, 0, REAL(bsd_signal));
+}
+EXPORT NO_TSAN handler_t ssignal(int sig, handler_t h) {
+  if (!end_handlers_installed()) return REAL(ssignal)(sig, h);
+  return signal_like(sig, h, 0, REAL(ssignal));
+}
+EXPORT NO_TSAN handler_t sysv_signal(int sig, handler_t h) {
+  if (!end_handlers_installed()) return REAL(sysv_signal)(sig, h);
+  return signal_like(sig, h, 1, REAL(sysv_signal));
+}
 extern handler_t __sysv_signal(int, handler_t);
-EXPORT handler_t __sysv_signal(int sig, handler_t h) { return signal_like(sig, h, 1, REAL(__sysv_signal)); }
+EXPORT NO_TSAN handler_t __sysv_signal(int sig, handler_t h) {
+  if (!end_handlers_installed()) return REAL(__sysv_signal)(sig, h);
+  return signal_like(sig, h, 1, REAL(__sysv_signal));
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* metadata: after the routed writes made before it                                           */

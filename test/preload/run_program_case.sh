@@ -17,6 +17,9 @@
 #   SANITIZER_RUNTIME  libasan.so/libtsan.so when the library is instrumented: preloaded first
 #   PRELOAD_DEADLINE   seconds for one command (default 60)
 #   KEEP_WORK=1        keep A and B after a success too
+#   PRELOAD_FS         xfs, btrfs or ext4: WORK is that file system, loop-mounted by loop_fs.sh
+#                      (the preload.<fs>.* cases); where loop_fs.sh could not mount it, the
+#                      reason is in $WORK.skip and the case skips with it
 # Exit: 0 pass, 1 fail, 77 skip (program not installed; sanitizer runtime cannot host it).
 # `run_program_case.sh --list` prints the cases.
 set -u -o pipefail
@@ -27,7 +30,9 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        end_thread_exit end_vfork end_spawn end_sigterm end_sigint end_sighup end_sigquit end_sigpipe
        end_sigsegv end_sigbus end_sigfpe end_sigabrt end_sigxfsz end_virtual end_sigkill
        mawk_exit python_exit perl_sigterm sigpipe_tee append_procs
-       meta_tar meta_cp meta_touch meta_python)
+       meta_tar meta_cp meta_touch meta_python
+       yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
+       xz bzip2 zstd cpio zip sqlite_mmap git)
 
 if [[ ${1:-} == --list ]]; then
   printf '%s\n' "${CASES[@]}"
@@ -78,6 +83,21 @@ case $CASE in
   meta_tar) need=(tar bash find sort xargs stat) ;;
   meta_cp) need=(cp stat) ;;
   meta_touch) need=(bash touch stat) ;;
+  yes_head) need=(bash yes head wc) ;;
+  sed_inplace) need=(cp sed) ;;
+  perl_inplace) need=(cp perl) ;;
+  install_backup) need=(install cp ls stat) ;;
+  sort_o) need=(sort) ;;
+  awk_files) need=(awk) ;;
+  split_join) need=(split bash cat cmp) ;;
+  gcc_objects) need=(gcc ar) ;;
+  xz) need=(xz tar cp bash cmp) ;;
+  bzip2) need=(bzip2 cp bash cmp) ;;
+  zstd) need=(zstd cp cmp) ;;
+  cpio) need=(cpio bash find sort mkdir stat) ;;
+  zip) need=(zip unzip mkdir diff) ;;
+  sqlite_mmap) need=(sqlite3) ;;
+  git) need=(git cp) ;;
 esac
 for p in "${need[@]}" timeout cmp diff awk; do
   command -v "$p" >/dev/null 2>&1 || skip "$p is not installed"
@@ -101,6 +121,11 @@ trivial_command() {
     bash) echo "bash -c true" ;;
     python3) echo "$PYTHON -c pass" ;;
     probe) echo "$PROBE --version" ;;
+    awk) echo "awk BEGIN{}" ;;  # mawk has no --version
+    unzip) echo "unzip -v" ;;   # --version is an error to unzip
+    # split allocates its buffer with aligned_alloc(page, 128 KiB + 1), which ASan refuses
+    # (the size is not a multiple of the alignment): an empty input still allocates it.
+    split) echo "split -b 4096 /dev/null /nonexistent-dir/x" ;;
     *) echo "$1 --version" ;;
   esac
 }
@@ -161,6 +186,12 @@ fi
 
 # --- directories ---------------------------------------------------------------------------------
 WORK=${WORK:-/tmp/tai-preload-work}
+if [[ -n ${PRELOAD_FS:-} ]]; then
+  [[ -f $WORK.skip ]] && skip "no $PRELOAD_FS file system to run in: $(cat "$WORK.skip")"
+  got=$(stat -f -c %T "$WORK" 2>/dev/null) || fail "PRELOAD_FS=$PRELOAD_FS but WORK=$WORK does not exist (is the preload_$PRELOAD_FS fixture's mount test run?)"
+  [[ $PRELOAD_FS == ext4 && $got == ext2/ext3 ]] && got=ext4  # stat's name for the ext family
+  [[ $got == "$PRELOAD_FS" ]] || fail "PRELOAD_FS=$PRELOAD_FS but WORK=$WORK is on $got (loop_fs.sh mount did not run or was undone)"
+fi
 mkdir -p "$WORK" || fail "cannot create WORK=$WORK"
 ROOT=$(realpath "$WORK")/$CASE
 rm -rf "$ROOT"
@@ -276,10 +307,43 @@ prepare_inputs() {
   case $CASE in
     dd_* | gzip* | cat) make_input "$IN/input" && gen_text 77777 31 >"$IN/input2" ;;
     cp_tree | tar) make_tree "$IN/tree" ;;
-    sqlite | sqlite_wal) write_sql ;;
+    sqlite | sqlite_wal | sqlite_mmap) write_sql ;;
+    yes_head | sed_inplace | perl_inplace | install_backup | sort_o | awk_files | split_join | xz | bzip2 | zstd)
+      gen_text 600000 51 >"$IN/text" && gen_text 70000 52 >"$IN/text2" ;;
+    gcc_objects) write_c_sources ;;
+    cpio | zip | git) make_tree "$IN/tree" ;;
     meta_tar) make_tree "$IN/tree" && chmod 0640 "$IN/tree/a.txt" && chmod 0751 "$IN/tree/sub/b.bin" ;;
     meta_cp | meta_touch) gen_text 300000 41 >"$IN/src" && chmod 0751 "$IN/src" && touch -d @1234567 "$IN/src" ;;
   esac || fail "could not generate the inputs in $IN"
+}
+
+# C sources for gcc_objects: two translation units and a main, deterministic output.
+write_c_sources() {
+  cat >"$IN/sum.c" <<'C'
+unsigned long tai_sum(const unsigned char* p, unsigned long n) {
+  unsigned long s = 0;
+  for (unsigned long i = 0; i < n; ++i) s = s * 31 + p[i];
+  return s;
+}
+C
+  cat >"$IN/table.c" <<'C'
+const unsigned char tai_table[] = {
+C
+  awk 'BEGIN { x = 5; for (i = 0; i < 20000; i++) { x = (x * 16807) % 2147483647; printf "%d,%s", x % 256, (i % 16 == 15) ? "\n" : " " } }' >>"$IN/table.c"
+  cat >>"$IN/table.c" <<'C'
+};
+const unsigned long tai_table_size = sizeof tai_table;
+C
+  cat >"$IN/main.c" <<'C'
+#include <stdio.h>
+extern const unsigned char tai_table[];
+extern const unsigned long tai_table_size;
+unsigned long tai_sum(const unsigned char* p, unsigned long n);
+int main(void) {
+  printf("%lu bytes, sum %lu\n", tai_table_size, tai_sum(tai_table, tai_table_size));
+  return 0;
+}
+C
 }
 
 # SQL: a table with an index, filled in transactions of 1000 rows, then updates, deletes and a
@@ -289,6 +353,11 @@ write_sql() {
   if [[ $CASE == sqlite_wal ]]; then
     txns=30
     mode="PRAGMA journal_mode=WAL;"
+  fi
+  if [[ $CASE == sqlite_mmap ]]; then
+    # SQLite reads the database through a shared mapping and writes it with pwrite.
+    txns=30
+    mode="PRAGMA mmap_size=268435456;"
   fi
   awk -v txns="$txns" -v mode="$mode" 'BEGIN {
     if (mode != "") print mode
@@ -363,7 +432,7 @@ body() {
       run gzip -d "$OUT/again.dat.gz"
       run cmp "$IN/input" "$OUT/again.dat"
       ;;
-    sqlite | sqlite_wal)
+    sqlite | sqlite_wal | sqlite_mmap)
       run sqlite3 -bail "$OUT/t.db" ".read '$IN/load.sql'"
       # A second process opens the database: what the first left must be complete.
       run sqlite3 -bail "$OUT/t.db" "PRAGMA integrity_check;" \
@@ -463,9 +532,115 @@ for n in ("p1", "p2", "p3-renamed", "p3-link"):
     st = os.stat(d + "/" + n)
     print(n, st.st_mtime_ns // 10**9, oct(st.st_mode & 0o7777), st.st_size)' "$OUT"
       ;;
+    yes_head)
+      # yes dies of SIGPIPE once head has its lines; the shell's own routed descriptor 3 is
+      # inherited by yes (which never writes it) and written by the shell before and after.
+      run bash -c 'exec 3>"$1/shell.out"; echo before >&3; yes "tai yes line" | head -n 150000 >"$1/head.out"; echo "after: ${PIPESTATUS[*]}" >&3; exec 3>&-; wc -c <"$1/head.out"' _ "$OUT"
+      ;;
+    sed_inplace)
+      # sed -i writes a temporary file beside its input and renames it over the input.
+      run cp "$IN/text" "$OUT/s.txt"
+      run sed -i -e 's/a/A/g' -e '/^0/d' "$OUT/s.txt"
+      run sed -i.orig -e '1~3s/$/ third/' "$OUT/s.txt"
+      ;;
+    perl_inplace)
+      # perl -i: renames the input away (or unlinks it), writes a new file under its name.
+      run cp "$IN/text" "$OUT/p.txt"
+      run perl -pi -e 's/(\w{8})/\U$1/g if $. % 2' "$OUT/p.txt"
+      run perl -pi.bak -e '$_ = reverse($_) . "\n" if $. % 5 == 0; chomp if $. % 7 == 0' "$OUT/p.txt"
+      ;;
+    install_backup)
+      # install and cp --backup rename the old file aside and write a new one.
+      run install -m 0640 "$IN/text" "$OUT/inst"
+      run install -b -m 0604 "$IN/text2" "$OUT/inst"
+      run cp --backup=numbered "$IN/text" "$OUT/c"
+      run cp --backup=numbered "$IN/text2" "$OUT/c"
+      run cp --backup=numbered "$IN/text" "$OUT/c"
+      run ls "$OUT"
+      run stat -c '%a %s %n' "$OUT/inst" "$OUT/inst~" "$OUT/c" "$OUT/c.~1~" "$OUT/c.~2~"
+      ;;
+    sort_o)
+      # sort writes through stdio; -o may name its own input (it reads everything first).
+      run sort -o "$OUT/sorted" "$IN/text"
+      run sort -r -o "$OUT/sorted" "$OUT/sorted"
+      run sort -m -o "$OUT/merged" "$OUT/sorted" "$IN/text2"
+      ;;
+    awk_files)
+      # awk keeps several stdio output streams open at once, and appends to one of them.
+      run awk -v d="$OUT" '{ print > (d "/col" (NR % 7)); printf "%s|", $3 >> (d "/joined") } END { print NR }' "$IN/text"
+      run awk -v d="$OUT" '{ print length($0) > (d "/col0") }' "$IN/text2"
+      ;;
+    split_join)
+      run split -b 65536 -d -a 3 "$IN/text" "$OUT/part."
+      run split -l 1000 "$IN/text2" "$OUT/lines."
+      run bash -c 'cat "$1"/part.* > "$1/joined" && cmp "$2" "$1/joined" && ls "$1" | wc -l' _ "$OUT" "$IN/text"
+      ;;
+    gcc_objects)
+      # The compiler driver, cc1, as, collect2 and ld write the objects, an archive and a program
+      # in the routed directory (-save-temps=obj: the preprocessed and assembler files too).
+      run gcc -O2 -c "$IN/sum.c" -o "$OUT/sum.o"
+      run gcc -O1 -save-temps=obj -c "$IN/table.c" -o "$OUT/table.o"
+      run ar rcs "$OUT/libtai.a" "$OUT/sum.o" "$OUT/table.o"
+      run gcc -O2 "$IN/main.c" "$OUT/libtai.a" -o "$OUT/prog"
+      run "$OUT/prog"
+      ;;
+    xz)
+      run cp "$IN/text" "$OUT/x.txt"
+      run xz -k -6 "$OUT/x.txt"
+      run xz -t "$OUT/x.txt.xz"
+      run bash -c 'xz -dc "$1/x.txt.xz" > "$1/x.back" && cmp "$2" "$1/x.back"' _ "$OUT" "$IN/text"
+      # tar with xz as a child writing the archive through a pipe.
+      run tar --sort=name --mtime=@0 --owner=0 --group=0 -cJf "$OUT/t.tar.xz" -C "$IN" text text2
+      ;;
+    bzip2)
+      run cp "$IN/text" "$OUT/b.txt"
+      run bzip2 -k -9 "$OUT/b.txt"
+      run bzip2 -t "$OUT/b.txt.bz2"
+      run bash -c 'bzip2 -dc "$1/b.txt.bz2" > "$1/b.back" && cmp "$2" "$1/b.back"' _ "$OUT" "$IN/text"
+      ;;
+    zstd)
+      run cp "$IN/text" "$OUT/z.txt"
+      run zstd -q -k -19 "$OUT/z.txt"
+      run zstd -q -t "$OUT/z.txt.zst"
+      run zstd -q -d "$OUT/z.txt.zst" -o "$OUT/z.back"
+      run cmp "$IN/text" "$OUT/z.back"
+      ;;
+    cpio)
+      # cpio -m sets each extracted file's time after writing its data.
+      run bash -c 'cd "$1" && find tree | LC_ALL=C sort | cpio --quiet -o -H newc > "$2/t.cpio"' _ "$IN" "$OUT"
+      run mkdir "$OUT/x"
+      run bash -c 'cd "$1/x" && cpio --quiet -idm < "$1/t.cpio" && find . -type f | LC_ALL=C sort | xargs stat -c "%Y %a %s %n"' _ "$OUT"
+      ;;
+    zip)
+      # zip writes a temporary file in the output directory and renames it; unzip sets times.
+      run bash -c 'cd "$1" && zip -q -X -y -r "$2/t.zip" tree' _ "$IN" "$OUT"
+      run mkdir "$OUT/x"
+      run unzip -q -X "$OUT/t.zip" -d "$OUT/x"
+      run diff -r --no-dereference "$IN/tree" "$OUT/x/tree"
+      ;;
+    git)
+      # A repository in the routed directory: objects written and renamed into place, the index
+      # and refs through lock files, a pack read back through mmap by gc and fsck.
+      run cp -r "$IN/tree" "$OUT/repo"
+      run git init -q -b main "$OUT/repo"
+      run git -C "$OUT/repo" add -A
+      run git -C "$OUT/repo" commit -q -m "first"
+      run git -C "$OUT/repo" rm -q -r many
+      run git -C "$OUT/repo" commit -q -m "second"
+      run git -C "$OUT/repo" -c gc.autoDetach=false -c pack.threads=1 gc -q
+      run git -C "$OUT/repo" fsck --full --no-progress
+      run git -C "$OUT/repo" log --format='%H %s'
+      run git -C "$OUT/repo" ls-files -s
+      ;;
   esac
 }
 
+if [[ $CASE == git ]]; then
+  # The same commits on both sides: fixed names and times, no user or system configuration.
+  export GIT_AUTHOR_NAME=tai GIT_AUTHOR_EMAIL=tai@example.org GIT_AUTHOR_DATE='2001-02-03T04:05:06Z'
+  export GIT_COMMITTER_NAME=tai GIT_COMMITTER_EMAIL=tai@example.org GIT_COMMITTER_DATE='2001-02-03T04:05:06Z'
+  export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+fi
 prepare_inputs
 for SIDE in A B; do
   step_no=0
@@ -504,9 +679,12 @@ varies=()
 # The sigkill case's busy block: written back or not when the kill came (its deadline is what
 # end.dat is about).
 [[ $CASE == end_sigkill ]] && varies=(busy.dat)
+# git's index records each file's inode, device and change time, which differ between A and B
+# whatever the library does; ls-files -s and fsck above check what it says.
+[[ $CASE == git ]] && varies=(repo/.git/index)
 exclude=()
 for f in "${varies[@]}"; do
-  exclude+=(-x "$f")
+  exclude+=(-x "${f##*/}")
   [[ -f $B/$f ]] || { show_logs; fail "the preloaded run left no $f"; }
 done
 if ! diff -rq --no-dereference "${exclude[@]}" "$A" "$B" >"$ROOT/tree.diff" 2>&1; then

@@ -1,15 +1,18 @@
 // Errors from a real file system, through the whole controller (DESIGN section 2, "Errors are
-// never lost"): a loop-mounted ext4 of 16 MiB that fills up (ENOSPC), and one that is shut down
-// under TAI the way xfstests' godown does it (EIO on everything after, as from a dead disk).
+// never lost"): a loop-mounted ext4, XFS or btrfs with about 16 MiB free that fills up (ENOSPC),
+// and one that is shut down under TAI the way xfstests' godown does it (EIO on everything after,
+// as from a dead disk).
 // The fault engine injects errors at the engine interface; these show that the errors the kernel
 // really returns, at the moment it really returns them (ext4 reserves blocks at write(2) time
 // under delayed allocation; O_DIRECT and io_uring fail at submission or completion), reach a
 // receipt, never turn into a successful fsync, and leave what an earlier fsync covered intact.
 //
 // One body over posix (buffered and O_DIRECT), io_uring and libaio, each under BTreeDefault
-// (writes cached, errors surface at write-back) and BTreeTrivial (writes go straight through).
-// Skipped with the reason without root, mkfs.ext4 or a loop device, and per engine where the
-// kernel or the build lacks it.
+// (writes cached, errors surface at write-back) and BTreeTrivial (writes go straight through):
+// all eight on ext4, four of them (one per engine and tree kind) on XFS and btrfs, which each
+// fill and fail their own way. Skipped with the reason without root, the mkfs tool or a loop
+// device, per engine where the kernel or the build lacks it, and the shutdown cases where the
+// file system has no shutdown ioctl (btrfs, on most kernels).
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -21,7 +24,7 @@
 #include <vector>
 
 #include "support/controller_support.hpp"
-#include "support/small_ext4.hpp"
+#include "support/small_loop_fs.hpp"
 #include "tai/tai.hpp"
 
 namespace tai::test {
@@ -31,24 +34,28 @@ constexpr unsigned kFsMiB = 16;
 constexpr std::size_t kChunk = 256 * 1024;
 
 // engine, direct, BTreeDefault (else BTreeTrivial)
-using RealFsCase = std::tuple<const char*, bool, bool>;
+using EngineCase = std::tuple<const char*, bool, bool>;
+using RealFsCase = std::tuple<FsType, EngineCase>;
 
 std::string case_name(const testing::TestParamInfo<RealFsCase>& info) {
-  return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_direct" : "_buffered") +
-         (std::get<2>(info.param) ? "_Default" : "_Trivial");
+  const EngineCase& e = std::get<1>(info.param);
+  return std::string(fs_name(std::get<0>(info.param))) + "_" + std::get<0>(e) + (std::get<1>(e) ? "_direct" : "_buffered") +
+         (std::get<2>(e) ? "_Default" : "_Trivial");
 }
 
 class RealFileSystemErrors : public testing::TestWithParam<RealFsCase> {
  protected:
-  void SetUp() override { TAI_SKIP_UNLESS_ENGINE_AVAILABLE(std::get<0>(GetParam())); }
+  void SetUp() override { TAI_SKIP_UNLESS_ENGINE_AVAILABLE(std::get<0>(engine_case())); }
 
+  static const EngineCase& engine_case() { return std::get<1>(GetParam()); }
+  static FsType fs_type() { return std::get<0>(GetParam()); }
   Open flags() const {
     Open f = Open::read | Open::write | Open::create;
-    if (std::get<1>(GetParam())) f = f | Open::direct;
+    if (std::get<1>(engine_case())) f = f | Open::direct;
     return f;
   }
   Result<File> open(Controller& ctl, const std::string& path) const {
-    const auto& p = GetParam();
+    const auto& p = engine_case();
     return open_engine_and_tree(ctl, EngineAndTree{std::get<0>(p), std::get<2>(p)}, path, flags());
   }
   static ControllerOptions options() {
@@ -71,7 +78,7 @@ struct Seen {
 };
 
 TEST_P(RealFileSystemErrors, AFullFileSystemFailsAReceiptAndKeepsWhatWasSynced) {
-  SmallExt4 fs(kFsMiB);
+  SmallLoopFs fs(fs_type(), kFsMiB);
   if (!fs.mounted()) GTEST_SKIP() << fs.skip_reason();
   const std::vector<unsigned char> kept = pattern(kChunk, 1);
   {
@@ -104,8 +111,8 @@ TEST_P(RealFileSystemErrors, AFullFileSystemFailsAReceiptAndKeepsWhatWasSynced) 
     if (seen.first_error == 0) seen.note(filler.fsync());
     // The file system is full: an error must have reached the program by now, and it must be
     // the kernel's ENOSPC (or, for a write-back after it, the EIO some kernels report).
-    ASSERT_NE(seen.first_error, 0) << "wrote " << limit << " bytes into a " << kFsMiB
-                                   << " MiB file system and every receipt succeeded";
+    ASSERT_NE(seen.first_error, 0) << "wrote " << limit << " bytes into a " << fs_name(fs_type())
+                                   << " with about " << kFsMiB << " MiB free and every receipt succeeded";
     EXPECT_TRUE(seen.first_error == ENOSPC || seen.first_error == EIO)
         << "first error: " << std::strerror(seen.first_error) << " (" << seen.first_message << ")";
     EXPECT_LE(synced_end, std::uint64_t{kFsMiB} << 20) << "fsyncs succeeded over more bytes than the file system holds";
@@ -139,8 +146,9 @@ TEST_P(RealFileSystemErrors, AFullFileSystemFailsAReceiptAndKeepsWhatWasSynced) 
 }
 
 TEST_P(RealFileSystemErrors, AFileSystemThatDiesFailsTheFsyncAndKeepsWhatWasSynced) {
-  SmallExt4 fs(kFsMiB);
+  SmallLoopFs fs(fs_type(), kFsMiB);
   if (!fs.mounted()) GTEST_SKIP() << fs.skip_reason();
+  if (const std::string no = fs.shutdown_support(); !no.empty()) GTEST_SKIP() << no;
   const std::vector<unsigned char> synced = pattern(kChunk, 7);
   const std::vector<unsigned char> unsynced = pattern(kChunk, 8);
   {
@@ -183,9 +191,10 @@ TEST_P(RealFileSystemErrors, AFileSystemThatDiesFailsTheFsyncAndKeepsWhatWasSync
 // the data (BTreeDefault caches the write; under BTreeTrivial it is already in the kernel, which
 // loses it on a dead disk as silently as it does without TAI).
 TEST_P(RealFileSystemErrors, AShutdownOverADeadFileSystemReportsWhatItLost) {
-  if (!std::get<2>(GetParam())) GTEST_SKIP() << "BTreeTrivial caches nothing: there is nothing for TAI to lose";
-  SmallExt4 fs(kFsMiB);
+  if (!std::get<2>(engine_case())) GTEST_SKIP() << "BTreeTrivial caches nothing: there is nothing for TAI to lose";
+  SmallLoopFs fs(fs_type(), kFsMiB);
   if (!fs.mounted()) GTEST_SKIP() << fs.skip_reason();
+  if (const std::string no = fs.shutdown_support(); !no.empty()) GTEST_SKIP() << no;
   const std::vector<unsigned char> data = pattern(kChunk, 9);
   Controller ctl(options());
   auto f = open(ctl, fs.file("lost"));
@@ -199,9 +208,19 @@ TEST_P(RealFileSystemErrors, AShutdownOverADeadFileSystemReportsWhatItLost) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ext4, RealFileSystemErrors,
-    testing::Values(RealFsCase{"posix", false, true}, RealFsCase{"posix", false, false}, RealFsCase{"posix", true, true},
-                    RealFsCase{"posix", true, false}, RealFsCase{"uring", true, true}, RealFsCase{"uring", false, false},
-                    RealFsCase{"libaio", true, true}, RealFsCase{"libaio", true, false}),
+    testing::Combine(testing::Values(FsType::ext4),
+                     testing::Values(EngineCase{"posix", false, true}, EngineCase{"posix", false, false},
+                                     EngineCase{"posix", true, true}, EngineCase{"posix", true, false},
+                                     EngineCase{"uring", true, true}, EngineCase{"uring", false, false},
+                                     EngineCase{"libaio", true, true}, EngineCase{"libaio", true, false})),
+    case_name);
+// XFS and btrfs: one case per engine and both tree kinds, buffered and direct, to keep the
+// suite's time small (each case makes and mounts its own file system).
+INSTANTIATE_TEST_SUITE_P(
+    XfsBtrfs, RealFileSystemErrors,
+    testing::Combine(testing::Values(FsType::xfs, FsType::btrfs),
+                     testing::Values(EngineCase{"posix", false, true}, EngineCase{"posix", true, false},
+                                     EngineCase{"uring", true, true}, EngineCase{"libaio", true, false})),
     case_name);
 
 }  // namespace

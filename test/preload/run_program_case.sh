@@ -21,7 +21,7 @@
 #                      (the preload.<fs>.* cases); where loop_fs.sh could not mount it, the
 #                      reason is in $WORK.skip and the case skips with it
 # Exit: 0 pass, 1 fail, 77 skip (program not installed; sanitizer runtime cannot host it).
-# `run_program_case.sh --list` prints the cases.
+# `run_program_case.sh --list` prints the cases, `--programs` the programs they run.
 set -u -o pipefail
 
 CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
@@ -34,6 +34,52 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
        xz bzip2 zstd cpio zip sqlite_mmap git)
 
+needs_of() {  # needs_of CASE: sets need=(the programs it runs)
+    need=()
+    case $1 in
+    dd_*) need=(dd) ;;
+    cp_tree) need=(cp diff) ;;
+    cat) need=(bash cat wc) ;;
+    tar) need=(tar mkdir diff) ;;
+    gzip) need=(bash gzip cmp) ;;
+    gzip_own) need=(gzip cp cmp) ;;
+    sqlite*) need=(sqlite3) ;;
+    python | python_exit | meta_python) need=(python3) ;;
+    probe_* | end_*) need=() ;;
+    mawk_exit) need=(bash seq awk) ;;
+    perl_sigterm) need=(perl) ;;
+    sigpipe_tee) need=(bash yes tee head wc rm) ;;
+    append_procs) need=(bash sort uniq wc rm) ;;
+    meta_tar) need=(tar mkdir bash find sort xargs stat) ;;
+    meta_cp) need=(cp stat) ;;
+    meta_touch) need=(bash touch stat) ;;
+    yes_head) need=(bash yes head wc) ;;
+    sed_inplace) need=(cp sed) ;;
+    perl_inplace) need=(cp perl) ;;
+    install_backup) need=(install cp ls stat) ;;
+    sort_o) need=(sort) ;;
+    awk_files) need=(awk) ;;
+    split_join) need=(split bash cat cmp) ;;
+    gcc_objects) need=(gcc as ld ar) ;;
+    xz) need=(xz tar cp bash cmp) ;;
+    bzip2) need=(bzip2 cp bash cmp) ;;
+    zstd) need=(zstd cp cmp) ;;
+    cpio) need=(cpio bash find sort mkdir stat) ;;
+    zip) need=(zip unzip mkdir diff) ;;
+    sqlite_mmap) need=(sqlite3) ;;
+    git) need=(git cp) ;;
+  esac
+}
+
+# --programs: the distinct programs the cases run (besides this project's probe and ends
+# programs), one per line.
+if [[ ${1:-} == --programs ]]; then
+  for c in "${CASES[@]}"; do
+    needs_of "$c"
+    printf '%s\n' "${need[@]}"
+  done | sort -u
+  exit 0
+fi
 if [[ ${1:-} == --list ]]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -65,40 +111,7 @@ for c in "${CASES[@]}"; do [[ $c == "$CASE" ]] && known=1; done
 PRELOAD_LIB=$(realpath "$PRELOAD_LIB")
 
 # --- the programs a case runs: a missing one skips the case ------------------------------------
-need=()
-case $CASE in
-  dd_*) need=(dd) ;;
-  cp_tree) need=(cp diff) ;;
-  cat) need=(bash cat wc) ;;
-  tar) need=(tar diff) ;;
-  gzip) need=(bash gzip cmp) ;;
-  gzip_own) need=(gzip cp cmp) ;;
-  sqlite*) need=(sqlite3) ;;
-  python | python_exit | meta_python) need=(python3) ;;
-  probe_* | end_*) need=() ;;
-  mawk_exit) need=(bash seq awk) ;;
-  perl_sigterm) need=(perl) ;;
-  sigpipe_tee) need=(bash yes tee head wc) ;;
-  append_procs) need=(bash sort uniq wc) ;;
-  meta_tar) need=(tar bash find sort xargs stat) ;;
-  meta_cp) need=(cp stat) ;;
-  meta_touch) need=(bash touch stat) ;;
-  yes_head) need=(bash yes head wc) ;;
-  sed_inplace) need=(cp sed) ;;
-  perl_inplace) need=(cp perl) ;;
-  install_backup) need=(install cp ls stat) ;;
-  sort_o) need=(sort) ;;
-  awk_files) need=(awk) ;;
-  split_join) need=(split bash cat cmp) ;;
-  gcc_objects) need=(gcc ar) ;;
-  xz) need=(xz tar cp bash cmp) ;;
-  bzip2) need=(bzip2 cp bash cmp) ;;
-  zstd) need=(zstd cp cmp) ;;
-  cpio) need=(cpio bash find sort mkdir stat) ;;
-  zip) need=(zip unzip mkdir diff) ;;
-  sqlite_mmap) need=(sqlite3) ;;
-  git) need=(git cp) ;;
-esac
+needs_of "$CASE"
 for p in "${need[@]}" timeout cmp diff awk; do
   command -v "$p" >/dev/null 2>&1 || skip "$p is not installed"
 done

@@ -169,7 +169,7 @@ bench-dropin: release
 # The device is taken down at the end, also on failure; `bench/slowdev/slowdev.sh down --name
 # tai-slowdev-bench` cleans up after a killed run. E.g. SLOWDEV_ARGS="--fs ext4,xfs --rates 20,40".
 SLOWDEV_OUT ?= build/release/slowdev
-SLOWDEV_ARGS ?= --fs ext4 --rates 30 --repeats 3
+SLOWDEV_ARGS ?= --fs ext4 --rates 20 --repeats 3
 slowdev: deps
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS) --target tai-serial tai-augment tai_preload

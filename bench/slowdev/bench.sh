@@ -16,13 +16,13 @@ S=$here/slowdev.sh
 OUT=build/release/slowdev
 BUILD=build/release
 FSES=ext4
-RATES=100
+RATES=20
 REPEATS=3
 SIZE_MIB=4096
 ONLY=
 NAME=tai-slowdev-bench
 # The serial program on 60 of its default images (about 1.8 s of compute on a quiet core, several
-# times that on a busy one) writing 160 MiB: at 30 MB/s about 5.6 s of device time.
+# times that on a busy one) writing 160 MiB: at 20 MB/s about 8.4 s of device time.
 SERIAL_ARGS="--images 60 --min-mib 160 --fsync-every 1,30"
 # tai-augment: overwrite, fsync every 30, amplify 10, 100 images (about 150 MB), 1 and 2 threads.
 AUGMENT_ARGS="--images 100 --amplify 10 --overwrite --fsync-every 30 --threads 1,2 --method posix,tai-triv,tai-def"

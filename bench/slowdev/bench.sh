@@ -44,7 +44,7 @@ SERIAL=$BUILD/workloads/serial/tai-serial
 AUGMENT=$BUILD/workloads/augment/tai-augment
 [[ -x $SERIAL || $ONLY == augment ]] || { echo "bench.sh: $SERIAL is not built"; exit 1; }
 [[ -x $AUGMENT || $ONLY == serial ]] || { echo "bench.sh: $AUGMENT is not built"; exit 1; }
-"$S" probe || exit $?
+for fs in ${FSES//,/ }; do "$S" probe --fs "$fs" || exit $?; done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 trap '"$S" down --name "$NAME" >/dev/null' EXIT

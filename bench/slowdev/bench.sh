@@ -81,6 +81,6 @@ for fs in ${FSES//,/ }; do
 done
 python3 "$here/summarize.py" "$OUT" | tee "$OUT/summary.txt" || rc=1
 if command -v gnuplot >/dev/null && [[ -s $OUT/points.dat ]]; then
-  gnuplot "$OUT/slow-storage.gp" && echo "bench.sh: figure $OUT/slow-storage.png"
+  (cd "$OUT" && gnuplot slow-storage.gp) && echo "bench.sh: figure $OUT/slow-storage.png"
 fi
 exit $rc

@@ -18,7 +18,8 @@ BUILD=build/release
 FSES=ext4
 RATES=20
 REPEATS=3
-SIZE_MIB=4096
+# tai-augment keeps every run's output (about 150 MB each here, 30 runs at 5 repeats): 4 GiB filled up.
+SIZE_MIB=16384
 ONLY=
 NAME=tai-slowdev-bench
 # The serial program on 60 of its default images (about 1.8 s of compute on a quiet core, several

@@ -5,7 +5,7 @@
 #   make test    install missing packages, check the API reference (make docs), then build +
 #                ctest the release, asan and tsan presets
 #
-# Other targets: deps, release, debug, asan, tsan, soak, fuzz, fuzz-merge, bench, docs, clean, help.
+# Other targets: deps, release, debug, asan, tsan, soak, fuzz, fuzz-merge, bench, slowdev, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
 
 SHELL := /bin/bash
@@ -50,7 +50,7 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev \
   openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip
 
-.PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin docs clean sweep
+.PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin slowdev docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
@@ -61,6 +61,7 @@ help:
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
+	@echo "make slowdev   the slow-storage profile (root): a throttled loop device (ext4/XFS), fio calibration, tai-serial bench and tai-augment on it, into $(SLOWDEV_OUT)"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
 	@echo "make release|debug|asan|tsan   configure + build that preset into build/<preset>"
@@ -160,6 +161,19 @@ SERIAL := build/release/workloads/serial/tai-serial
 bench-dropin: release
 	$(SERIAL) bench --images 100 --fsync-every 1,30,300 --repeats 3 --output build/release/serial-bench --csv build/release/serial-bench.csv
 	bench/preload/dd_bench.sh --lib build/release/src/preload/libtai-preload.so --rounds 5 --mib 512 --csv build/release/dd-bench.csv
+
+# The slow-storage profile (bench/slowdev/, docs/results/slow-storage.md): a file-backed loop device
+# with ext4 or XFS, throttled by the kernel's block throttle (cgroup v1 blkio.throttle.* at the
+# root, or v2 io.max), calibrated with fio; then tai-serial bench and tai-augment run on it and
+# bench/slowdev/summarize.py draws the speed-up against posix's share of time in I/O. Needs root.
+# The device is taken down at the end, also on failure; `bench/slowdev/slowdev.sh down --name
+# tai-slowdev-bench` cleans up after a killed run. E.g. SLOWDEV_ARGS="--fs ext4,xfs --rates 20,40".
+SLOWDEV_OUT ?= build/release/slowdev
+SLOWDEV_ARGS ?= --fs ext4 --rates 20 --repeats 3
+slowdev: deps
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS) --target tai-serial tai-augment tai_preload
+	bench/slowdev/bench.sh --out $(SLOWDEV_OUT) --build build/release $(SLOWDEV_ARGS)
 
 bench: release
 	$(BENCH) engines

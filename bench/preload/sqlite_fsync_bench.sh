@@ -99,7 +99,7 @@ if [ "$counters" = 1 ]; then
     run "$v" strace -f -c -o "$ts" >/dev/null
     vol=$(awk -F: '/Voluntary context switches/ {print $2+0}' "$tv")
     inv=$(awk -F: '/Involuntary context switches/ {print $2+0}' "$tv")
-    total=$(awk '$NF == "total" {print $3}' "$ts")
+    total=$(awk '$NF == "total" {print $4}' "$ts")
     fut=$(awk '$NF == "futex" {print $4}' "$ts")
     syn=$(awk '$NF == "fsync" || $NF == "fdatasync" {s += $4} END {print s+0}' "$ts")
     per() { awk -v a="${1:-0}" -v n="$inserts" 'BEGIN { printf "%.1f", a / n }'; }

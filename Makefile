@@ -46,18 +46,21 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #                     -fsanitize=fuzzer,address,undefined links; clang only recommends it, and
 #                     deps installs without recommendations)
 #   image workload's MPI mode (tai-augment --mpi, its tests): openmpi-bin libopenmpi-dev
+#   make package and its test (cmake_smoke.debian_packages): lintian (dpkg-dev, for
+#                     dpkg-shlibdeps, comes with build-essential)
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev \
-  openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip
+  openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip lintian
 
-.PHONY: help deps $(PRESETS) demo test check soak fuzz fuzz-merge bench bench-dropin docs clean sweep
+.PHONY: help deps $(PRESETS) demo test check package soak fuzz fuzz-merge bench bench-dropin docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
 	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (about 20 min on 2 cores)"
 	@echo "make check     deps + docs + every target and test of: $(TEST_PRESETS) at CI's counts (what CI runs)"
+	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
 	@echo "make soak      release build + the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills; about an hour)"
@@ -107,6 +110,13 @@ deps:
 $(PRESETS): deps
 	cmake --preset $@
 	cmake --build --preset $@ -j $(JOBS)
+
+# Debian packages of the release build (cmake/TaiPackage.cmake): libtai-dev (headers, libtai.a,
+# the CMake package, pkg-config) and tai-tools (tai-bench, tai-augment, tai-serial,
+# libtai-preload.so). cmake_smoke.debian_packages installs them into an empty root and checks them.
+package: release
+	cd build/release && cpack -B packages
+	@ls -l build/release/packages/*.deb
 
 sweep: deps
 	cmake --preset release

@@ -15,7 +15,23 @@ set(CPACK_PACKAGE_NAME tai)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
 set(CPACK_PACKAGE_VENDOR "TAI developers")
-set(CPACK_PACKAGE_CONTACT "TAI developers <tai-dev@localhost.localdomain>")
+# The maintainer: TAI_PACKAGE_MAINTAINER, else Debian's own convention (DEBFULLNAME and DEBEMAIL
+# in the environment, as dch uses them), else a documentation address (RFC 2606) that says a
+# packager has not named one.
+if(NOT TAI_PACKAGE_MAINTAINER)
+  if(DEFINED ENV{DEBEMAIL} AND NOT "$ENV{DEBEMAIL}" STREQUAL "")
+    set(tai_debname "$ENV{DEBFULLNAME}")
+    if(tai_debname STREQUAL "")
+      set(tai_debname "TAI packager")
+    endif()
+    set(tai_default_maintainer "${tai_debname} <$ENV{DEBEMAIL}>")
+  else()
+    set(tai_default_maintainer "TAI developers <tai-developers@example.org>")
+  endif()
+endif()
+set(TAI_PACKAGE_MAINTAINER "${tai_default_maintainer}" CACHE STRING "Maintainer of the Debian packages (make package)")
+set(CPACK_PACKAGE_CONTACT "${TAI_PACKAGE_MAINTAINER}")
+set(CPACK_DEBIAN_COMPRESSION_TYPE gzip)  # seconds instead of xz's minute for the tools package
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
@@ -44,12 +60,18 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 string(REPLACE ";" ", " CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${tai_dev_depends}")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME tai-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)
-set(CPACK_COMPONENT_DEV_DESCRIPTION
-    "TAI: asynchronous file I/O for HPC programs - development files\n The C++17 headers, the static library, the CMake package and the pkg-config files of TAI, a library that takes file reads, writes and fsyncs off the critical path of a program: worker threads do the I/O over io_uring, libaio or POSIX, behind a per-file cache under a memory quota.")
-set(CPACK_COMPONENT_TOOLS_DESCRIPTION
-    "TAI: asynchronous file I/O for HPC programs - programs\n tai-bench (I/O benchmarks), tai-augment (the image-augmentation workload), tai-serial (a serial write loop through libc and TAI) and libtai-preload.so, which routes the file writes of unmodified programs through TAI's cache.")
-set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
-    "TAI: asynchronous file I/O for HPC programs - shared library\n The shared library of TAI.")
+set(CPACK_COMPONENT_DEV_DESCRIPTION "TAI: asynchronous file I/O for HPC programs - development files
+ The C++17 headers, the static library, the CMake package and the pkg-config
+ files of TAI, a library that takes file reads, writes and fsyncs off the
+ critical path of a program: worker threads do the I/O over io_uring, libaio
+ or POSIX, behind a per-file cache held under a memory quota.")
+set(CPACK_COMPONENT_TOOLS_DESCRIPTION "TAI: asynchronous file I/O for HPC programs - programs
+ tai-bench (I/O benchmarks), tai-augment (the image-augmentation workload),
+ tai-serial (a serial write loop through libc and through TAI) and
+ libtai-preload.so, which routes the file writes of unmodified programs
+ through TAI's cache.")
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "TAI: asynchronous file I/O for HPC programs - shared library
+ The shared library of TAI.")
 
 # Every package carries a copyright file and a changelog in /usr/share/doc/<package>, as Debian
 # policy asks (lintian reports their absence as errors). The changelog is compressed reproducibly.

@@ -19,11 +19,12 @@ done
 rm -rf "$work" && mkdir -p "$work/debs" "$work/root"
 cpack_config="$binary_dir/CPackConfig.cmake"
 [ -f "$cpack_config" ] || { echo "no $cpack_config: was the build configured with TAI_INSTALL?"; exit 1; }
+t0=$(date +%s)
 ( cd "$work" && timeout 600 cpack --config "$cpack_config" -B "$work/debs" ) > "$work/cpack.log" 2>&1 ||
   { cat "$work/cpack.log"; echo "cpack failed"; exit 1; }
 mapfile -t debs < <(find "$work/debs" -maxdepth 1 -name '*.deb' | sort)
 names=$(for d in "${debs[@]}"; do dpkg-deb -f "$d" Package; done | tr '\n' ' ')
-echo "packages: $names"
+echo "packages: $names (cpack: $(( $(date +%s) - t0 )) s)"
 for want in libtai-dev tai-tools; do
   case " $names " in *" $want "*) ;; *) echo "missing package $want (made: $names)"; exit 1;; esac
 done
@@ -54,13 +55,15 @@ if [ -f "$binary_dir/src/preload/libtai-preload.so" ]; then
 fi
 
 # lintian: errors fail the test, everything else is shown.
+t0=$(date +%s)
 status=0
 for d in "${debs[@]}"; do
-  report=$(timeout 600 lintian --no-tag-display-limit "$d" 2>&1 || true)
+  report=$(timeout 600 lintian --tag-display-limit 0 "$d" 2>&1 || true)
   [ -n "$report" ] && printf '%s\n' "$report"
   if printf '%s\n' "$report" | grep -q '^E: '; then
     echo "lintian reports errors for $(basename "$d")"; status=1
   fi
 done
+echo "lintian: $(( $(date +%s) - t0 )) s"
 [ $status -eq 0 ] && echo "debian packages ok: ${#debs[@]} packages, consumer built with find_package and pkg-config"
 exit $status

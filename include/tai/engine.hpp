@@ -19,7 +19,7 @@
 //    aligned buffer; a write whose ends are not block-aligned does read-modify-write of its
 //    partial edge blocks, and writes overlapping an in-flight read-modify-write wait for it.
 //    A raw EINVAL from O_DIRECT never reaches the user. Cost: one allocation and one memcpy of
-//    the request, plus up to two block reads per unaligned write (measured in the README).
+//    the request, plus up to two block reads per unaligned write (measured in docs/results/README.md).
 //  * short transfers: a native read or write that moved fewer bytes than asked is continued
 //    until done, end of file (reads) or an error; the completion reports the total.
 //  * a zero-length read or write completes at once with result 0.

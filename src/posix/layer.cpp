@@ -151,6 +151,21 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       s.sync_through_bytes = bytes;
   }
+  // The controller's idle flush (ControllerOptions::flush_idle_ns): "off" turns it off, so that
+  // only fsync, close, the quota and the write-behind deadline hand cached writes to the kernel
+  // (the preload's kill test checks the deadline that way).
+  if (const char* f = std::getenv("TAI_FLUSH_IDLE_MS"); f && *f) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long ms = std::strtoull(f, &end, 10);
+    if (std::string(f) == "off")
+      s.options.flush_idle_ns = -1;
+    else if (errno != 0 || *end != '\0' || f[0] == '-' || ms > 86'400'000ull)
+      warn(std::string("TAI_FLUSH_IDLE_MS='") + f + "' is not 'off' or a number of milliseconds in 0..86400000; using " +
+           (s.options.flush_idle_ns < 0 ? std::string("off") : std::to_string(s.options.flush_idle_ns / 1'000'000)));
+    else
+      s.options.flush_idle_ns = static_cast<std::int64_t>(ms) * 1'000'000;
+  }
   // Write-around (BTreeOptions::write_around_bytes) for writes of a page or more: behind the
   // POSIX calls the kernel's page cache already holds what was written, so copying such a write
   // into cache blocks over a range that holds none buys nothing (docs/results/cache-cost.md).

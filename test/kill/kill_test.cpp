@@ -526,6 +526,24 @@ TEST(KillSummary, Total) {
                             " with operations in flight), " + std::to_string(sum.fsyncs_verified) + " fsyncs verified",
                         sum.violations);
   EXPECT_EQ(sum.violations, 0u);
+  // The preload's programs (preload_kill_test.cpp), a row of their own: their tallies count kills,
+  // what was checked (bytes for the writer, committed transactions for sqlite3) and violations.
+  std::uint64_t preload_programs = 0, preload_violations = 0;
+  std::string preload_checked;
+  for (const char* program : {"writer", "sqlite3"}) {
+    std::ifstream in(std::string(TAI_KILL_TALLY_DIR) + "/preload_" + program + ".txt");
+    std::uint64_t kills = 0, checked = 0, violations = 0;
+    if (!(in >> kills >> checked >> violations)) continue;
+    ++preload_programs;
+    preload_violations += violations;
+    preload_checked += std::string(preload_checked.empty() ? "" : ", ") + program + " " + std::to_string(kills) + " kills, " +
+                       std::to_string(checked) + (std::string(program) == "writer" ? " bytes" : " commits") + " verified";
+  }
+  if (preload_programs > 0) {
+    std::printf("[kill] TOTAL preload: %s, %llu violations\n", preload_checked.c_str(), static_cast<unsigned long long>(preload_violations));
+    write_reliability_row("preload under SIGKILL", preload_programs, 2, preload_checked, preload_violations);
+  }
+  EXPECT_EQ(preload_violations, 0u);
   // At least 1,000 kills per CI run in an optimised build with every configuration available.
   if (scale >= 1.0 && configs == kill_configs().size()) {
     EXPECT_GE(sum.kills, 1000u);

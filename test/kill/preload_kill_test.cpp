@@ -1,0 +1,460 @@
+// The process-kill suite with the preload library: unmodified programs run under
+// LD_PRELOAD=libtai-preload.so with their files in a routed directory, SIGKILLed mid-run.
+//
+// SIGKILL takes the process and what TAI still held in it; the kernel keeps what TAI had handed
+// to it. What the drop-in promises for that end (README, "libtai-preload.so", the ends of a
+// program), checked here after every kill against what the program reported before it:
+//   * every byte a completed fsync covered is in the file, byte-exact;
+//   * a write acknowledged more than the write-behind deadline (TAI_WRITE_BEHIND_MS, 200 ms by
+//     default) plus a slack before the kill is in the file: the deadline bounds the loss in time;
+//   * what is lost (acknowledged, not in the file) is at most what the cache may hold: the strict
+//     quota (TAI_QUOTA) the writer runs with;
+//   * no byte the program did not write (a hole is zeros; every written byte is nonzero).
+// The oracle holds the writer to the default deadline whatever TAI_WRITE_BEHIND_MS says in the
+// environment (which the writer inherits): run with TAI_WRITE_BEHIND_MS=100000 and this test
+// fails, as it must against a preload without the deadline.
+//
+// Two programs: tai_kill_preload_writer (preload_writer.c: appends records with write(2), fsyncs
+// at random moments, and reports every acknowledged write and completed fsync on a pipe with its
+// CLOCK_MONOTONIC time), and Debian's sqlite3 (transactions committed with synchronous=FULL,
+// each followed by a SELECT whose output says it committed; after the kill, plain sqlite3 recovers
+// the database: it must be intact and hold every transaction it reported committed, with the
+// same rows a run without TAI would have written).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/controller_support.hpp"
+#include "support/test_env.hpp"
+#include "test/kill/preload_kill_protocol.h"
+
+extern char** environ;
+
+namespace tai::test::kill {
+namespace {
+
+/// The write-behind deadline the oracle holds the writer to: the preload's default.
+constexpr std::uint64_t kDeadlineMs = 200;
+/// The cache the writer runs with (TAI_QUOTA=weak,strict): what SIGKILL may take at most.
+constexpr const char* kQuota = "16M,32M";
+constexpr std::uint64_t kStrictQuota = 32u << 20;
+/// The longest record the writer writes (preload_writer.c): one may be in the file unreported.
+constexpr std::uint64_t kMaxRecord = 65536;
+
+std::uint64_t mono_ns() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+const char* preload_lib() { return TAI_KILL_PRELOAD_LIB; }
+const char* sanitizer_runtime() { return TAI_KILL_SANITIZER_RUNTIME; }
+
+/// Why the preload cannot be tried here; empty when it can.
+std::string preload_unavailable() {
+  if (!*preload_lib()) return "this build has no tai_preload target (libtai-preload.so)";
+  if (::access(preload_lib(), R_OK) != 0) return std::string(preload_lib()) + " is not readable";
+  const std::string rt = sanitizer_runtime();
+  if (!rt.empty() && ::access(rt.c_str(), R_OK) != 0)
+    return "the instrumented library needs its sanitizer runtime preloaded first, and it was not found: " + rt;
+  return {};
+}
+
+/// The environment of a preloaded child: this process's, with the library, the routed directory
+/// and the given variables set (replacing any of the same names).
+std::vector<std::string> preload_env(const std::string& dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  std::vector<std::string> set = extra;
+  const std::string rt = sanitizer_runtime();
+  set.push_back("LD_PRELOAD=" + (rt.empty() ? std::string() : rt + ":") + preload_lib());
+  set.push_back("TAI_PRELOAD_PATHS=" + dir);
+  // The runtime is loaded before the library into an uninstrumented program; the leak check
+  // would count the program's own allocations at a kill that never comes.
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  set.push_back(std::string("ASAN_OPTIONS=") + (asan && *asan ? std::string(asan) + ":" : "") +
+                "detect_leaks=0:verify_asan_link_order=0");
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const std::string& s : set)
+      if (s.compare(0, name.size() + 1, name + "=") == 0) replaced = true;
+    if (!replaced) out.push_back(kv);
+  }
+  out.insert(out.end(), set.begin(), set.end());
+  return out;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int read_end = -1;  ///< the child's reports (descriptor 3 or its stdout)
+  std::string error;
+};
+
+/// Starts `args` under the preload with a pipe's write end as descriptor `report_fd` (and
+/// `stdin_path` as its standard input when given).
+Child spawn_preloaded(const std::vector<std::string>& args, const std::vector<std::string>& env, int report_fd,
+                      const std::string& stdin_path = {}) {
+  Child c;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    c.error = std::string("pipe2: ") + std::strerror(errno);
+    return c;
+  }
+  int write_end = fds[1];
+  if (write_end == report_fd) {  // dup2 onto itself would keep close-on-exec set
+    write_end = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
+    ::close(fds[1]);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!stdin_path.empty()) posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, write_end, report_fd);
+  std::vector<std::string> a = args, e = env;
+  std::vector<char*> argv, envp;
+  for (std::string& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  for (std::string& s : e) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const int rc = ::posix_spawnp(&c.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(write_end);
+  if (rc != 0) {
+    ::close(fds[0]);
+    c.error = "posix_spawn " + args[0] + ": " + std::strerror(rc);
+    c.pid = -1;
+    return c;
+  }
+  c.read_end = fds[0];
+  return c;
+}
+
+/// Reads what is in the pipe now (wait_ms: how long to wait for the first bytes; -1: until end
+/// of file). Returns false at end of file.
+bool read_some(int fd, std::string& into, int wait_ms) {
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, wait_ms);
+  if (ready <= 0) return true;
+  char buf[65536];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  if (n == 0) return false;
+  into.append(buf, static_cast<std::size_t>(n));
+  return true;
+}
+
+/// Waits for the child; "" when SIGKILL ended it, else what did.
+std::string reap(pid_t pid, bool* exited_zero) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  *exited_zero = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return {};
+  return WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                           : "died of signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+}
+
+/// The preload rows of the kill suite's tally (the kill.summary test adds them up).
+void write_preload_tally(const std::string& name, std::uint64_t kills, std::uint64_t checked, std::uint64_t violations) {
+  std::filesystem::create_directories(TAI_KILL_TALLY_DIR);
+  std::ofstream(std::string(TAI_KILL_TALLY_DIR) + "/preload_" + name + ".txt") << kills << ' ' << checked << ' ' << violations << '\n';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The C writer
+
+struct WriterCounts {
+  std::uint64_t kills = 0, finished_first = 0, fsyncs = 0;
+  std::uint64_t synced_bytes = 0;        ///< bytes below the last completed fsync, read back
+  std::uint64_t aged_beyond_sync = 0;    ///< bytes checked by the deadline alone (past the fsync)
+  std::uint64_t lost = 0, lost_max = 0;  ///< acknowledged and not in the file at the kill
+  std::uint64_t oldest_lost_ms = 0;      ///< the oldest lost write's age at the kill
+  std::uint64_t violations = 0;
+};
+
+TEST(PreloadKill, WriterKeepsSyncedAndDeadlineOldWrites) {
+  if (const std::string why = preload_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const double scale = controller_test_scale("TAI_KILL_SCALE");
+  const unsigned kills = std::max(3u, static_cast<unsigned>(12 * scale + 0.5));
+  // Beyond the deadline: the keeper's write-back of up to a weak quota of cache, and the
+  // scheduling of a shared 2-core machine; sanitizers make both slower.
+  const std::uint64_t slack_ms = controller_test_scale("TAI_KILL_SLACK_SCALE") < 1 ? 1500 : 300;
+  const std::uint64_t base_seed = test_seed();
+  std::printf("[kill] preload writer: %u kills, deadline %llu ms + %llu ms slack, seed %llu (replay: TAI_TEST_SEED=%llu)\n", kills,
+              static_cast<unsigned long long>(kDeadlineMs), static_cast<unsigned long long>(slack_ms),
+              static_cast<unsigned long long>(base_seed), static_cast<unsigned long long>(base_seed));
+  ScratchDir scratch;
+  WriterCounts n;
+  for (unsigned cycle = 0; cycle < kills; ++cycle) {
+    std::mt19937_64 rng(preload_kill_mix64(base_seed ^ (0x5eedull + cycle)));
+    const std::uint64_t seed = rng() | 1;
+    const bool deadline_alone = cycle % 2 == 1;  // see the environment below
+    // With the defaults: kills before the deadline too (the fsyncs alone are checked), most
+    // after it. With the deadline alone: fewer fsyncs and later kills, so that most kills come
+    // long after the last fsync and the deadline is what must have kept the older writes.
+    const std::uint64_t kill_ms = deadline_alone ? 600 + rng() % 1201 : 50 + rng() % 1551;
+    const std::string max_gap_ms = deadline_alone ? "2000" : "1200";
+    const std::string dir = (scratch.path() / ("w" + std::to_string(cycle))).string();
+    std::filesystem::create_directories(dir);
+    const std::string file = dir + "/out";
+    // Every other kill with the deadline alone: without the early write-back every 8 MiB
+    // (TAI_START_WRITEBACK=0), the controller's idle flush (TAI_FLUSH_IDLE_MS=off, else any
+    // 2 ms the writer is not scheduled hands everything over) and the write-around of writes of
+    // a page or more (TAI_WRITE_AROUND=0: they would go to the kernel uncached, and the cached
+    // writes around them with them) and write-through after small syncs (TAI_SYNC_THROUGH=0: a
+    // file synced after at most 1 MiB would bypass the cache from then on), only the writer's
+    // fsyncs and the deadline give its writes to the kernel (the quota is not reached at this
+    // pace). The others run with the preload's defaults.
+    std::vector<std::string> vars = {std::string("TAI_QUOTA=") + kQuota};
+    if (deadline_alone)
+      vars.insert(vars.end(), {"TAI_START_WRITEBACK=0", "TAI_FLUSH_IDLE_MS=off", "TAI_WRITE_AROUND=0", "TAI_SYNC_THROUGH=0"});
+    const std::vector<std::string> env = preload_env(dir, vars);
+    Child c = spawn_preloaded({TAI_KILL_PRELOAD_WRITER, file, std::to_string(seed), "2500", max_gap_ms}, env, PRELOAD_KILL_EVENT_FD);
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    std::string raw;
+    std::uint64_t started = 0, kill_at = 0, killed_ns = 0;
+    bool open = true;
+    const std::uint64_t spawn_ns = mono_ns();
+    while (open && killed_ns == 0) {
+      const std::uint64_t now = mono_ns();
+      if (started == 0 && now > spawn_ns + 30'000'000'000ull) break;  // never started: reaped below
+      if (started == 0 && raw.size() >= sizeof(preload_kill_event)) {
+        preload_kill_event e;
+        std::memcpy(&e, raw.data(), sizeof e);
+        started = e.ns;
+        kill_at = started + kill_ms * 1'000'000u;
+      }
+      if (started != 0 && now >= kill_at) {
+        killed_ns = mono_ns();
+        ::kill(c.pid, SIGKILL);
+        break;
+      }
+      const int wait = started == 0 ? 100 : static_cast<int>(std::min<std::uint64_t>((kill_at - now) / 1'000'000u, 20));
+      open = read_some(c.read_end, raw, wait);
+    }
+    if (killed_ns == 0) {
+      killed_ns = mono_ns();
+      ::kill(c.pid, SIGKILL);
+    }
+    while (read_some(c.read_end, raw, -1)) {
+    }
+    ::close(c.read_end);
+    bool exited_zero = false;
+    const std::string how = reap(c.pid, &exited_zero);
+    const bool finished = !how.empty() && exited_zero;
+    ASSERT_TRUE(how.empty() || finished) << "writer seed " << seed << ": " << how << " (not by the test's SIGKILL)";
+    ASSERT_NE(started, 0u) << "writer seed " << seed << " never reported its start";
+
+    // The reports: acknowledged end, synced end, and the end of the writes old enough at the kill.
+    std::vector<preload_kill_event> events(raw.size() / sizeof(preload_kill_event));
+    std::memcpy(events.data(), raw.data(), events.size() * sizeof(preload_kill_event));
+    std::uint64_t acked = 0, synced = 0, aged = 0;
+    for (const preload_kill_event& e : events) {
+      if (e.kind == PRELOAD_KILL_WRITTEN) {
+        acked = std::max(acked, e.end);
+        if (e.ns + (kDeadlineMs + slack_ms) * 1'000'000u <= killed_ns) aged = std::max(aged, e.end);
+      } else if (e.kind == PRELOAD_KILL_SYNCED) {
+        synced = std::max(synced, e.end);
+        ++n.fsyncs;
+      }
+    }
+    if (finished) synced = aged = acked;  // a normal exit keeps everything (the atexit write-back)
+    const std::vector<unsigned char> actual = read_with_pread(file);
+    std::uint64_t bad_synced = 0, bad_aged = 0, invented = 0, lost = 0, first_lost = acked;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> lost_runs;
+    for (std::uint64_t p = 0; p < std::max<std::uint64_t>(actual.size(), acked); ++p) {
+      const bool present = p < actual.size();
+      const bool right = present && actual[p] == preload_content_byte(seed, p);
+      if (present && !right && actual[p] != 0) ++invented;
+      if (right) continue;
+      if (p < synced) ++bad_synced;
+      else if (p < aged) ++bad_aged;
+      if (p < acked) {
+        ++lost;
+        first_lost = std::min(first_lost, p);
+        if (lost_runs.empty() || lost_runs.back().second != p) lost_runs.push_back({p, p});
+        ++lost_runs.back().second;
+      }
+    }
+    std::ostringstream runs;  // where the loss is: a tail, or ranges the write-back skipped
+    for (std::size_t i = 0; i < lost_runs.size() && i < 6; ++i) runs << " [" << lost_runs[i].first << ", " << lost_runs[i].second << ")";
+    if (lost_runs.size() > 6) runs << " and " << lost_runs.size() - 6 << " more";
+    if (actual.size() > acked + kMaxRecord) invented += actual.size() - acked - kMaxRecord;
+    std::uint64_t lost_age_ms = 0;
+    for (const preload_kill_event& e : events)
+      if (e.kind == PRELOAD_KILL_WRITTEN && e.end > first_lost) {
+        lost_age_ms = (killed_ns - std::min(killed_ns, e.ns)) / 1'000'000u;
+        break;
+      }
+    ++n.kills;
+    n.finished_first += finished;
+    n.synced_bytes += synced;
+    n.aged_beyond_sync += aged > synced ? aged - synced : 0;
+    n.lost += lost;
+    n.lost_max = std::max(n.lost_max, lost);
+    if (lost) n.oldest_lost_ms = std::max(n.oldest_lost_ms, lost_age_ms);
+    std::printf("[kill]   %s kill at %llu ms: %llu acknowledged, %llu synced, %llu past the deadline, %llu lost (oldest %llu ms)%s\n",
+                deadline_alone ? "deadline alone" : "defaults      ", static_cast<unsigned long long>(kill_ms),
+                static_cast<unsigned long long>(acked), static_cast<unsigned long long>(synced), static_cast<unsigned long long>(aged),
+                static_cast<unsigned long long>(lost), static_cast<unsigned long long>(lost_age_ms), runs.str().c_str());
+    const bool violated = bad_synced || bad_aged || invented || lost > kStrictQuota;
+    n.violations += violated;
+    EXPECT_FALSE(violated) << "writer seed " << seed << " (" << TAI_KILL_PRELOAD_WRITER << " FILE " << seed
+                           << " 2500 " << max_gap_ms << " under the preload"
+                           << (deadline_alone ? " with TAI_START_WRITEBACK=0 TAI_FLUSH_IDLE_MS=off TAI_WRITE_AROUND=0" : "")
+                           << "), killed " << kill_ms << " ms after its start: " << acked
+                           << " bytes acknowledged, " << synced << " synced, " << aged << " acknowledged more than "
+                           << kDeadlineMs + slack_ms << " ms before the kill; the file has " << actual.size() << " bytes: "
+                           << bad_synced << " synced bytes missing or wrong, " << bad_aged
+                           << " bytes older than the write-behind deadline missing or wrong, " << invented
+                           << " bytes nobody wrote, " << lost << " bytes lost (bound: the strict quota, " << kStrictQuota
+                           << "):" << runs.str() << "; the oldest lost write was " << lost_age_ms << " ms old";
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::printf("[kill] preload writer: %llu kills (%llu after a normal end), %llu fsyncs, %llu synced bytes verified, "
+              "%llu more bytes verified by the write-behind deadline alone, %llu bytes lost in all (at most %llu in one kill, "
+              "the oldest %llu ms before its kill), %llu violations\n",
+              static_cast<unsigned long long>(n.kills), static_cast<unsigned long long>(n.finished_first),
+              static_cast<unsigned long long>(n.fsyncs), static_cast<unsigned long long>(n.synced_bytes),
+              static_cast<unsigned long long>(n.aged_beyond_sync), static_cast<unsigned long long>(n.lost),
+              static_cast<unsigned long long>(n.lost_max), static_cast<unsigned long long>(n.oldest_lost_ms),
+              static_cast<unsigned long long>(n.violations));
+  std::fflush(stdout);
+  // Not a formality: the deadline must have been what kept some bytes (kills long after an
+  // fsync), and some fsyncs must have been checked.
+  if (kills >= 10) {
+    EXPECT_GT(n.aged_beyond_sync, 0u);
+    EXPECT_GT(n.fsyncs, 0u);
+  }
+  write_preload_tally("writer", n.kills, n.synced_bytes + n.aged_beyond_sync, n.violations);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sqlite3
+
+/// Runs `command` with /bin/sh (no preload), returns its standard output; `ok` says it exited 0.
+std::string run_plain(const std::string& command, bool* ok) {
+  const std::string cmd = "env -u LD_PRELOAD timeout -k 5 60 " + command;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  if (!p) {
+    *ok = false;
+    return out;
+  }
+  char buf[4096];
+  std::size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  *ok = ::pclose(p) == 0;
+  return out;
+}
+
+/// The value of row i: 100..999 bytes that only i makes (the same expression checks it).
+std::string row_value_sql(const std::string& i) {
+  return "substr(replace(hex(zeroblob(100 + " + i + " % 900)), '00', printf('%08d', " + i + ")), 1, 100 + " + i + " % 900)";
+}
+
+TEST(PreloadKill, Sqlite3KeepsCommittedTransactions) {
+  if (const std::string why = preload_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const std::string rt = sanitizer_runtime();
+  if (rt.find("tsan") != std::string::npos)
+    GTEST_SKIP() << "under ThreadSanitizer an uninstrumented program cannot host the instrumented library (the preload.* "
+                    "cases skip for the same reason); the release and ASan presets run it";
+  bool ok = false;
+  if (run_plain("sqlite3 -version", &ok).empty() || !ok) GTEST_SKIP() << "sqlite3 is not installed (Debian package sqlite3)";
+  const double scale = controller_test_scale("TAI_KILL_SCALE");
+  const unsigned kills = std::max(2u, static_cast<unsigned>(8 * scale + 0.5));
+  const std::uint64_t base_seed = test_seed();
+  ScratchDir scratch;
+  // The script: one table, then transactions of one row each, every COMMIT followed by a SELECT
+  // that prints its number (the shell runs the statements in order, so "c|k" means k committed).
+  const unsigned transactions = 4000;
+  const std::string script = (scratch.path() / "script.sql").string();
+  {
+    std::ofstream s(script);
+    s << "PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\nCREATE TABLE t(i INTEGER PRIMARY KEY, v TEXT);\n";
+    for (unsigned k = 1; k <= transactions; ++k)
+      s << "BEGIN; INSERT INTO t VALUES(" << k << ", " << row_value_sql(std::to_string(k)) << "); COMMIT; SELECT 'c', " << k << ";\n";
+  }
+  std::uint64_t total_committed = 0, violations = 0, done = 0;
+  std::uint64_t typical_ms = 1000;
+  for (unsigned cycle = 0; cycle < kills; ++cycle) {
+    std::mt19937_64 rng(preload_kill_mix64(base_seed ^ (0x5a17ull + cycle)));
+    const std::uint64_t kill_ms = 20 + rng() % typical_ms;
+    const std::string dir = (scratch.path() / ("s" + std::to_string(cycle))).string();
+    std::filesystem::create_directories(dir);
+    const std::string db = dir + "/db";
+    Child c = spawn_preloaded({"sqlite3", "-batch", db}, preload_env(dir, {}), 1, script);
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    std::string out;
+    const std::uint64_t start = mono_ns(), kill_at = start + kill_ms * 1'000'000u;
+    bool open = true;
+    while (open && mono_ns() < kill_at)
+      open = read_some(c.read_end, out, static_cast<int>(std::max<std::uint64_t>(1, (kill_at - std::min(kill_at, mono_ns())) / 1'000'000u)));
+    if (!open) typical_ms = std::max<std::uint64_t>(100, (mono_ns() - start) / 1'000'000u);  // finished first
+    ::kill(c.pid, SIGKILL);
+    while (read_some(c.read_end, out, -1)) {
+    }
+    ::close(c.read_end);
+    bool exited_zero = false;
+    const std::string how = reap(c.pid, &exited_zero);
+    ASSERT_TRUE(how.empty() || exited_zero) << "sqlite3 " << how << "; its output ends: " << out.substr(out.size() > 300 ? out.size() - 300 : 0);
+    // The last whole "c|k" line.
+    std::uint64_t committed = 0;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("c|", 0) == 0 && !lines.eof()) committed = std::strtoull(line.c_str() + 2, nullptr, 10);
+    // Plain sqlite3 recovers the database (a hot journal is rolled back) and checks it.
+    const std::string check = run_plain("sqlite3 -batch " + db + " \"PRAGMA integrity_check; SELECT count(*), coalesce(max(i), 0) FROM t; "
+                                            "SELECT count(*) FROM t WHERE v IS NOT " + row_value_sql("i") + ";\"",
+                                        &ok);
+    std::uint64_t count = 0, max_i = 0, wrong = 0;
+    std::string integrity;
+    std::istringstream res(check);
+    std::getline(res, integrity);
+    std::string counts_line, wrong_line;
+    std::getline(res, counts_line);
+    std::getline(res, wrong_line);
+    const bool parsed = std::sscanf(counts_line.c_str(), "%llu|%llu", reinterpret_cast<unsigned long long*>(&count),
+                                    reinterpret_cast<unsigned long long*>(&max_i)) == 2 &&
+                        std::sscanf(wrong_line.c_str(), "%llu", reinterpret_cast<unsigned long long*>(&wrong)) == 1;
+    // Every reported transaction is there, every row is whole and each transaction all or nothing.
+    const bool good = ok && parsed && integrity == "ok" && max_i >= committed && count == max_i && wrong == 0;
+    violations += !good;
+    EXPECT_TRUE(good) << "sqlite3 killed " << kill_ms << " ms after its start, having reported " << committed
+                      << " transactions committed; plain sqlite3 then says (exit " << (ok ? "0" : "non-zero") << "):\n"
+                      << check;
+    total_committed += committed;
+    ++done;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::printf("[kill] preload sqlite3: %llu kills, %llu committed transactions verified, %llu violations\n",
+              static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_committed),
+              static_cast<unsigned long long>(violations));
+  std::fflush(stdout);
+  write_preload_tally("sqlite3", done, total_committed, violations);
+}
+
+}  // namespace
+}  // namespace tai::test::kill

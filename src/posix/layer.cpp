@@ -81,6 +81,17 @@ bool parse_bytes(const std::string& s, std::uint64_t& out) {
   return true;
 }
 
+/// A number of milliseconds in 0..86400000 (at most a day: the deadline arithmetic of the keeper
+/// and of the idle flush stays far from overflow).
+bool parse_ms(const char* text, std::uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long ms = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || text[0] == '-' || ms > 86'400'000ull) return false;
+  out = ms;
+  return true;
+}
+
 }  // namespace
 
 Settings settings_from_env(std::vector<std::string>* warnings) {
@@ -90,6 +101,16 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   s.options.engine = "auto";
   auto warn = [&](const std::string& w) {
     if (warnings) warnings->push_back(w);
+  };
+  // A byte count (suffixes K, M, G) from `name`, into `target`; a malformed value keeps it.
+  auto env_bytes = [&](const char* name, std::uint64_t& target) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return;
+    std::uint64_t bytes = 0;
+    if (parse_bytes(text, bytes))
+      target = bytes;
+    else
+      warn(std::string(name) + "='" + text + "' is not a byte count (suffixes K, M, G); using " + std::to_string(target));
   };
   if (const char* e = std::getenv("TAI_ENGINE"); e && *e) s.options.engine = e;
   if (const char* t = std::getenv("TAI_TREE"); t && *t) {
@@ -124,60 +145,34 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
       s.options.strict_quota = strict;
     }
   }
-  if (const char* k = std::getenv("TAI_START_WRITEBACK"); k && *k) {
-    std::uint64_t bytes = 0;
-    if (!parse_bytes(k, bytes))
-      warn(std::string("TAI_START_WRITEBACK='") + k + "' is not a byte count (suffixes K, M, G); using " +
-           std::to_string(s.start_writeback_bytes));
-    else
-      s.start_writeback_bytes = bytes;
-  }
+  env_bytes("TAI_START_WRITEBACK", s.start_writeback_bytes);
   if (const char* b = std::getenv("TAI_WRITE_BEHIND_MS"); b && *b) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long ms = std::strtoull(b, &end, 10);
-    // At most a day: the keeper's deadline arithmetic stays far from overflow.
-    if (errno != 0 || *end != '\0' || b[0] == '-' || ms > 86'400'000ull)
+    std::uint64_t ms = 0;
+    if (parse_ms(b, ms))
+      s.write_behind_ms = ms;
+    else
       warn(std::string("TAI_WRITE_BEHIND_MS='") + b + "' is not a number of milliseconds in 0..86400000; using " +
            std::to_string(s.write_behind_ms));
-    else
-      s.write_behind_ms = ms;
   }
-  if (const char* t = std::getenv("TAI_SYNC_THROUGH"); t && *t) {
-    std::uint64_t bytes = 0;
-    if (!parse_bytes(t, bytes))
-      warn(std::string("TAI_SYNC_THROUGH='") + t + "' is not a byte count (suffixes K, M, G); using " +
-           std::to_string(s.sync_through_bytes));
-    else
-      s.sync_through_bytes = bytes;
-  }
+  env_bytes("TAI_SYNC_THROUGH", s.sync_through_bytes);
   // The controller's idle flush (ControllerOptions::flush_idle_ns): "off" turns it off, so that
   // only fsync, close, the quota and the write-behind deadline hand cached writes to the kernel
   // (the preload's kill test checks the deadline that way).
   if (const char* f = std::getenv("TAI_FLUSH_IDLE_MS"); f && *f) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long ms = std::strtoull(f, &end, 10);
+    std::uint64_t ms = 0;
     if (std::string(f) == "off")
       s.options.flush_idle_ns = -1;
-    else if (errno != 0 || *end != '\0' || f[0] == '-' || ms > 86'400'000ull)
+    else if (parse_ms(f, ms))
+      s.options.flush_idle_ns = static_cast<std::int64_t>(ms) * 1'000'000;
+    else
       warn(std::string("TAI_FLUSH_IDLE_MS='") + f + "' is not 'off' or a number of milliseconds in 0..86400000; using " +
            (s.options.flush_idle_ns < 0 ? std::string("off") : std::to_string(s.options.flush_idle_ns / 1'000'000)));
-    else
-      s.options.flush_idle_ns = static_cast<std::int64_t>(ms) * 1'000'000;
   }
   // Write-around (BTreeOptions::write_around_bytes) for writes of a page or more: behind the
   // POSIX calls the kernel's page cache already holds what was written, so copying such a write
   // into cache blocks over a range that holds none buys nothing (docs/results/cache-cost.md).
   s.options.tree_options.write_around_bytes = 4096;
-  if (const char* a = std::getenv("TAI_WRITE_AROUND"); a && *a) {
-    std::uint64_t bytes = 0;
-    if (!parse_bytes(a, bytes))
-      warn(std::string("TAI_WRITE_AROUND='") + a + "' is not a byte count (suffixes K, M, G); using " +
-           std::to_string(s.options.tree_options.write_around_bytes));
-    else
-      s.options.tree_options.write_around_bytes = bytes;
-  }
+  env_bytes("TAI_WRITE_AROUND", s.options.tree_options.write_around_bytes);
   if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
   errno = saved;
   return s;

@@ -56,6 +56,7 @@
 #include "support/test_env.hpp"
 #include "tai/engine_selector.hpp"
 #include "test/kill/kill_protocol.hpp"
+#include "test/kill/spawn_reporting.hpp"
 
 extern char** environ;
 
@@ -248,34 +249,17 @@ struct CycleOutcome {
 /// Starts the child on `dir`, kills it as `plan` says, waits for it and drains its log.
 CycleOutcome run_and_kill(const KillConfig& config, const std::string& dir, std::uint64_t seed, const KillPlan& plan) {
   CycleOutcome out;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    out.error = std::string("pipe2: ") + std::strerror(errno);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  const ReportingChild child = spawn_reporting(
+      {child_path(), "--dir", dir, "--seed", std::to_string(seed), "--engine", config.engine, "--tree", config.tree}, env,
+      kEventFd);
+  if (child.pid < 0) {
+    out.error = child.error;
     return out;
   }
-  int write_end = fds[1];
-  if (write_end == kEventFd) {  // dup2 onto itself would keep close-on-exec set
-    write_end = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
-    ::close(fds[1]);
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, write_end, kEventFd);
-  const std::string seed_text = std::to_string(seed);
-  std::vector<std::string> args = {child_path(), "--dir", dir, "--seed", seed_text, "--engine", config.engine, "--tree", config.tree};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int spawned = ::posix_spawn(&pid, child_path(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(write_end);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    out.error = std::string("posix_spawn ") + child_path() + ": " + std::strerror(spawned);
-    return out;
-  }
-  const int read_end = fds[0];
+  const pid_t pid = child.pid;
+  const int read_end = child.read_end;
 
   using Clock = std::chrono::steady_clock;
   const auto spawn_time = Clock::now();

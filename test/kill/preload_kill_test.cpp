@@ -47,6 +47,7 @@
 #include "support/controller_support.hpp"
 #include "support/test_env.hpp"
 #include "test/kill/preload_kill_protocol.h"
+#include "test/kill/spawn_reporting.hpp"
 
 extern char** environ;
 
@@ -105,48 +106,13 @@ std::vector<std::string> preload_env(const std::string& dir, const std::vector<s
   return out;
 }
 
-struct Child {
-  pid_t pid = -1;
-  int read_end = -1;  ///< the child's reports (descriptor 3 or its stdout)
-  std::string error;
-};
+using Child = ReportingChild;
 
-/// Starts `args` under the preload with a pipe's write end as descriptor `report_fd` (and
-/// `stdin_path` as its standard input when given).
+/// Starts `args` under the preload (the environment `env` names it) with a pipe's write end as
+/// descriptor `report_fd` (and `stdin_path` as its standard input when given).
 Child spawn_preloaded(const std::vector<std::string>& args, const std::vector<std::string>& env, int report_fd,
                       const std::string& stdin_path = {}) {
-  Child c;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    c.error = std::string("pipe2: ") + std::strerror(errno);
-    return c;
-  }
-  int write_end = fds[1];
-  if (write_end == report_fd) {  // dup2 onto itself would keep close-on-exec set
-    write_end = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
-    ::close(fds[1]);
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!stdin_path.empty()) posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end, report_fd);
-  std::vector<std::string> a = args, e = env;
-  std::vector<char*> argv, envp;
-  for (std::string& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  for (std::string& s : e) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const int rc = ::posix_spawnp(&c.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(write_end);
-  if (rc != 0) {
-    ::close(fds[0]);
-    c.error = "posix_spawn " + args[0] + ": " + std::strerror(rc);
-    c.pid = -1;
-    return c;
-  }
-  c.read_end = fds[0];
-  return c;
+  return spawn_reporting(args, env, report_fd, stdin_path);
 }
 
 /// Reads what is in the pipe now (wait_ms: how long to wait for the first bytes; -1: until end

@@ -58,7 +58,7 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
-	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (about 20 min on 2 cores)"
+	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (docs/testing.md gives its time)"
 	@echo "make check     deps + docs + every target and test of: $(TEST_PRESETS) at CI's counts (what CI runs)"
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
@@ -203,10 +203,11 @@ docs: deps
 	doxygen docs/Doxyfile
 	@echo "docs: build/docs/html/index.html"
 
-# make test: a developer's check, about 20 minutes on 2 cores from a fresh clone: the release
-# preset with every suite at a quarter of its randomized counts (TAI_TEST_DEPTH=quick), ASan+UBSan
-# over the library, the drop-in layer, the reliability suites and the preload, and TSan over the
-# concurrent suites (the ctest presets <preset>-quick in CMakePresets.json).
+# make test: a developer's check, meant to take at most 20 minutes on 2 cores from a fresh clone
+# (docs/testing.md gives what was measured): the release preset with every suite at a quarter of
+# its randomized counts (TAI_TEST_DEPTH=quick), ASan+UBSan over the library, the drop-in layer,
+# the reliability suites and the preload, and TSan over the concurrent suites (the ctest presets
+# <preset>-quick in CMakePresets.json).
 # make check: the full run CI makes: the API reference, then every target of every preset and
 # every test at CI's counts. Both stop at the first failure and print each step's time
 # (test/run_presets.sh).

@@ -2,10 +2,12 @@
 # work; this file only chains the steps a new user or CI would otherwise type by hand.
 #
 #   make demo    install missing packages, build `tai-augment` (release), run the image workload
-#   make test    install missing packages, check the API reference (make docs), then build +
-#                ctest the release, asan and tsan presets
+#   make test    install missing packages, then the quick check: build + ctest the release, asan and
+#                tsan presets at reduced counts (under the sanitizers only the suites they check)
+#   make check   what CI runs: the API reference (make docs), then every target and every test of
+#                the release, asan and tsan presets at CI's counts
 #
-# Other targets: deps, release, debug, asan, tsan, soak, fuzz, fuzz-merge, bench, docs, clean, help.
+# Other targets: deps, release, debug, asan, tsan, package, soak, fuzz, fuzz-merge, bench, slowdev, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
 
 SHELL := /bin/bash
@@ -44,23 +46,28 @@ SWEEP_ARGS ?= --repeats 3 --mib-per-point 1024 --images 200
 #                     -fsanitize=fuzzer,address,undefined links; clang only recommends it, and
 #                     deps installs without recommendations)
 #   image workload's MPI mode (tai-augment --mpi, its tests): openmpi-bin libopenmpi-dev
+#   make package and its test (cmake_smoke.debian_packages): lintian (dpkg-dev, for
+#                     dpkg-shlibdeps, comes with build-essential)
 DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
   libboost-dev libjemalloc-dev libpapi-dev libaio-dev liburing-dev \
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev fio gnuplot-nox \
   libpng-dev libjpeg62-turbo-dev doxygen python3 sqlite3 e2fsprogs libclang-rt-14-dev \
-  openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip
+  openmpi-bin libopenmpi-dev xfsprogs btrfs-progs cpio git xz-utils bzip2 zstd zip unzip lintian
 
-.PHONY: help deps $(PRESETS) demo test soak fuzz fuzz-merge bench bench-dropin docs clean sweep
+.PHONY: help deps $(PRESETS) demo test check package soak fuzz fuzz-merge bench bench-dropin slowdev docs clean sweep
 
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
-	@echo "make test      deps + build and ctest of: $(TEST_PRESETS) (stops at the first failure)"
+	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (about 20 min on 2 cores)"
+	@echo "make check     deps + docs + every target and test of: $(TEST_PRESETS) at CI's counts (what CI runs)"
+	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
 	@echo "make soak      release build + the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills; about an hour)"
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
+	@echo "make slowdev   the slow-storage profile (root): a throttled loop device (ext4/XFS), fio calibration, tai-serial bench and tai-augment on it, into $(SLOWDEV_OUT)"
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
 	@echo "make release|debug|asan|tsan   configure + build that preset into build/<preset>"
@@ -105,6 +112,13 @@ $(PRESETS): deps
 	cmake --preset $@
 	cmake --build --preset $@ -j $(JOBS)
 
+# Debian packages of the release build (cmake/TaiPackage.cmake): libtai-dev (headers, libtai.a,
+# the CMake package, pkg-config) and tai-tools (tai-bench, tai-augment, tai-serial,
+# libtai-preload.so). cmake_smoke.debian_packages installs them into an empty root and checks them.
+package: release
+	cd build/release && cpack -B packages
+	@ls -l build/release/packages/*.deb
+
 sweep: deps
 	cmake --preset release
 	cmake --build --preset release -j$(JOBS) --target tai-augment
@@ -124,7 +138,7 @@ soak: release
 	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
 
-# libFuzzer (README "Tests"): the fuzz preset builds the targets with clang and
+# libFuzzer (docs/testing.md): the fuzz preset builds the targets with clang and
 # -fsanitize=fuzzer,address,undefined (the library with fuzzer-no-link, for its coverage); each
 # runs FUZZ_SECONDS on its committed corpus (test/<target>/corpus, read only: libFuzzer writes
 # new inputs into the first directory it is given, FUZZ_NEW/<target>). A crash leaves
@@ -154,12 +168,25 @@ fuzz-merge:
 	  if [ -d $(FUZZ_NEW)/$$t ]; then build/fuzz/test/$$t/$$t -merge=1 -use_counters=0 test/$$t/corpus $(FUZZ_NEW)/$$t; fi; \
 	done
 
-# The drop-in benchmarks (README "Measured on this machine"): tai-serial's modes interleaved,
+# The drop-in benchmarks (docs/results/README.md): tai-serial's modes interleaved,
 # medians of 3, and dd with and without libtai-preload.so. Minutes; a quiet machine matters.
 SERIAL := build/release/workloads/serial/tai-serial
 bench-dropin: release
 	$(SERIAL) bench --images 100 --fsync-every 1,30,300 --repeats 3 --output build/release/serial-bench --csv build/release/serial-bench.csv
 	bench/preload/dd_bench.sh --lib build/release/src/preload/libtai-preload.so --rounds 5 --mib 512 --csv build/release/dd-bench.csv
+
+# The slow-storage profile (bench/slowdev/, docs/results/slow-storage.md): a file-backed loop device
+# with ext4 or XFS, throttled by the kernel's block throttle (cgroup v1 blkio.throttle.* at the
+# root, or v2 io.max), calibrated with fio; then tai-serial bench and tai-augment run on it and
+# bench/slowdev/summarize.py draws the speed-up against posix's share of time in I/O. Needs root.
+# The device is taken down at the end, also on failure; `bench/slowdev/slowdev.sh down --name
+# tai-slowdev-bench` cleans up after a killed run. E.g. SLOWDEV_ARGS="--fs ext4,xfs --rates 20,40".
+SLOWDEV_OUT ?= build/release/slowdev
+SLOWDEV_ARGS ?= --fs ext4 --rates 20 --repeats 3
+slowdev: deps
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS) --target tai-serial tai-augment tai_preload
+	bench/slowdev/bench.sh --out $(SLOWDEV_OUT) --build build/release $(SLOWDEV_ARGS)
 
 bench: release
 	$(BENCH) engines
@@ -170,42 +197,24 @@ bench: release
 	@if [ -x build/release/bench/tai-micro ]; then build/release/bench/tai-micro; fi
 
 # The API reference: Doxygen over the public headers and docs/api.md (docs/Doxyfile). Any warning
-# (a broken reference, a bad command) fails it; `make test` runs it first.
+# (a broken reference, a bad command) fails it; `make check` runs it first.
 docs: deps
 	@rm -rf build/docs && mkdir -p build/docs
 	doxygen docs/Doxyfile
 	@echo "docs: build/docs/html/index.html"
 
-# For each preset: build, then ctest; stop at the first failure and name the preset. The time of
-# each step is printed because the whole run must stay under 30 minutes on 2 cores.
-# ThreadSanitizer (gcc 12) cannot map its shadow memory when the kernel randomises mmap with more
-# than 28 bits (vm.mmap_rnd_bits = 32 on some newer kernels): there the tests run under
-# `setarch -R`, which turns address randomisation off for that process tree only.
-test: deps docs
-	@set -u; \
-	total_start=$$(date +%s); \
-	for preset in $(TEST_PRESETS); do \
-	  start=$$(date +%s); \
-	  echo "==> [$$preset] configure + build"; \
-	  if ! { cmake --preset $$preset && cmake --build --preset $$preset -j $(JOBS); }; then \
-	    echo "make test: FAILED to build preset '$$preset'"; exit 1; \
-	  fi; \
-	  built=$$(date +%s); \
-	  runner=""; \
-	  if [ "$$preset" = tsan ] && [ "$$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)" -gt 28 ] \
-	     && command -v setarch >/dev/null 2>&1; then runner="setarch $$(uname -m) -R"; fi; \
-	  echo "==> [$$preset] ctest $${runner:+(under $$runner)}"; \
-	  if ! $$runner ctest --preset $$preset; then \
-	    failed_list=$$(cat build/$$preset/Testing/Temporary/LastTestsFailed.log 2>/dev/null || true); \
-	    echo "==> [$$preset] the failed tests again, alone, with their whole output (a pass here means a flaky test):"; \
-	    $$runner ctest --preset $$preset --rerun-failed -j 1 --output-on-failure || true; \
-	    echo "==> [$$preset] failed in the full run:"; echo "$$failed_list"; \
-	    echo "make test: tests FAILED under preset '$$preset'"; exit 1; \
-	  fi; \
-	  done_at=$$(date +%s); \
-	  echo "==> [$$preset] ok: build $$((built - start)) s, tests $$((done_at - built)) s"; \
-	done; \
-	echo "make test: all presets passed ($(TEST_PRESETS)) in $$(( $$(date +%s) - total_start )) s"
+# make test: a developer's check, about 20 minutes on 2 cores from a fresh clone: the release
+# preset with every suite at a quarter of its randomized counts (TAI_TEST_DEPTH=quick), ASan+UBSan
+# over the library, the drop-in layer, the reliability suites and the preload, and TSan over the
+# concurrent suites (the ctest presets <preset>-quick in CMakePresets.json).
+# make check: the full run CI makes: the API reference, then every target of every preset and
+# every test at CI's counts. Both stop at the first failure and print each step's time
+# (test/run_presets.sh).
+test: deps
+	test/run_presets.sh quick $(JOBS) $(TEST_PRESETS)
+
+check: deps docs
+	test/run_presets.sh full $(JOBS) $(TEST_PRESETS)
 
 # Only the preset directories: other build/<name> directories belong to their owners.
 clean:

@@ -2,7 +2,8 @@
 # sanitizers, warnings. Included once by the top-level CMakeLists.txt; defines
 #   tai_setup_target(target)   warnings and C++17 on any TAI target
 #   tai_setup_library(target)  the library: tai_setup_target + what consumers must inherit
-#   tai_setup_program(target)  an executable of this project (bench, test, workload)
+#   tai_setup_program(target)  an executable of this project (bench, workload)
+#   tai_setup_test(target)     a test executable or a program only the tests run
 # and sets TAI_LTO (ON/OFF) and TAI_LTO_NOTE for the configure summary.
 
 # --- link-time optimisation ----------------------------------------------------------------------
@@ -38,19 +39,20 @@ endif()
 function(tai_setup_target target)
   target_compile_features(${target} PUBLIC cxx_std_17)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-missing-field-initializers)
+  # GCC's LTO objects hold only GIMPLE by default (-fno-fat-lto-objects). A library that the test
+  # executables link (which are built without LTO, see tai_setup_test) must also carry machine
+  # code, and so must an installed libtai.a, which then links with any compiler; the programs of
+  # this build still get LTO from the same objects.
+  get_target_property(type ${target} TYPE)
+  if(TAI_LTO AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND type MATCHES "^(STATIC|OBJECT)_LIBRARY$")
+    target_compile_options(${target} PRIVATE -ffat-lto-objects)
+  endif()
 endfunction()
 
 function(tai_setup_library target)
   tai_setup_target(${target})
   if(TAI_SANITIZE)
     target_link_options(${target} INTERFACE -fsanitize=${TAI_SANITIZE})
-  endif()
-  # GCC's LTO objects hold only GIMPLE by default (-fno-fat-lto-objects): an installed libtai.a
-  # built that way links only with the same GCC and LTO on. Fat objects also carry machine code,
-  # so the installed archive links with any compiler; programs of this build still get LTO.
-  get_target_property(type ${target} TYPE)
-  if(TAI_LTO AND type STREQUAL "STATIC_LIBRARY" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    target_compile_options(${target} PRIVATE -ffat-lto-objects)
   endif()
 endfunction()
 
@@ -62,19 +64,25 @@ function(tai_setup_program target)
   endif()
 endfunction()
 
-# A libFuzzer target (clang only; the caller checks the compiler). libFuzzer's main and its
-# coverage instrumentation come from -fsanitize=fuzzer; AddressSanitizer and
-# UndefinedBehaviorSanitizer turn memory errors and undefined behaviour into findings. In the
-# `fuzz` preset (TAI_SANITIZE=fuzzer-no-link,address,undefined) every target already has the
-# sanitizers and the library's code is instrumented for coverage too, so only the fuzzer is added.
-# Without sanitizers the target gets all three (the library is then covered only through what
-# the target inlines); under ThreadSanitizer only the fuzzer (ASan and TSan exclude each other).
-function(tai_setup_fuzz_target target)
-  if(NOT TAI_SANITIZE)
-    set(flags fuzzer,address,undefined)
-  else()
-    set(flags fuzzer)
+# A test executable, or a helper program only the tests run: tai_setup_test(target [GTEST]).
+# LTO buys a test nothing (it checks behaviour, not speed; the shipped programs the tests run,
+# tai-bench, tai-augment, tai-serial and the preload library, keep it) and it cost most of the
+# release build: the LTO link of the main test binary alone ran for minutes on 2 cores. So a test
+# is compiled and linked without it (-fno-lto: the linker takes the machine code of the fat
+# library objects and runs no LTO step). GTEST links GoogleTest and precompiles its header and
+# TAI's umbrella header, which every test file includes and which otherwise dominate each file's
+# compile time.
+function(tai_setup_test target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "GTEST" "" "")
+  tai_setup_program(${target})
+  if(TAI_LTO)
+    set_property(TARGET ${target} PROPERTY INTERPROCEDURAL_OPTIMIZATION OFF)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      target_link_options(${target} PRIVATE -fno-lto)
+    endif()
   endif()
-  target_compile_options(${target} PRIVATE -fsanitize=${flags})
-  target_link_options(${target} PRIVATE -fsanitize=${flags})
+  if(arg_GTEST)
+    target_link_libraries(${target} PRIVATE GTest::gtest)
+    target_precompile_headers(${target} PRIVATE <gtest/gtest.h> <tai/tai.hpp>)
+  endif()
 endfunction()

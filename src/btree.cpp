@@ -805,8 +805,9 @@ namespace {
 /// write_back io_done step that block's own request would have continued with. Owned by the
 /// request: made by issue_gather, freed by gather_done.
 struct GatherIo {
-  std::byte* buffer = nullptr;
+  std::byte* buffer = nullptr;  // the staging copy, or nullptr when the write is vectored
   std::uint64_t bytes = 0;
+  std::vector<::iovec> segments;  // vectored: one per member, into its block
   std::vector<Step> members;
 };
 }  // namespace
@@ -856,23 +857,32 @@ std::size_t TreeCore::gather_run(Node* const* targets, std::size_t count) const 
 
 bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, StepSink& sink) {
   std::uint64_t total = 0;
+  // Vectored unless a direct file's alignment rejects a segment (the kernel checks each one;
+  // the engine would bounce the whole write through a copy of its own).
+  bool vectored = options_.vectored_write_back && k <= Request::kMaxSegments;
   for (std::size_t i = 0; i < k; ++i) {
     int j = 0;
     std::uint64_t b = 0, e = 0;
     write_back_range(*members[i], j, b, e);
     total += e - b;
+    if (vectored && direct_)
+      vectored = reinterpret_cast<std::uintptr_t>(members[i]->block + b) % mem_align_ == 0 && (e - b) % io_align_ == 0;
   }
-  // The staging copy counts against the quota like a block: the strict limit then bounds every
-  // byte of data the tree holds. Checked first so that a full quota (which the per-block path
-  // handles without memory) does not count a denial.
-  if (quota_.available() < Quota::charge_for(total)) return false;
-  const std::size_t align = std::max<std::size_t>(mem_align_, 4096);
-  std::byte* buffer = quota_.allocate(total, align);
-  if (buffer == nullptr) return false;
+  std::byte* buffer = nullptr;
+  if (!vectored) {
+    // The staging copy counts against the quota like a block: the strict limit then bounds
+    // every byte of data the tree holds. Checked first so that a full quota (which the
+    // per-block path handles without memory) does not count a denial.
+    if (quota_.available() < Quota::charge_for(total)) return false;
+    const std::size_t align = std::max<std::size_t>(mem_align_, 4096);
+    buffer = quota_.allocate(total, align);
+    if (buffer == nullptr) return false;
+  }
   auto* g = new GatherIo();
   g->buffer = buffer;
   g->bytes = total;
   g->members.reserve(k);
+  if (vectored) g->segments.reserve(k);
   // One stamp for every member, loaded before the request (see note_block_written).
   const std::uint32_t issued = write_issued_now();
   std::uint64_t pos = 0, offset = 0;
@@ -882,7 +892,10 @@ bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, 
     std::uint64_t b = 0, e = 0;
     write_back_range(n, j, b, e);
     if (i == 0) offset = n.base + b;
-    std::memcpy(buffer + pos, n.block + b, e - b);
+    if (vectored)
+      g->segments.push_back({n.block + b, e - b});
+    else
+      std::memcpy(buffer + pos, n.block + b, e - b);
     pos += e - b;
     // As the member's own write_back_next would: busy until its io_done step (later visits
     // park behind it), and this operation is now in it (last_seq, as maintain() sets it).
@@ -908,7 +921,12 @@ bool TreeCore::issue_gather(Operation& op, Node* const* members, std::size_t k, 
   c.first = reinterpret_cast<std::uintptr_t>(g);
   c.kind = StepKind::io_done;
   c.purpose = IoPurpose::gather;
-  sink.io(make_request(Op::write, buffer, offset, total), c);
+  Request r = make_request(Op::write, buffer, offset, total);
+  if (vectored) {
+    r.iov = g->segments.data();
+    r.iov_count = static_cast<std::uint32_t>(g->segments.size());
+  }
+  sink.io(r, c);
   return true;
 }
 
@@ -918,7 +936,7 @@ void TreeCore::gather_done(const Step& s, StepSink& sink) {
   // Members count the bytes of a full success; a short write's bytes are counted here.
   if (!ok && s.io_result > 0) count(counters_.bytes_to_engine, static_cast<std::uint64_t>(s.io_result));
   const std::int64_t err = s.io_result < 0 ? s.io_result : -EIO;
-  quota_.release(g->buffer, g->bytes);  // the engine is done with the copy
+  if (g->buffer != nullptr) quota_.release(g->buffer, g->bytes);  // the engine is done with the copy
   for (Step m : g->members) {
     // A short write fails every member: which of them reached the file is not known, and each
     // stays dirty and is written again (the write-back failure rule, per block).

@@ -52,6 +52,20 @@ BounceBuffer allocate_bounce(std::size_t alignment, std::size_t size) {
 }
 
 constexpr std::uint64_t kNoEof = std::numeric_limits<std::uint64_t>::max();
+
+/// The segments of `r` past its first `skip` bytes, into `out` (reused between calls).
+void rest_segments(const Request& r, std::uint64_t skip, std::vector<::iovec>& out) {
+  out.clear();
+  for (std::uint32_t k = 0; k < r.iov_count; ++k) {
+    const ::iovec& v = r.iov[k];
+    if (skip >= v.iov_len) {
+      skip -= v.iov_len;
+      continue;
+    }
+    out.push_back({static_cast<std::byte*>(v.iov_base) + skip, v.iov_len - skip});
+    skip = 0;
+  }
+}
 constexpr std::uint64_t kEndOfSpace = std::numeric_limits<std::uint64_t>::max();
 
 /// Blocks of a direct file that a write in flight owns. A write on a direct file holds the
@@ -123,9 +137,16 @@ DirectPlan plan_direct(const Request& r, const Alignment& al) {
   p.a0 = r.offset / p.block * p.block;
   std::uint64_t end = r.offset + r.length;
   p.a1 = (end + p.block - 1) / p.block * p.block;
-  bool aligned = reinterpret_cast<std::uintptr_t>(r.buffer) % std::max<std::uint32_t>(al.memory, 1) == 0 &&
-                 r.offset % std::max<std::uint32_t>(al.offset, 1) == 0 &&
-                 r.length % std::max<std::uint32_t>(al.length, 1) == 0;
+  const std::uint32_t mem = std::max<std::uint32_t>(al.memory, 1), len = std::max<std::uint32_t>(al.length, 1);
+  bool aligned = r.offset % std::max<std::uint32_t>(al.offset, 1) == 0 && r.length % len == 0;
+  if (r.iov_count == 0) {
+    aligned = aligned && reinterpret_cast<std::uintptr_t>(r.buffer) % mem == 0;
+  } else {
+    // Every segment must be a whole number of aligned units, from aligned memory: the kernel
+    // checks each one (a vectored O_DIRECT write with one bad segment fails with EINVAL).
+    for (std::uint32_t k = 0; aligned && k < r.iov_count; ++k)
+      aligned = reinterpret_cast<std::uintptr_t>(r.iov[k].iov_base) % mem == 0 && r.iov[k].iov_len % len == 0;
+  }
   p.bounce = !aligned;
   if (p.bounce && r.op == Op::write) {
     p.head_partial = r.offset != p.a0;
@@ -166,6 +187,7 @@ struct EngineCore {
     bool locked = false;            // holds [a0, a1) of its file
     bool extended = false;          // also holds [a1, end of space): a padded write
     bool native_linked = false;    // the next request of the chain was linked in the kernel
+    std::vector<::iovec> rest;     // a vectored write's segments still to go after a short one
     std::uint32_t chain_next = kNone;
     std::uint32_t next_free = kNone;
   };
@@ -194,7 +216,20 @@ struct EngineCore {
       if (!has(r.file->mode().flags, need)) return -EBADF;
       if (r.length > std::numeric_limits<std::uint64_t>::max() - r.offset) return -EOVERFLOW;
       if (r.offset + r.length > kMaxOffset) return -EOVERFLOW;
-      if (r.length > 0 && r.buffer == nullptr) return -EFAULT;
+      if (r.iov_count != 0) {
+        if (r.op != Op::write || r.iov_count > Request::kMaxSegments) return -EINVAL;
+        if (r.iov == nullptr) return -EFAULT;
+        std::uint64_t sum = 0;
+        for (std::uint32_t k = 0; k < r.iov_count; ++k) {
+          if (r.iov[k].iov_len != 0 && r.iov[k].iov_base == nullptr) return -EFAULT;
+          sum += r.iov[k].iov_len;
+        }
+        if (sum != r.length) return -EINVAL;
+      } else if (r.length > 0 && r.buffer == nullptr) {
+        return -EFAULT;
+      }
+    } else if (r.iov_count != 0) {
+      return -EINVAL;
     }
     return 0;
   }
@@ -262,7 +297,47 @@ struct EngineCore {
     n.length = len;
     n.user_data = tag(i, sub);
     n.link = link;
+    n.iov = nullptr;  // bounce and edge requests are plain; issue_plain() sends the segments
+    n.iov_count = 0;
     to_issue.push_back(n);
+  }
+
+  // The user's own transfer from byte s.done on: its buffer, or its segments past s.done (or,
+  // for an engine without vectored_writes, one copy of them). False: it completed at once
+  // (no memory for that copy).
+  bool issue_plain(std::uint32_t i, bool link = false) {
+    Slot& s = slots[i];
+    const Request& r = s.req;
+    if (r.iov_count != 0 && !engine.capabilities().vectored_writes) {
+      if (!s.bounce) {
+        const std::size_t align = direct(r) ? r.file->capabilities().alignment.memory : 16;
+        s.bounce = allocate_bounce(align, r.length);
+        if (!s.bounce) {
+          complete(i, -ENOMEM);
+          return false;
+        }
+        copy_request_bytes(r, s.bounce.get());
+      }
+      issue(i, r.op, s.bounce.get() + s.done, r.offset + s.done, r.length - s.done, 0, link);
+      return true;
+    }
+    if (r.iov_count == 0 || !is_transfer(r)) {
+      issue(i, r.op, static_cast<std::byte*>(r.buffer) + s.done, r.offset + s.done, r.length - s.done, 0, link);
+      return true;
+    }
+    Request n = r;
+    n.buffer = nullptr;
+    n.offset = r.offset + s.done;
+    n.length = r.length - s.done;
+    n.user_data = tag(i, 0);
+    n.link = link;
+    if (s.done != 0) {
+      rest_segments(r, s.done, s.rest);
+      n.iov = s.rest.data();
+      n.iov_count = static_cast<std::uint32_t>(s.rest.size());
+    }
+    to_issue.push_back(n);
+    return true;
   }
 
   void flush_issue() {
@@ -327,8 +402,7 @@ struct EngineCore {
     }
     if (!direct(r)) {
       s.stage = Stage::plain;
-      issue(i, r.op, r.buffer, r.offset, r.length, 0, link_native);
-      return true;
+      return issue_plain(i, link_native);
     }
     s.plan = plan_direct(r, r.file->capabilities().alignment);
     if (r.op == Op::write) {
@@ -348,8 +422,7 @@ struct EngineCore {
     const DirectPlan& p = s.plan;
     if (!p.bounce) {
       s.stage = Stage::plain;
-      issue(i, r.op, r.buffer, r.offset, r.length, 0, link_native);
-      return true;
+      return issue_plain(i, link_native);
     }
     s.bounce = allocate_bounce(r.file->capabilities().alignment.memory, p.a1 - p.a0);
     if (!s.bounce) {
@@ -380,7 +453,7 @@ struct EngineCore {
 
   void write_bounced(std::uint32_t i) {
     Slot& s = slots[i];
-    std::memcpy(s.bounce.get() + (s.req.offset - s.plan.a0), s.req.buffer, s.req.length);
+    copy_request_bytes(s.req, s.bounce.get() + (s.req.offset - s.plan.a0));
     s.stage = Stage::bounce_io;
     s.done = 0;
     issue(i, Op::write, s.bounce.get(), s.plan.a0, s.plan.a1 - s.plan.a0, 0);
@@ -460,7 +533,7 @@ struct EngineCore {
         // off alignment is end of file.
         if (more && direct(r) && (s.done % s.plan.block != 0)) more = false;
         if (!more) return complete(i, static_cast<std::int64_t>(s.done));
-        issue(i, r.op, static_cast<std::byte*>(r.buffer) + s.done, r.offset + s.done, r.length - s.done, 0);
+        issue_plain(i);
         return;
       }
       case Stage::bounce_io: {
@@ -618,13 +691,21 @@ struct EngineCore {
                                    std::int64_t (SyncEngine::*xfer)(const Request&)) {
     std::uint64_t done = 0;
     const std::uint64_t total = r.length;
+    const Request whole = r;
+    std::vector<::iovec> rest;
     for (;;) {
       std::int64_t got = (e.*xfer)(r);
       if (got < 0) return got;
       done += static_cast<std::uint64_t>(got);
       if (got == 0 || done >= total || !e.continue_short_transfers()) break;
       if (direct_file && done % block != 0) break;
-      r.buffer = static_cast<std::byte*>(r.buffer) + got;
+      if (r.iov_count != 0) {
+        rest_segments(whole, done, rest);
+        r.iov = rest.data();
+        r.iov_count = static_cast<std::uint32_t>(rest.size());
+      } else {
+        r.buffer = static_cast<std::byte*>(r.buffer) + got;
+      }
       r.offset += static_cast<std::uint64_t>(got);
       r.length -= static_cast<std::uint64_t>(got);
     }
@@ -633,6 +714,30 @@ struct EngineCore {
 };
 
 }  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+std::uint64_t segment_bytes(const Request& r) noexcept {
+  std::uint64_t sum = 0;
+  for (std::uint32_t k = 0; k < r.iov_count; ++k) sum += r.iov[k].iov_len;
+  return sum;
+}
+
+std::uint64_t copy_request_bytes(const Request& r, void* out) noexcept {
+  auto* dst = static_cast<std::byte*>(out);
+  if (r.iov_count == 0) {
+    if (r.length != 0) std::memcpy(dst, r.buffer, r.length);
+    return r.length;
+  }
+  std::uint64_t done = 0;
+  for (std::uint32_t k = 0; k < r.iov_count && done < r.length; ++k) {
+    const std::uint64_t n = std::min<std::uint64_t>(r.iov[k].iov_len, r.length - done);
+    if (n != 0) std::memcpy(dst + done, r.iov[k].iov_base, n);
+    done += n;
+  }
+  return done;
+}
 
 // ---------------------------------------------------------------------------------------------
 // EngineFile
@@ -712,6 +817,18 @@ std::size_t SyncEngine::do_reap(Completion* out, std::size_t max, std::size_t, T
 Completion SyncEngine::execute(const Request& r) {
   using Core = detail::EngineCore;
   if (std::int64_t err = Core::validate(*this, r)) return {r.user_data, err};
+  if (r.iov_count != 0 && !capabilities().vectored_writes) {
+    // One copy of the segments, run as a plain write (see Capabilities::vectored_writes).
+    const std::size_t align = Core::direct(r) ? r.file->capabilities().alignment.memory : 16;
+    auto flat = detail::allocate_bounce(align, r.length);
+    if (!flat) return {r.user_data, -ENOMEM};
+    copy_request_bytes(r, flat.get());
+    Request plain = r;
+    plain.buffer = flat.get();
+    plain.iov = nullptr;
+    plain.iov_count = 0;
+    return execute(plain);
+  }
   if (!Core::is_transfer(r)) {
     std::int64_t got = transfer(r);
     return {r.user_data, got < 0 ? got : 0};
@@ -739,6 +856,8 @@ Completion SyncEngine::execute(const Request& r) {
   if (!bounce) return {r.user_data, -ENOMEM};
   Request n = r;
   n.buffer = bounce.get();
+  n.iov = nullptr;
+  n.iov_count = 0;
   n.offset = p.a0;
   n.length = p.a1 - p.a0;
   if (r.op == Op::read) {
@@ -749,6 +868,8 @@ Completion SyncEngine::execute(const Request& r) {
   std::uint64_t tail_eof = detail::kNoEof;
   auto read_edge = [&](std::uint64_t at) -> std::int64_t {
     Request e = r;
+    e.iov = nullptr;
+    e.iov_count = 0;
     e.op = Op::read;
     e.buffer = bounce.get() + at;
     e.offset = p.a0 + at;
@@ -769,7 +890,7 @@ Completion SyncEngine::execute(const Request& r) {
     lock->lock(p.a1, detail::kEndOfSpace);
     extended = true;
   }
-  std::memcpy(bounce.get() + (r.offset - p.a0), r.buffer, r.length);
+  copy_request_bytes(r, bounce.get() + (r.offset - p.a0));
   std::int64_t wrote = Core::transfer_all(*this, n, p.block, true, xfer);
   if (wrote < 0) return {r.user_data, wrote};
   if (static_cast<std::uint64_t>(wrote) < n.length) {

@@ -51,17 +51,31 @@ class FaultyWrites final : public IoExecutor {
   std::int64_t err_ = 0;
 };
 
+/// A tree shape and how its gathered write-back goes out: vectored (one segment per block,
+/// from the blocks) or through the staging copy.
+template <class T, bool Vectored>
+struct Config {
+  using Tree = T;
+  static constexpr bool vectored = Vectored;
+  static constexpr auto kLevels = T::kLevels;
+};
+
 /// A tree over an in-memory file (empty at first) whose requests are logged.
-template <class Tree>
+template <class C>
 struct Fixture {
+  using Tree = typename C::Tree;
   explicit Fixture(std::uint64_t gather_bytes = BTreeOptions{}.gather_bytes, Quota* q = nullptr)
       : quota(q != nullptr ? *q : own_quota),
         tree(nullptr, quota, [&] {
           BTreeOptions o;
           o.file_size = 0;
           o.gather_bytes = gather_bytes;
+          o.vectored_write_back = C::vectored;
           return o;
         }()) {}
+  ~Fixture() {
+    if (!C::vectored) EXPECT_EQ(mem.vectored(), 0u) << "vectored_write_back off: no vectored write";
+  }
   MemoryFile mem;
   FaultyWrites faults{mem};
   RecordingExecutor rec{faults};
@@ -91,7 +105,9 @@ struct Fixture {
 template <class Tree>
 class BTreeGather : public testing::Test {};
 // The gathering parent: the 2 MiB node (depth 2), the root's sparse table, a 64 KiB node.
-using Trees = testing::Types<BTreeDefault, BTree<52, 12>, BTree<48, 4, 12>>;
+using Trees = testing::Types<Config<BTreeDefault, true>, Config<BTree<52, 12>, true>, Config<BTree<48, 4, 12>, true>,
+                             Config<BTreeDefault, false>, Config<BTree<52, 12>, false>,
+                             Config<BTree<48, 4, 12>, false>>;
 TYPED_TEST_SUITE(BTreeGather, Trees);
 
 TYPED_TEST(BTreeGather, TenAdjacentDirtyBlocksGoInOneEngineWrite) {
@@ -112,6 +128,12 @@ TYPED_TEST(BTreeGather, TenAdjacentDirtyBlocksGoInOneEngineWrite) {
   EXPECT_EQ(s.dirty_bytes, 0u);
   EXPECT_EQ(s.blocks, 10u) << "the blocks stay cached, clean";
   EXPECT_EQ(f.quota.used(), 10u * 4096) << "the staging copy went back to the quota";
+  EXPECT_EQ(f.mem.vectored(), TypeParam::vectored ? 1u : 0u);
+  if (TypeParam::vectored) {
+    EXPECT_EQ(f.quota.peak(), 10u * 4096) << "vectored: no memory beyond the blocks";
+  } else {
+    EXPECT_GT(f.quota.peak(), 10u * 4096) << "staged: the copy is charged too";
+  }
   EXPECT_TRUE(f.file_holds(0, data));
   EXPECT_EQ(f.tree.check_invariants(), "");
 }
@@ -187,8 +209,9 @@ TYPED_TEST(BTreeGather, AQuotaWithoutRoomForTheCopyWritesBlockByBlock) {
   ASSERT_EQ(f.op(TreeOp::write, 0, data.size(), data.data()), static_cast<std::int64_t>(data.size()));
   ASSERT_EQ(f.tree.stats().blocks, 10u);
   ASSERT_EQ(f.op(TreeOp::fsync), 0);
-  EXPECT_EQ(f.engine_writes_logged(), 10u);
-  EXPECT_EQ(f.tree.stats().gathered_blocks, 0u);
+  // A vectored write needs no memory: it gathers under the full quota too.
+  EXPECT_EQ(f.engine_writes_logged(), TypeParam::vectored ? 1u : 10u);
+  EXPECT_EQ(f.tree.stats().gathered_blocks, TypeParam::vectored ? 10u : 0u);
   EXPECT_EQ(tight.peak(), 10u * 4096) << "never above the strict limit";
   EXPECT_EQ(tight.denials(), 0u) << "the gather checks for room before asking";
   EXPECT_TRUE(f.file_holds(0, data));

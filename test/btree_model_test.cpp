@@ -21,11 +21,11 @@ namespace {
 
 double scale() {
   if (const char* s = std::getenv("TAI_BTREE_MODEL_SCALE")) return std::strtod(s, nullptr);
-  if (std::string(TAI_SANITIZE).size() > 0) return 0.05;
+  if (std::string(TAI_SANITIZE).size() > 0) return 0.05 * test_depth_factor();
 #ifndef NDEBUG
-  return 0.1;
+  return 0.1 * test_depth_factor();
 #else
-  return 1.0;
+  return 1.0 * test_depth_factor();
 #endif
 }
 

@@ -41,6 +41,7 @@ TEST_P(EngineConformance, CapabilitiesMatchTheConfiguration) {
   const std::string name = config().engine;
   if (!config().fault_wrapped) { EXPECT_EQ(engine().name(), name); }
   EXPECT_EQ(caps.stores_data, name != "null");
+  EXPECT_TRUE(caps.vectored_writes) << "every built-in engine takes Request::iov natively (pwritev or a loop)";
   const bool kernel_queue = name == "libaio" || name == "uring";
   EXPECT_EQ(caps.asynchronous, kernel_queue);
   if (kernel_queue) {
@@ -607,6 +608,294 @@ TEST_P(EngineConformance, OpenDirectWhereTheFileSystemRefusesItSaysWhy) {
   EXPECT_EQ(opened.error().code, std::error_code(EINVAL, std::generic_category())) << m;
   EXPECT_NE(m.find(path), std::string::npos) << m;
   EXPECT_NE(m.find("O_DIRECT"), std::string::npos) << "the message says the file system refuses O_DIRECT: " << m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vectored writes (Request::iov)
+
+/// One segment of a vectored write: `misalign` bytes past a page boundary, `length` bytes.
+struct Segment {
+  std::size_t misalign;
+  std::size_t length;
+};
+
+/// The segments' buffers, filled with the pattern of `seed` for the file range starting at
+/// `offset`, and the iovec array naming them.
+struct Segments {
+  Segments(const std::vector<Segment>& shape, std::uint64_t offset, std::uint64_t seed) {
+    buffers.reserve(shape.size());
+    std::uint64_t at = offset;
+    for (const Segment& s : shape) {
+      buffers.emplace_back(s.length + 16);
+      fill_pattern(buffers.back().at(s.misalign), at, s.length, seed);
+      iov.push_back({buffers.back().at(s.misalign), s.length});
+      bytes.insert(bytes.end(), buffers.back().at(s.misalign), buffers.back().at(s.misalign) + s.length);
+      at += s.length;
+    }
+  }
+  Request request(EngineFile* f, std::uint64_t offset, std::uint64_t user_data) const {
+    Request r = make_request(Op::write, f, nullptr, offset, bytes.size(), user_data);
+    r.iov = iov.data();
+    r.iov_count = static_cast<std::uint32_t>(iov.size());
+    return r;
+  }
+  std::vector<TestBuffer> buffers;
+  std::vector<::iovec> iov;
+  std::vector<std::uint8_t> bytes;  // what the segments carry, in order
+};
+
+struct VectoredCase {
+  const char* what;
+  std::uint64_t offset;
+  std::vector<Segment> shape;
+};
+
+std::vector<VectoredCase> vectored_cases() {
+  std::vector<Segment> many(300, Segment{0, 512});
+  return {
+      // On a direct file: every segment meets the alignment, so the write goes out as it is.
+      {"aligned blocks", 8192, {{0, 4096}, {0, 4096}, {0, 8192}, {0, 4096}}},
+      // Odd lengths and addresses: a direct file bounces it through one aligned copy.
+      {"unaligned segments", 4097, {{1, 1000}, {0, 3000}, {5, 1}, {0, 4096}}},
+      {"an empty segment", 0, {{0, 4096}, {0, 0}, {0, 4096}}},
+      {"aligned memory, unaligned length", 16384, {{0, 4096}, {0, 100}, {0, 3996}}},
+      {"crossing end of file", 62000, {{0, 4096}, {3, 700}}},
+      {"300 segments", 20480, many},
+  };
+}
+
+// Every byte of every segment lands, in order, at the request's offset; nothing around it
+// moves; the result is the segments' sum. Through submit/reap and, on a synchronous engine,
+// through SyncEngine::execute (the thread-pool queue's path).
+TEST_P(EngineConformance, VectoredWritesLandInOrder) {
+  auto* sync = dynamic_cast<SyncEngine*>(&engine());
+  for (const bool inline_driver : {false, true}) {
+    if (inline_driver && sync == nullptr) continue;
+    SCOPED_TRACE(inline_driver ? "SyncEngine::execute" : "submit/reap");
+    const std::string path = scratch_.file(inline_driver ? "vectored_inline" : "vectored");
+    std::vector<std::uint8_t> model = pattern(0, 64 * KiB, 500);
+    write_file(path, model);
+    auto f = open_file(path, Open::read | Open::write);
+    ASSERT_TRUE(f);
+    std::uint64_t seed = 510;
+    for (const VectoredCase& c : vectored_cases()) {
+      SCOPED_TRACE(c.what);
+      const Segments segs(c.shape, c.offset, ++seed);
+      const Request w = segs.request(f.get(), c.offset, seed);
+      const auto want = static_cast<std::int64_t>(segs.bytes.size());
+      expect_result(w, inline_driver ? sync->execute(w) : run(w), want);
+      model_write(model, c.offset, segs.bytes.data(), segs.bytes.size());
+      if (stores_data()) {
+        publish(f.get());
+        expect_file_equals(path, model);
+      }
+    }
+    // Read back through the engine too (a direct file's reads see what its writes wrote).
+    TestBuffer in(model.size());
+    Request r = make_request(Op::read, f.get(), in.at(), 0, model.size(), 9);
+    expect_result(r, run(r), static_cast<std::int64_t>(model.size()));
+    if (stores_data()) { EXPECT_EQ(mismatch(in.at(), model.data(), model.size()), ""); }
+    EXPECT_EQ(engine().close(*f), std::error_code());
+  }
+}
+
+// Vectored writes in one batch, with plain ones between them, each completing on its own.
+TEST_P(EngineConformance, VectoredAndPlainWritesInOneBatch) {
+  const std::string path = scratch_.file("vectored_batch");
+  auto f = create_file(path);
+  ASSERT_TRUE(f);
+  std::vector<std::uint8_t> model;
+  std::vector<Segments> vec;
+  vec.reserve(4);
+  std::vector<TestBuffer> plain;
+  plain.reserve(4);
+  std::vector<Request> batch;
+  for (std::uint64_t k = 0; k < 4; ++k) {
+    const std::uint64_t off = k * 32 * KiB;
+    vec.emplace_back(std::vector<Segment>{{0, 4096}, {k, 5000}, {0, 4096}}, off, 600 + k);
+    batch.push_back(vec.back().request(f.get(), off, 600 + k));
+    plain.emplace_back(4096);
+    fill_pattern(plain.back().at(), off + 16 * KiB, 4096, 700 + k);
+    batch.push_back(make_request(Op::write, f.get(), plain.back().at(), off + 16 * KiB, 4096, 700 + k));
+  }
+  auto done = run(batch);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    expect_result(batch[i], done[i], static_cast<std::int64_t>(batch[i].length));
+    std::vector<std::uint8_t> bytes(batch[i].length);
+    copy_request_bytes(batch[i], bytes.data());
+    model_write(model, batch[i].offset, bytes.data(), bytes.size());
+  }
+  if (!stores_data()) GTEST_SKIP() << kNoData << " (results were checked)";
+  publish(f.get());
+  expect_file_equals(path, model);
+}
+
+// What a vectored request may not be: each completes at once with its error, on both drivers,
+// and writes nothing.
+TEST_P(EngineConformance, InvalidVectoredRequestsFailAndWriteNothing) {
+  const std::string path = scratch_.file("vectored_invalid");
+  const std::vector<std::uint8_t> model = pattern(0, 16 * KiB, 800);
+  write_file(path, model);
+  auto f = open_file(path, Open::read | Open::write);
+  ASSERT_TRUE(f);
+  const Segments segs({{0, 4096}, {0, 4096}}, 0, 801);
+  std::vector<::iovec> too_many(Request::kMaxSegments + 1, ::iovec{segs.iov[0].iov_base, 1});
+  std::vector<::iovec> null_base = {{nullptr, 4096}};
+
+  struct Bad {
+    const char* what;
+    Request r;
+    std::int64_t want;
+  };
+  std::vector<Bad> cases;
+  Request read = segs.request(f.get(), 0, 1);
+  read.op = Op::read;
+  cases.push_back({"a vectored read", read, -EINVAL});
+  Request longer = segs.request(f.get(), 0, 2);
+  longer.length += 1;
+  cases.push_back({"length above the segments' sum", longer, -EINVAL});
+  Request shorter = segs.request(f.get(), 0, 3);
+  shorter.length -= 1;
+  cases.push_back({"length below the segments' sum", shorter, -EINVAL});
+  Request no_array = segs.request(f.get(), 0, 4);
+  no_array.iov = nullptr;
+  cases.push_back({"segments without an array", no_array, -EFAULT});
+  Request many = make_request(Op::write, f.get(), nullptr, 0, too_many.size(), 5);
+  many.iov = too_many.data();
+  many.iov_count = static_cast<std::uint32_t>(too_many.size());
+  cases.push_back({"more than kMaxSegments", many, -EINVAL});
+  Request hole = make_request(Op::write, f.get(), nullptr, 0, 4096, 6);
+  hole.iov = null_base.data();
+  hole.iov_count = 1;
+  cases.push_back({"a segment without memory", hole, -EFAULT});
+  Request sync = segs.request(f.get(), 0, 7);
+  sync.op = Op::fsync;
+  cases.push_back({"an fsync with segments", sync, -EINVAL});
+
+  auto* inline_engine = dynamic_cast<SyncEngine*>(&engine());
+  for (const Bad& b : cases) {
+    SCOPED_TRACE(b.what);
+    expect_result(b.r, run(b.r), b.want);
+    if (inline_engine != nullptr) expect_result(b.r, inline_engine->execute(b.r), b.want);
+  }
+  // A read-only file refuses a vectored write as it refuses a plain one.
+  auto ro = open_file(path, Open::read);
+  ASSERT_TRUE(ro);
+  Request w = segs.request(ro.get(), 0, 8);
+  expect_result(w, run(w), -EBADF);
+  EXPECT_EQ(engine().close(*f), std::error_code());
+  if (!stores_data()) GTEST_SKIP() << kNoData << " (results were checked)";
+  expect_file_equals(path, model, "after refused requests: ");
+}
+
+// An injected short write of a vectored request: the fault engine cuts the segment array, the
+// result is fewer bytes than asked, and exactly that prefix is on disk (plain and bounced).
+TEST_P(EngineConformance, ShortVectoredWriteReportsWhatLanded) {
+  for (const auto* shape_name : {"aligned", "unaligned"}) {
+    SCOPED_TRACE(shape_name);
+    const bool aligned = std::string(shape_name) == "aligned";
+    engines::FaultRule rule;
+    rule.op = engines::FaultOp::write;
+    rule.effect = engines::FaultRule::Effect::short_half;
+    rule.once = true;
+    auto inner = make_engine(config().engine, options_for(config()));
+    ASSERT_TRUE(inner) << inner.error().message;
+    auto e = engines::make_fault(std::move(inner.value()), {rule});
+    const std::string path = scratch_.file(std::string("vectored_short_") + shape_name);
+    std::vector<std::uint8_t> model = pattern(0, 32 * KiB, 900);
+    write_file(path, model);
+    auto f = open_file(path, Open::read | Open::write, e.get());
+    ASSERT_TRUE(f);
+    const std::uint64_t off = aligned ? 4096 : 4097;
+    const Segments segs(aligned ? std::vector<Segment>{{0, 4096}, {0, 4096}, {0, 4096}, {0, 4096}}
+                                : std::vector<Segment>{{1, 3000}, {0, 5000}, {3, 4000}},
+                        off, 901);
+    const Request w = segs.request(f.get(), off, 77);
+    const Completion c = run_one(*e, w);
+    EXPECT_GT(c.result, 0) << errno_text(c.result);
+    EXPECT_LT(c.result, static_cast<std::int64_t>(segs.bytes.size()));
+    if (c.result > 0) model_write(model, off, segs.bytes.data(), static_cast<std::size_t>(c.result));
+    const bool data = e->capabilities().stores_data;
+    // Visible to a plain read (cstdio and fstream keep completed writes in their stream).
+    Request sync = make_request(Op::fdatasync, f.get(), nullptr, 0, 0, 76);
+    EXPECT_EQ(run_one(*e, sync).result, 0);
+    if (data) expect_file_equals(path, model, "after the short write, result " + std::to_string(c.result) + ": ");
+    // The next vectored write is whole (the rule fired once).
+    const Request again = segs.request(f.get(), off, 78);
+    EXPECT_EQ(run_one(*e, again).result, static_cast<std::int64_t>(segs.bytes.size()));
+    EXPECT_EQ(e->close(*f), std::error_code());
+    model_write(model, off, segs.bytes.data(), segs.bytes.size());
+    if (data) expect_file_equals(path, model, "after the whole write: ");
+  }
+}
+
+/// A synchronous engine over memory whose every write moves at most `chunk` bytes (a vectored
+/// one the first `chunk` bytes of its segments, as a short pwritev would): the base must
+/// continue a short vectored write from the right segment and byte.
+class ChunkyEngine final : public SyncEngine {
+ public:
+  ChunkyEngine(std::uint64_t chunk, bool vectored)
+      : SyncEngine("chunky", caps(vectored), EngineOptions{}), chunk_(chunk) {}
+  std::vector<std::uint8_t> bytes;
+  std::uint64_t native_writes = 0;
+  std::uint64_t vectored_native_writes = 0;
+
+ private:
+  struct File final : EngineFile {
+    File(Engine& e, const std::string& p, OpenMode m) : EngineFile(e, p, m, FileCapabilities{}) {}
+  };
+  static Capabilities caps(bool vectored) {
+    Capabilities c;
+    c.vectored_writes = vectored;
+    return c;
+  }
+  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override {
+    return std::unique_ptr<EngineFile>(std::make_unique<File>(*this, path, mode));
+  }
+  std::error_code do_close(EngineFile&) override { return {}; }
+  std::int64_t transfer(const Request& r) override {
+    if (r.op != Op::write) return 0;
+    std::lock_guard<std::mutex> g(mu_);
+    ++native_writes;
+    if (r.iov_count != 0) ++vectored_native_writes;
+    const std::uint64_t n = std::min(r.length, chunk_);
+    std::vector<std::uint8_t> all(r.length);
+    EXPECT_EQ(copy_request_bytes(r, all.data()), r.length);
+    EXPECT_EQ(r.iov_count != 0 ? segment_bytes(r) : r.length, r.length) << "the array the base passes on";
+    if (bytes.size() < r.offset + n) bytes.resize(r.offset + n);
+    std::memcpy(bytes.data() + r.offset, all.data(), n);
+    return static_cast<std::int64_t>(n);
+  }
+  std::uint64_t chunk_;
+  std::mutex mu_;
+};
+
+// An engine without Capabilities::vectored_writes (one written before vectored requests) gets
+// one plain write of the segments' bytes instead, continued the same way.
+TEST(VectoredShortTransfers, TheBaseContinuesFromTheRightSegmentAndByte) {
+  for (const bool vectored : {true, false})
+  for (const std::uint64_t chunk : {1u, 700u, 4096u, 5000u}) {
+    for (const bool inline_driver : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "chunk " << chunk << (inline_driver ? " execute" : " submit/reap")
+                                        << (vectored ? " vectored engine" : " engine without vectored writes"));
+      ChunkyEngine e(chunk, vectored);
+      auto f = e.open("mem", OpenMode(Open::write));
+      ASSERT_TRUE(f);
+      const Segments segs({{1, 1000}, {0, 0}, {0, 4096}, {7, 3}, {0, 6000}}, 100, 42);
+      const Request w = segs.request(f.value().get(), 100, 1);
+      const Completion c = inline_driver ? e.execute(w) : run_one(e, w);
+      EXPECT_EQ(c.result, static_cast<std::int64_t>(segs.bytes.size()));
+      ASSERT_EQ(e.bytes.size(), 100 + segs.bytes.size());
+      EXPECT_EQ(mismatch(e.bytes.data() + 100, segs.bytes.data(), segs.bytes.size(), 100), "");
+      EXPECT_EQ(e.native_writes, (segs.bytes.size() + chunk - 1) / chunk);
+      if (vectored) {
+        EXPECT_EQ(e.vectored_native_writes, e.native_writes) << "continuations stay vectored";
+      } else {
+        EXPECT_EQ(e.vectored_native_writes, 0u) << "the base copies the segments for this engine";
+      }
+      EXPECT_EQ(e.close(*f.value()), std::error_code());
+    }
+  }
 }
 
 TAI_INSTANTIATE_ENGINE_CONFIGS(EngineConformance);

@@ -511,7 +511,7 @@ int run_overhead(const OverheadOptions& o) {
   fmt::print("\n");
   table.print(stdout);
 
-  // TAI's overhead targets (README).
+  // TAI's overhead targets (docs/results/README.md).
   fmt::print("\ntargets:\n");
   auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
   for (const auto& row : rows) {

@@ -130,7 +130,13 @@ CrashEvent CrashSimEngine::event_for(const Request& r, std::uint64_t submit_seq)
     // The buffer is valid and unmodified until the completion is reaped (Request's contract),
     // which has not happened yet: reaping is this thread's job.
     e.data.resize(r.length);
-    std::memcpy(e.data.data(), r.buffer, r.length);
+    copy_request_bytes(r, e.data.data());
+    if (r.iov_count > 1) {
+      std::vector<std::uint64_t>& lengths = segments_[r.user_data];
+      lengths.clear();
+      for (std::uint32_t k = 0; k < r.iov_count; ++k)
+        if (r.iov[k].iov_len != 0) lengths.push_back(r.iov[k].iov_len);
+    }
   }
   e.submit_seq = submit_seq;
   return e;
@@ -235,10 +241,43 @@ std::size_t CrashSimEngine::do_reap(Completion* out, std::size_t max, std::size_
       in_flight_.erase(it);
       if (e.complete_seq == 0) e.complete_seq = take_seq();  // asynchronous: completes when reaped
       e.result = out[k].result;
-      append_locked(std::move(e));
+      auto seg = segments_.find(out[k].user_data);
+      if (seg == segments_.end()) {
+        append_locked(std::move(e));
+      } else {
+        const std::vector<std::uint64_t> lengths = std::move(seg->second);
+        segments_.erase(seg);
+        append_write_locked(std::move(e), lengths);
+      }
     }
   }
   return n + got;
+}
+
+void CrashSimEngine::append_write_locked(CrashEvent e, const std::vector<std::uint64_t>& segments) {
+  // pwritev gives no more atomicity than the pwrites it replaces: each segment reaches the disk
+  // (or not, or torn) on its own. A segment the write covered in full is a complete write; the
+  // one it ended inside is short, and those past it moved nothing (short: never durable).
+  const std::int64_t total = e.result;
+  std::uint64_t at = 0;
+  for (const std::uint64_t len : segments) {
+    CrashEvent piece;
+    piece.kind = e.kind;
+    piece.file = e.file;
+    piece.op = e.op;
+    piece.offset = e.offset + at;
+    piece.data.assign(e.data.begin() + static_cast<std::ptrdiff_t>(at),
+                      e.data.begin() + static_cast<std::ptrdiff_t>(at + len));
+    piece.submit_seq = e.submit_seq;
+    piece.complete_seq = e.complete_seq;
+    if (total < 0)
+      piece.result = total;
+    else
+      piece.result = static_cast<std::int64_t>(
+          std::min<std::uint64_t>(len, static_cast<std::uint64_t>(total) > at ? static_cast<std::uint64_t>(total) - at : 0));
+    append_locked(std::move(piece));
+    at += len;
+  }
 }
 
 std::unique_ptr<CrashSimEngine> make_crashsim(std::unique_ptr<Engine> inner, CrashSimOptions options) {

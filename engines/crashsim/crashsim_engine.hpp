@@ -153,6 +153,10 @@ class CrashSimEngine final : public WrapperEngine {
   CrashLog log_;
   std::unordered_map<std::string, std::uint32_t> path_ids_;
   std::unordered_map<std::uint64_t, CrashEvent> in_flight_;  // native user_data -> its event
+  /// Logs a completed write event; a vectored one (segments non-empty) as the writes it is
+  /// made of, one event per segment with the same times, each with its share of the result.
+  void append_write_locked(CrashEvent e, const std::vector<std::uint64_t>& segments);
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> segments_;  // vectored: segment lengths
   // Completions of absorbed syncs (forward_syncs == false), returned by the next do_reap. Only
   // the queue owner's thread touches it (submit and reap are single-threaded by contract).
   std::vector<Completion> local_;

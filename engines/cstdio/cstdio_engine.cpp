@@ -10,12 +10,14 @@
 #include <utility>
 
 #include "engines/common/posix_open.hpp"
+#include "engines/common/segments.hpp"
 
 namespace tai::engines {
 namespace {
 
 Capabilities cstdio_capabilities() {
   Capabilities c;
+  c.vectored_writes = true;
   c.asynchronous = false;
   c.direct_io = false;  // stdio buffers everything; O_DIRECT underneath would break it
   c.durable_sync = true;
@@ -196,6 +198,7 @@ std::error_code CstdioEngine::do_close(EngineFile& file) {
   return f.close_locked();
 }
 
+
 std::int64_t CstdioEngine::transfer(const Request& request) {
   auto& f = static_cast<CstdioFile&>(*request.file);
   std::lock_guard<std::mutex> lock(f.mutex_);
@@ -204,7 +207,11 @@ std::int64_t CstdioEngine::transfer(const Request& request) {
     case Op::read:
       return f.read_locked(request.buffer, request.offset, request.length);
     case Op::write:
-      return f.write_locked(request.buffer, request.offset, request.length);
+      return request.iov_count != 0
+                   ? detail::write_segments(request, [&f](const void* b, std::uint64_t o, std::uint64_t n) {
+                       return f.write_locked(b, o, n);
+                     })
+                   : f.write_locked(request.buffer, request.offset, request.length);
     case Op::fsync:
       return f.sync_locked(false);
     case Op::fdatasync:

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <utility>
 
+#include "engines/common/segments.hpp"
+
 namespace tai::engines {
 namespace {
 
@@ -456,6 +458,12 @@ std::size_t FaultEngine::do_submit(const Request* requests, std::size_t n) {
     }
     Request shorter = r;
     shorter.length = length;
+    if (r.iov_count != 0) {
+      std::vector<::iovec>& cut = short_segments_[r.user_data];
+      detail::segments_within(r, 0, length, cut);
+      shorter.iov = cut.data();
+      shorter.iov_count = static_cast<std::uint32_t>(cut.size());
+    }
     if (kernel_links && r.link) {
       // The kernel fails a link chain on a short transfer: what follows is cancelled.
       shorter.link = false;
@@ -507,7 +515,10 @@ std::size_t FaultEngine::do_submit(const Request* requests, std::size_t n) {
 
 bool FaultEngine::on_inner(Completion& c) {
   auto it = tracked_.find(c.user_data);
-  if (it == tracked_.end()) return true;  // a sync, or an injected short transfer: as it is
+  if (it == tracked_.end()) {  // a sync, or an injected short transfer: as it is
+    short_segments_.erase(c.user_data);
+    return true;
+  }
   Tracked& t = it->second;
   const Request& r = t.request;
   if (c.result < 0) {  // an error after partial progress is the error, as in the base
@@ -525,7 +536,13 @@ bool FaultEngine::on_inner(Completion& c) {
     return true;
   }
   Request rest = r;
-  rest.buffer = static_cast<std::byte*>(r.buffer) + t.done;
+  if (r.iov_count != 0) {
+    detail::segments_within(r, t.done, r.length - t.done, t.rest);
+    rest.iov = t.rest.data();
+    rest.iov_count = static_cast<std::uint32_t>(t.rest.size());
+  } else {
+    rest.buffer = static_cast<std::byte*>(r.buffer) + t.done;
+  }
   rest.offset = r.offset + t.done;
   rest.length = r.length - t.done;
   rest.link = false;

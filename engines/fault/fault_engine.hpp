@@ -154,6 +154,7 @@ class FaultEngine final : public WrapperEngine {
   struct Tracked {
     Request request;        // as the base issued it
     std::uint64_t done = 0; // bytes moved by the completed pieces
+    std::vector<::iovec> rest;  // a vectored write's segments past `done` (the continuation's array)
   };
 
   /// The rule of kind `kind` (open or close) that fires for this call, or -1; counts and spends.
@@ -167,6 +168,9 @@ class FaultEngine final : public WrapperEngine {
   std::vector<Completion> local_;   // injected completions, returned by do_reap first
   std::unordered_map<std::uint64_t, Tracked> tracked_;  // native user_data -> request being continued
   std::vector<Request> continuations_;  // the rest of short transfers the inner engine has not taken yet
+  // The cut segment arrays of vectored writes an injected short transfer shortened, until their
+  // completion (native user_data -> array): the inner engine reads them until then.
+  std::unordered_map<std::uint64_t, std::vector<::iovec>> short_segments_;
   std::vector<Completion> inner_out_;   // scratch for native_reap
   std::mutex open_close_mu_;            // decide_open_close: open and close come from any thread
 };

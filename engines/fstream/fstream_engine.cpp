@@ -11,12 +11,14 @@
 #include <utility>
 
 #include "engines/common/posix_open.hpp"
+#include "engines/common/segments.hpp"
 
 namespace tai::engines {
 namespace {
 
 Capabilities fstream_capabilities() {
   Capabilities c;
+  c.vectored_writes = true;
   c.asynchronous = false;
   c.direct_io = false;
   c.durable_sync = true;  // through the kept descriptor, see the header
@@ -242,6 +244,7 @@ std::error_code FstreamEngine::do_close(EngineFile& file) {
   return f.close_locked();
 }
 
+
 std::int64_t FstreamEngine::transfer(const Request& request) {
   auto& f = static_cast<FstreamFile&>(*request.file);
   std::lock_guard<std::mutex> lock(f.mutex_);
@@ -251,7 +254,11 @@ std::int64_t FstreamEngine::transfer(const Request& request) {
       case Op::read:
         return f.read_locked(request.buffer, request.offset, request.length);
       case Op::write:
-        return f.write_locked(request.buffer, request.offset, request.length);
+        return request.iov_count != 0
+                   ? detail::write_segments(request, [&f](const void* b, std::uint64_t o, std::uint64_t n) {
+                       return f.write_locked(b, o, n);
+                     })
+                                     : f.write_locked(request.buffer, request.offset, request.length);
       case Op::fsync:
         return f.sync_locked(false);
       case Op::fdatasync:

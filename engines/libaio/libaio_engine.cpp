@@ -92,6 +92,7 @@ Error setup_error(int err, std::uint64_t events, std::uint64_t depth, const deta
 
 Capabilities libaio_capabilities() {
   Capabilities c;
+  c.vectored_writes = true;
   c.asynchronous = true;
   c.direct_io = true;
   c.durable_sync = true;
@@ -234,7 +235,12 @@ std::size_t LibaioEngine::do_submit(const Request* requests, std::size_t n) {
         io_prep_pread(cb, fd, r.buffer, length, static_cast<long long>(r.offset));
         break;
       case Op::write:
-        io_prep_pwrite(cb, fd, r.buffer, length, static_cast<long long>(r.offset));
+        // A vectored write's sum may pass kMaxNativeLength: the kernel then writes short and
+        // the base continues, as with one buffer.
+        if (r.iov_count != 0)
+          io_prep_pwritev(cb, fd, r.iov, static_cast<int>(r.iov_count), static_cast<long long>(r.offset));
+        else
+          io_prep_pwrite(cb, fd, r.buffer, length, static_cast<long long>(r.offset));
         break;
       case Op::fsync:
         io_prep_fsync(cb, fd);

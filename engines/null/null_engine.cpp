@@ -12,6 +12,7 @@ namespace {
 
 Capabilities null_capabilities() {
   Capabilities c;
+  c.vectored_writes = true;
   c.asynchronous = false;
   c.direct_io = true;  // no constraint to honour, so "direct" costs nothing
   c.durable_sync = false;

@@ -16,6 +16,7 @@ namespace {
 
 Capabilities posix_capabilities() {
   Capabilities c;
+  c.vectored_writes = true;
   c.asynchronous = false;
   c.direct_io = true;
   c.durable_sync = true;
@@ -71,7 +72,8 @@ std::int64_t PosixEngine::transfer(const Request& request) {
       break;
     case Op::write:
       do {
-        n = ::pwrite(fd, request.buffer, request.length, offset);
+        n = request.iov_count != 0 ? ::pwritev(fd, request.iov, static_cast<int>(request.iov_count), offset)
+                                   : ::pwrite(fd, request.buffer, request.length, offset);
       } while (n < 0 && errno == EINTR);
       break;
     case Op::fsync:

@@ -125,11 +125,12 @@ void RecordingEngine::log_request(const Request& r, std::uint64_t submit_seq, st
   e.offset = r.offset;
   e.length = r.length;
   e.link = r.link;
-  if (with_data && r.op == Op::write && r.buffer != nullptr && r.length > 0) {
+  if (with_data && r.op == Op::write && (r.buffer != nullptr || r.iov_count != 0) && r.length > 0) {
     // The buffer is valid and unmodified until the request's completion is reaped (Request's
-    // contract), which has not happened yet: reaping is this thread's job.
+    // contract), which has not happened yet: reaping is this thread's job. A vectored write is
+    // logged as the bytes it carries, in order.
     e.data.resize(r.length);
-    std::memcpy(e.data.data(), r.buffer, r.length);
+    copy_request_bytes(r, e.data.data());
   }
   in_flight_[r.user_data] = cleared_before_ + log_.size();
   log_.push_back(std::move(e));

@@ -451,6 +451,7 @@ Result<std::unique_ptr<UringEngine>> UringEngine::create(const EngineOptions& op
   caps.linked_requests = !iopoll;
   caps.registered_files = options.uring_register_files;
   caps.registered_buffers = options.uring_register_buffers;
+  caps.vectored_writes = true;
   return std::unique_ptr<UringEngine>(new UringEngine(options, caps, std::move(impl)));
 }
 
@@ -593,8 +594,12 @@ std::size_t UringEngine::do_submit(const Request* requests, std::size_t n) {
     switch (r.op) {
       case Op::read:
       case Op::write: {
-        const Impl::FixedBuffer* fixed = m.fixed_buffer_of(r.buffer, length);
-        if (r.op == Op::read) {
+        // Segments are never fixed buffers (IORING_OP_WRITEV reads the array, which must stay
+        // valid until the completion: Request's buffer rule covers it).
+        const Impl::FixedBuffer* fixed = r.iov_count != 0 ? nullptr : m.fixed_buffer_of(r.buffer, length);
+        if (r.iov_count != 0) {
+          io_uring_prep_writev(sqe, target, r.iov, r.iov_count, r.offset);
+        } else if (r.op == Op::read) {
           if (fixed) io_uring_prep_read_fixed(sqe, target, r.buffer, length, r.offset, static_cast<int>(fixed->index));
           else io_uring_prep_read(sqe, target, r.buffer, length, r.offset);
         } else {

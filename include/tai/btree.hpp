@@ -95,9 +95,12 @@
 //    groups meet at the block boundaries (the first group ends at its block's end, the next
 //    starts at 0, ...) with ONE engine write of at most BTreeOptions::gather_bytes, instead of
 //    one request per block: a 150 KB record in 4 KiB blocks costs one request, not 37 (measured
-//    in docs/gathered_write_back.md). The bytes are copied into a staging buffer charged to the
-//    quota (none available: per-block write-back, as before), so the strict limit still bounds
-//    every byte of data the tree holds. Each block is marked busy as its own write-back would be
+//    in docs/gathered_write_back.md). The write is vectored (Request::iov, one segment per
+//    block, straight from the blocks: no copy, no extra memory) when BTreeOptions::
+//    vectored_write_back is on (off by default, see there) and, on a direct file, every segment meets the
+//    direct-I/O memory and length alignment (4 KiB blocks do). Otherwise the bytes are copied
+//    into a staging buffer charged to the quota (none available: per-block write-back, as
+//    before), so the strict limit still bounds every byte of data the tree holds. Each block is marked busy as its own write-back would be
 //    (later steps park), stamped with the same issue epoch, and completes in its own write_back
 //    io_done step with its share of the result: a failed or short gathered write fails every
 //    block it covered (all stay dirty, the error is recorded), so the failure rules below hold
@@ -207,6 +210,12 @@ struct BTreeOptions {
   /// Gathered write-back (see the header comment): the most bytes one engine write may carry
   /// for adjacent dirty blocks under one parent. 0: every block is written back on its own.
   std::uint64_t gather_bytes = std::uint64_t{1} << 20;
+  /// A gathered write-back goes to the engine as one vectored write of the blocks themselves
+  /// (see the header comment) instead of through a staging copy. Off by default: on the shared
+  /// 2-vCPU VM of docs/results/cache-cost.md it cost the File API more system time than the copy
+  /// it saves (six A/B pairs, io_uring, buffered). On, it needs no memory for the gather, so a
+  /// full quota still gathers.
+  bool vectored_write_back = false;
   /// Write-around (see the header comment): a write of at least this many bytes whose piece
   /// reaches a node that holds no block and has no children goes to the engine uncached, as
   /// BTreeTrivial would send it, instead of allocating blocks for it. 0: off (every write is

@@ -19,11 +19,17 @@
 //    aligned buffer; a write whose ends are not block-aligned does read-modify-write of its
 //    partial edge blocks, and writes overlapping an in-flight read-modify-write wait for it.
 //    A raw EINVAL from O_DIRECT never reaches the user. Cost: one allocation and one memcpy of
-//    the request, plus up to two block reads per unaligned write (measured in the README).
+//    the request, plus up to two block reads per unaligned write (measured in docs/results/README.md).
 //  * short transfers: a native read or write that moved fewer bytes than asked is continued
 //    until done, end of file (reads) or an error; the completion reports the total.
 //  * a zero-length read or write completes at once with result 0.
+//  * vectored writes (Request::iov): checked (only writes, the segments' sum equals length, at
+//    most kMaxSegments), continued segment by segment after a short transfer, on a direct file
+//    bounced through one aligned copy when any segment misses the alignment, and copied into
+//    one buffer for engines without Capabilities::vectored_writes.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
@@ -110,6 +116,10 @@ struct Capabilities {
   bool registered_buffers = false;  ///< fixed buffers registered with the kernel are in use
   bool registered_files = false;    ///< fixed files registered with the kernel are in use
   bool stores_data = true;          ///< false for null: reads do not return what was written
+  /// Request::iov reaches the engine's native layer as it is (pwritev and the like). Without it
+  /// the base class copies a vectored write's segments into one buffer first, so an engine
+  /// written before vectored requests existed keeps working unchanged.
+  bool vectored_writes = false;
 };
 
 /// Capabilities of one open file.
@@ -143,7 +153,24 @@ struct Request {
   /// with Capabilities::linked_requests chain plain requests in the kernel (IOSQE_IO_LINK); the
   /// base class chains the others itself, at the cost of one reap round trip per link.
   bool link = false;
+  /// A vectored write: when iov_count > 0 the source is these segments, in order (pwritev,
+  /// IORING_OP_WRITEV, io_prep_pwritev where the engine has them, a loop of writes in the
+  /// others), `buffer` is ignored and `length` must equal the segments' sum. The array and the
+  /// memory it names follow `buffer`'s lifetime rule. Only Op::write: another op with segments
+  /// completes with -EINVAL, as does a sum other than length or more than kMaxSegments.
+  /// On a direct file each segment's address and length must meet the file's memory and length
+  /// alignment (and the offset the offset alignment) to go out as it is; otherwise the base
+  /// class gathers the segments into one aligned bounce copy.
+  const ::iovec* iov = nullptr;
+  std::uint32_t iov_count = 0;
+  static constexpr std::uint32_t kMaxSegments = 1024;  // IOV_MAX on Linux
 };
+
+/// Copies the bytes a write request carries (its buffer, or the first `length` bytes of its
+/// segments) to `out`; returns how many (the smaller of length and the segments' sum).
+std::uint64_t copy_request_bytes(const Request& r, void* out) noexcept;
+/// The sum of a request's segment lengths (0 without segments).
+std::uint64_t segment_bytes(const Request& r) noexcept;
 
 /// The outcome of one Request.
 struct Completion {

@@ -143,6 +143,14 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       s.write_behind_ms = ms;
   }
+  if (const char* t = std::getenv("TAI_SYNC_THROUGH"); t && *t) {
+    std::uint64_t bytes = 0;
+    if (!parse_bytes(t, bytes))
+      warn(std::string("TAI_SYNC_THROUGH='") + t + "' is not a byte count (suffixes K, M, G); using " +
+           std::to_string(s.sync_through_bytes));
+    else
+      s.sync_through_bytes = bytes;
+  }
   // The controller's idle flush (ControllerOptions::flush_idle_ns): "off" turns it off, so that
   // only fsync, close, the quota and the write-behind deadline hand cached writes to the kernel
   // (the preload's kill test checks the deadline that way).
@@ -192,6 +200,7 @@ std::atomic<bool> g_handed_back{false};
 std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
+std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_ctl)
 
 // ---------------------------------------------------------------------------------------------
 // The keeper: one thread (started with the first routed file) that hands cached writes to the
@@ -266,12 +275,25 @@ struct Inode {
   std::atomic<int> write_error{0};     // first failed write not yet reported (errno)
   std::atomic<std::uint64_t> writes_submitted{0};  // under mu (atomic for the settle wait)
   std::atomic<std::uint64_t> writes_settled{0};    // by the writes' continuations
+  // writes_submitted as it was when a sync of the file, or a write-back of every file, that
+  // succeeded was submitted: equal to writes_submitted, nothing of the file is cached dirty (a
+  // write-back of everything has nothing to do for it; SQLite takes record locks, which ask for
+  // one, several times per transaction). Written under mu.
+  std::atomic<std::uint64_t> clean_upto{0};
   int writeback_fd = -1;             // TAI's own duplicate, for sync_file_range (-1: none)
   std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
   // Under mu: something went through `file` (a cached write or a read, which may cache what it
   // read) since it was opened. An O_APPEND write goes to the kernel (see append_through_locked),
   // and the cache must then not hold bytes that the kernel's append would make stale.
   bool cache_used = false;
+  // Under mu: write-through (Settings::sync_through_bytes): writes, reads and syncs go to the
+  // kernel on the program's descriptor. Set only when the cache holds nothing dirty of the file
+  // (right after a successful sync that covered every write submitted), and nothing is cached
+  // while it is set, so the kernel's copy is the file; `file` may hold stale clean blocks (then
+  // cache_used is set and they are dropped on the way back) or be closed (a file opened
+  // write-through is given its engine file only when it goes back to the cache).
+  bool through = false;
+  std::uint64_t bytes_since_sync = 0;  // under mu: written since the last sync (or the open)
 
   Inode() = default;
   Inode(const Inode&) = delete;
@@ -375,7 +397,14 @@ int inode_release_open(Inode* ino) noexcept {
 void reopen_locked(Inode& ino, int fd, const char* why) noexcept {
   // Through the descriptor at hand: the one the inode was first opened as may be closed by now
   // (and its number reused).
-  auto f = open_engine_file(ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name, ino.engine_readable);
+  const std::string how = ino.via_proc ? "/proc/self/fd/" + std::to_string(fd) : ino.name;
+  auto f = open_engine_file(how, ino.engine_readable);
+  if (!f && ino.engine_readable && f.error().code == std::errc::permission_denied) {
+    // A file routed write-through was never opened by the engine: the first open learns here
+    // what maybe_route learns for a cached one.
+    ino.engine_readable = false;
+    f = open_engine_file(how, false);
+  }
   if (f) {
     ino.file = std::move(f.value());
   } else {
@@ -401,6 +430,66 @@ int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
   if (::fstat(fd, &st) == 0) ino.size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_release);
   reopen_locked(ino, fd, "truncate");
   return -terr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write-through (Settings::sync_through_bytes)
+
+// Paths of files that went write-through, most recent last: a file opened again under one of
+// them starts write-through (a journal made and deleted by every transaction would otherwise
+// pay a sync through the workers before each of its lives learns it). Bounded; a leaf lock.
+constexpr std::size_t kThroughPaths = 64;
+std::mutex g_through_mu;
+std::vector<std::string>& through_paths() {
+  static auto* v = new std::vector<std::string>;  // never destroyed: used by the exit handler
+  return *v;
+}
+bool through_path_known(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_through_mu);
+  const auto& v = through_paths();
+  return std::find(v.begin(), v.end(), path) != v.end();
+}
+void remember_through_path(const std::string& path, bool through) {
+  try {
+    std::lock_guard<std::mutex> lock(g_through_mu);
+    auto& v = through_paths();
+    v.erase(std::remove(v.begin(), v.end(), path), v.end());
+    if (!through) return;
+    if (v.size() >= kThroughPaths) v.erase(v.begin());
+    v.push_back(path);
+  } catch (...) {
+    // Only a hint for the next open: without it that file starts cached.
+  }
+}
+
+// Under ino.mu: whether the file's transfers and syncs go to the kernel on the program's
+// descriptor: write-through, or the layer is shutting down and the file's cache is closed
+// (shut_down_locked).
+bool kernel_locked(const Inode& ino) noexcept;
+
+// Under ino.mu, after order(): the file leaves write-through. Stale clean blocks (cached before
+// it went write-through, overwritten in the kernel since) go with a close and reopen of the
+// engine file; a file opened write-through gets its first engine file. false (and the file
+// stays write-through, which is always correct) when the engine cannot open it.
+bool leave_through_locked(Inode& ino, int fd) noexcept {
+  if (!ino.through) return true;
+  if (ino.file.is_open() && ino.cache_used) {
+    if (const int err = close_file_locked(ino)) note_error(ino, err);
+  }
+  if (!ino.file.is_open()) {
+    const int before = ino.write_error.load(std::memory_order_acquire);
+    reopen_locked(ino, fd, "leaving write-through");
+    if (!ino.file.is_open()) {
+      // The reopen's EIO: nothing was lost, the kernel has the file.
+      if (before == 0) ino.write_error.store(0, std::memory_order_release);
+      return false;
+    }
+  }
+  ino.through = false;
+  remember_through_path(ino.name, false);
+  logf("%s: back to the cache (more than %" PRIu64 " bytes between syncs)", ino.name.c_str(),
+       g_sync_through.load(std::memory_order_relaxed));
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -652,6 +741,15 @@ bool shut_down_locked(const Inode& ino) noexcept {
   return !ino.file.is_open() && g_down.load(std::memory_order_acquire);
 }
 
+bool kernel_locked(const Inode& ino) noexcept { return ino.through || shut_down_locked(ino); }
+
+// Under ino.mu, before a write of n bytes: a write-through file that has had more than
+// sync_through_bytes written since its last sync goes back to the cache (this write included).
+void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
+  ino.bytes_since_sync += n;
+  if (ino.through && ino.bytes_since_sync > g_sync_through.load(std::memory_order_relaxed)) (void)leave_through_locked(ino, fd);
+}
+
 // count is clamped here. pos: the explicit offset, or the description's (then
 // `append` decides; on return pos is where the bytes went, for the description's offset).
 // Returns bytes or -errno.
@@ -676,7 +774,8 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
     if (r > 0) pos = end >= static_cast<std::uint64_t>(r) ? end - static_cast<std::uint64_t>(r) : 0;
     return r;
   }
-  if (shut_down_locked(ino)) {
+  count_write_locked(ino, fd, n);
+  if (kernel_locked(ino)) {  // write-through, or see shut_down_locked
     ssize_t r;
     do {
       r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
@@ -698,7 +797,8 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
   Receipt r;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
-    if (shut_down_locked(ino)) {  // see shut_down_locked
+    if (kernel_locked(ino)) {  // write-through (the kernel has every byte), or see shut_down_locked
+      if (ino.through) order(ino);
       ssize_t k;
       do {
         k = ::pread(fd, buf, n, static_cast<off_t>(pos));
@@ -718,20 +818,54 @@ int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   Receipt r;
   std::uint64_t target;
+  bool small = false;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
-    if (shut_down_locked(ino)) {  // see shut_down_locked: the kernel has every byte
-      const int rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
-      return rc < 0 ? -errno : 0;
+    if (kernel_locked(ino)) {
+      // Write-through: order() first, so that this covers another thread's write that went
+      // through just before (the kernel has every byte then). Or see shut_down_locked.
+      if (ino.through) {
+        order(ino);
+        ino.bytes_since_sync = 0;
+      }
+      int rc;
+      do {
+        rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+      } while (rc < 0 && errno == EINTR);
+      if (rc < 0) return -errno;
+      // An error of a write-back from before the file went write-through (a close of its stale
+      // cache) is reported here, once, as the cached path does.
+      if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;
+      return 0;
     }
     order(ino);
     target = ino.writes_submitted.load(std::memory_order_relaxed);
+    const std::uint64_t through = g_sync_through.load(std::memory_order_relaxed);
+    small = through != 0 && ino.bytes_since_sync <= through;
+    ino.bytes_since_sync = 0;
     r = data_only ? ino.file.fdatasync() : ino.file.fsync();
   }
   const int err = error_of(r);
   settle(ino, target);
   if (err) return -err;
   if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (target > ino.clean_upto.load(std::memory_order_relaxed)) ino.clean_upto.store(target, std::memory_order_relaxed);
+  }
+  if (small) {
+    // Synced often for what it writes: write-through from now on, when nothing was submitted
+    // to the file since this sync (so the cache holds nothing dirty of it: this sync wrote
+    // every earlier write back and made it durable).
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (!ino.through && ino.file.is_open() && ino.writes_submitted.load(std::memory_order_relaxed) == target &&
+        ino.write_error.load(std::memory_order_acquire) == 0 && (!ino.last_sync.valid() || ino.last_sync.finished())) {
+      ino.through = true;
+      remember_through_path(ino.name, true);
+      logf("%s: write-through (synced after at most %" PRIu64 " bytes)", ino.name.c_str(),
+           g_sync_through.load(std::memory_order_relaxed));
+    }
+  }
   return 0;
 }
 
@@ -777,17 +911,23 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
       owned->ino = st.st_ino;
       owned->name = path;
       owned->via_proc = ::access("/proc/self/fd", F_OK) == 0;  // else the path (no /proc)
-      const std::string how = owned->via_proc ? "/proc/self/fd/" + std::to_string(fd) : owned->name;
-      auto f = open_engine_file(how, true);
-      if (!f && f.error().code == std::errc::permission_denied) {
-        owned->engine_readable = false;
-        f = open_engine_file(how, false);
+      if (g_sync_through.load(std::memory_order_relaxed) != 0 && through_path_known(owned->name)) {
+        // Made again under the name of a file that went write-through: it starts so, and gets
+        // its engine file only if it goes back to the cache (leave_through_locked).
+        owned->through = true;
+      } else {
+        const std::string how = owned->via_proc ? "/proc/self/fd/" + std::to_string(fd) : owned->name;
+        auto f = open_engine_file(how, true);
+        if (!f && f.error().code == std::errc::permission_denied) {
+          owned->engine_readable = false;
+          f = open_engine_file(how, false);
+        }
+        if (!f) {
+          logf("%s (fd %d) not routed: %s", path, fd, f.error().message.c_str());
+          return "TAI's engine cannot open it (TAI_LOG=1 says why)";
+        }
+        owned->file = std::move(f.value());
       }
-      if (!f) {
-        logf("%s (fd %d) not routed: %s", path, fd, f.error().message.c_str());
-        return "TAI's engine cannot open it (TAI_LOG=1 says why)";
-      }
-      owned->file = std::move(f.value());
       if (g_start_writeback.load(std::memory_order_relaxed) != 0) {
         const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
         owned->writeback_fd = dup < 0 ? -1 : tai::detail::adopt_own_descriptor(dup);
@@ -944,10 +1084,17 @@ Controller* controller() {
   g_trivial.store(s.trivial_tree, std::memory_order_release);
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
   g_write_behind_ns.store(s.write_behind_ms * 1'000'000u, std::memory_order_release);
+  g_sync_through.store(s.sync_through_bytes, std::memory_order_release);
+  // A new controller caches nothing yet: a stamp left by the last one (restart_for_testing,
+  // whose write-behind may have been off, so that the keeper never cleared it) would keep the
+  // next write from stamping and waking the keeper, and its deadline would pass unseen.
+  g_dirty_since.store(0, std::memory_order_release);
+  g_keeper_wake.fetch_add(1, std::memory_order_release);
+  futex_wake(g_keeper_wake, 1);
   logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64 ", start write-back every %" PRIu64
-       " bytes, write-behind %" PRIu64 " ms", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
+       " bytes, write-behind %" PRIu64 " ms, write-through below %" PRIu64 " bytes per sync", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
        c->options().weak_quota, c->options().strict_quota, s.start_writeback_bytes,
-       s.write_behind_ms);
+       s.write_behind_ms, s.sync_through_bytes);
   g_ctl.store(c, std::memory_order_release);
   return c;
 }
@@ -1062,16 +1209,35 @@ int write_back_all() {
   if (!c) return 0;
   // Every routed file's writes that another thread submitted must reach the cache first.
   std::vector<Receipt> lasts;
-  {
+  std::vector<std::pair<Inode*, std::uint64_t>> dirty;  // each holds a reference
+  try {
     std::lock_guard<std::mutex> lock(g_reg_mu);
     for (auto& [key, ino] : registry()) {
       std::lock_guard<std::mutex> il(ino->mu);
       if (ino->last.valid()) lasts.push_back(ino->last);
+      const std::uint64_t submitted = ino->writes_submitted.load(std::memory_order_relaxed);
+      if (submitted != ino->clean_upto.load(std::memory_order_relaxed)) {
+        ino->refs.fetch_add(1, std::memory_order_relaxed);
+        dirty.emplace_back(ino, submitted);
+      }
     }
+  } catch (const std::bad_alloc&) {
+    for (auto& [ino, n] : dirty) inode_unref(ino);
+    dirty.clear();
+    return error_of(c->flush());  // the slow way: everything
   }
+  if (dirty.empty()) return 0;
   for (auto& r : lasts) r.wait();
   Receipt r = c->flush();
-  return error_of(r);
+  const int err = error_of(r);
+  for (auto& [ino, n] : dirty) {
+    if (err == 0) {
+      std::lock_guard<std::mutex> il(ino->mu);
+      if (n > ino->clean_upto.load(std::memory_order_relaxed)) ino->clean_upto.store(n, std::memory_order_relaxed);
+    }
+    inode_unref(ino);
+  }
+  return err;
 }
 
 namespace {
@@ -1161,6 +1327,7 @@ int write_back_one(Inode& ino) {
     std::lock_guard<std::mutex> lock(ino.mu);
     if (!ino.file.is_open()) return 0;
     order(ino);
+    if (ino.through) return 0;  // nothing of it is cached dirty: the kernel has every byte
     last = ino.last;
   }
   // The last submission first: a write too small to cache goes to the engine as a request of
@@ -1344,7 +1511,8 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   }
   std::uint64_t pos = d->offset;
   if (pos > detail::kOffMax || total > detail::kOffMax - pos) return finish<ssize_t>(-EINVAL, saved);
-  if (detail::shut_down_locked(ino)) {  // see shut_down_locked
+  detail::count_write_locked(ino, fd, std::min(total, detail::kMaxRw));
+  if (detail::kernel_locked(ino)) {  // write-through, or see shut_down_locked
     ssize_t r;
     do {
       r = ::pwritev(fd, iov, iovcnt, static_cast<off_t>(pos));
@@ -1491,6 +1659,17 @@ Receipt fsync_async(int fd) {
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> lock(ino.mu);
   detail::order(ino);
+  // A receipt is the controller's: the file goes back to the cache (write-through is for the
+  // synchronous fsync; the kernel has every byte written through so far, and this sync, an
+  // engine sync of the same inode, covers them).
+  if (!detail::leave_through_locked(ino, fd)) {
+    Controller* c = detail::g_ctl.load(std::memory_order_acquire);
+    if (!c) return File().fsync();  // rejected: EBADF
+    return c->submit([fd] {
+      if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
+    });
+  }
+  ino.bytes_since_sync = 0;
   Receipt r = ino.file.fsync();
   ino.last = r;
   ino.last_sync = r;
@@ -1505,6 +1684,9 @@ int barrier(int fd) {
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> lock(ino.mu);
   detail::order(ino);
+  // The barrier is the controller's (see fsync_async); a file that cannot leave write-through
+  // gets the kernel's sync, which orders as much.
+  if (!detail::leave_through_locked(ino, fd)) return finish(::fdatasync(fd) < 0 ? -errno : 0, saved);
   Receipt r = ino.file.barrier();
   if (r.finished() && !r.ok()) return finish(-detail::error_of(r), saved);
   ino.last = r;

@@ -57,12 +57,22 @@ struct Settings {
   /// can take is bounded by it. 0: off (the cache keeps data until close, fsync, exit or the
   /// controller's own idle and quota write-back).
   std::uint64_t write_behind_ms = 200;
+  /// TAI_SYNC_THROUGH: a file whose fsync (or fdatasync) finds at most this many bytes written
+  /// since its previous one (or its open) is synced often for what it writes: from then on its
+  /// writes, reads and syncs go straight to the kernel on the program's descriptor, as libc's
+  /// would ("write-through"), until more than this many bytes are written between two of its
+  /// syncs, when it goes back to the cache. Between a write and the fsync that follows it the
+  /// cache has nothing to hide (the fsync waits for the write-back and the device either way),
+  /// and each fsync through the workers costs a wake-up and a round trip. The path is
+  /// remembered, so a file made again under the same name (SQLite's rollback journal, made and
+  /// deleted by every transaction) starts write-through. 0: off (every routed file is cached).
+  std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
 };
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
-/// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
+/// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_SYNC_THROUGH, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 
 /// The process-wide controller, made on first call (thread-safe); nullptr when it cannot be made

@@ -127,7 +127,15 @@ class MemoryFile final : public IoExecutor {
       }
       case Op::write:
         if (fail_writes_ != 0) return {r.user_data, fail_writes_};
-        if (r.length > 0) image_.write(r.offset, r.length, static_cast<const std::uint8_t*>(r.buffer));
+        if (r.iov_count != 0) {
+          // A vectored write (the tree's gathered write-back): the bytes of its segments.
+          ++vectored_;
+          std::vector<std::uint8_t> bytes(r.length);
+          copy_request_bytes(r, bytes.data());
+          if (r.length > 0) image_.write(r.offset, r.length, bytes.data());
+        } else if (r.length > 0) {
+          image_.write(r.offset, r.length, static_cast<const std::uint8_t*>(r.buffer));
+        }
         bytes_written_ += r.length;
         return {r.user_data, static_cast<std::int64_t>(r.length)};
       case Op::fsync:
@@ -143,6 +151,8 @@ class MemoryFile final : public IoExecutor {
   std::uint64_t bytes_written() const { return bytes_written_; }
   std::uint64_t requests() const { return requests_; }
   std::uint64_t syncs() const { return syncs_; }
+  /// Vectored writes (Request::iov) served.
+  std::uint64_t vectored() const { return vectored_; }
 
  private:
   std::mutex mu_;
@@ -152,6 +162,7 @@ class MemoryFile final : public IoExecutor {
   std::uint64_t bytes_written_ = 0;
   std::uint64_t requests_ = 0;
   std::uint64_t syncs_ = 0;
+  std::uint64_t vectored_ = 0;
 };
 
 /// Passes requests on to another executor and logs them (for tests that check what reached

@@ -221,11 +221,13 @@ TEST(PreloadKill, WriterKeepsSyncedAndDeadlineOldWrites) {
     // (TAI_START_WRITEBACK=0), the controller's idle flush (TAI_FLUSH_IDLE_MS=off, else any
     // 2 ms the writer is not scheduled hands everything over) and the write-around of writes of
     // a page or more (TAI_WRITE_AROUND=0: they would go to the kernel uncached, and the cached
-    // writes around them with them), only the writer's fsyncs and the deadline give its writes
-    // to the kernel (the quota is not reached at this pace). The others run with the preload's
-    // defaults.
+    // writes around them with them) and write-through after small syncs (TAI_SYNC_THROUGH=0: a
+    // file synced after at most 1 MiB would bypass the cache from then on), only the writer's
+    // fsyncs and the deadline give its writes to the kernel (the quota is not reached at this
+    // pace). The others run with the preload's defaults.
     std::vector<std::string> vars = {std::string("TAI_QUOTA=") + kQuota};
-    if (deadline_alone) vars.insert(vars.end(), {"TAI_START_WRITEBACK=0", "TAI_FLUSH_IDLE_MS=off", "TAI_WRITE_AROUND=0"});
+    if (deadline_alone)
+      vars.insert(vars.end(), {"TAI_START_WRITEBACK=0", "TAI_FLUSH_IDLE_MS=off", "TAI_WRITE_AROUND=0", "TAI_SYNC_THROUGH=0"});
     const std::vector<std::string> env = preload_env(dir, vars);
     Child c = spawn_preloaded({TAI_KILL_PRELOAD_WRITER, file, std::to_string(seed), "2500", max_gap_ms}, env, PRELOAD_KILL_EVENT_FD);
     ASSERT_TRUE(c.error.empty()) << c.error;

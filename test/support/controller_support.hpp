@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_env.hpp"
 #include "tai/config.hpp"
 #include "tai/engines/crashsim/byte_pattern.hpp"
 #include "tai/engine_selector.hpp"
@@ -121,15 +122,15 @@ inline bool thread_sanitized_build() { return std::string(TAI_SANITIZE) == "thre
 
 /// The factor randomized controller tests scale their operation counts by: 1 in an optimised
 /// build, 0.2 in a debug build or under a sanitizer (measured on the 2-core development VM:
-/// the order test's 640,000 operations take ~4 s in a debug build and ~15 s under TSan).
-/// `env` (a factor) overrides.
+/// the order test's 640,000 operations take ~4 s in a debug build and ~15 s under TSan), times
+/// test_depth_factor(). `env` (a factor) overrides both.
 inline double controller_test_scale(const char* env) {
   if (const char* s = std::getenv(env)) return std::strtod(s, nullptr);
-  if (sanitized_build()) return 0.2;
+  if (sanitized_build()) return 0.2 * test_depth_factor();
 #ifndef NDEBUG
-  return 0.2;
+  return 0.2 * test_depth_factor();
 #else
-  return 1.0;
+  return 1.0 * test_depth_factor();
 #endif
 }
 

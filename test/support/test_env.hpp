@@ -16,6 +16,15 @@
 
 namespace tai::test {
 
+/// The depth of the run: `make test` (a developer's quick check) sets TAI_TEST_DEPTH=quick and
+/// the randomized suites run a quarter of their counts; `make check`, CI and a plain ctest run
+/// them in full (unset, or any other value). A suite that needs a minimum count to mean
+/// anything clamps to it after scaling.
+inline double test_depth_factor() {
+  const char* d = std::getenv("TAI_TEST_DEPTH");
+  return d != nullptr && std::string(d) == "quick" ? 0.25 : 1.0;
+}
+
 /// A fresh directory under $TAI_TEST_DIR (default: /var/tmp, usually a disk file system where
 /// O_DIRECT works, unlike tmpfs before Linux 6.6; $TMPDIR or /tmp where there is no writable
 /// /var/tmp, as in a bare chroot) removed with everything in it when the object goes. Tests that

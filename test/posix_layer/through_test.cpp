@@ -1,0 +1,232 @@
+// Write-through (Settings::sync_through_bytes, TAI_SYNC_THROUGH): a file synced after little
+// data goes straight to the kernel, and back to the cache when much is written between syncs.
+// Every test checks what the kernel has (a plain ::open/::pread), what the layer reads back,
+// and, through the recording engine, that the sync which moved a file to write-through had
+// written every cached byte back and synced it before the file's writes started to bypass the
+// cache.
+#include <memory>
+#include <thread>
+
+#include "engines/recording/recording_engine.hpp"
+#include "posix_layer/support.hpp"
+
+namespace tai::test {
+namespace {
+
+constexpr std::uint64_t kThrough = 64 * 1024;
+
+class Through : public LayerTest {
+ protected:
+  void SetUp() override { restart(settings(kThrough)); }
+
+  // No idle write-back and no write-behind: a cached write reaches the kernel only at a sync
+  // or close, so kernel_contents() tells a cached write from one that went through.
+  posix::detail::Settings settings(std::uint64_t through) {
+    posix::detail::Settings s = layer_settings();
+    s.options.flush_idle_ns = -1;
+    s.write_behind_ms = 0;
+    s.start_writeback_bytes = 0;
+    s.sync_through_bytes = through;
+    auto rec = std::make_shared<engines::RecordingEngine*>(nullptr);
+    recording_ = rec;
+    s.options.engine = "recording";
+    s.setup = [rec](Controller& c) {
+      auto r = engines::make_recording(engines::make_posix({}));
+      *rec = r.get();
+      c.add_engine("recording", std::move(r));
+    };
+    return s;
+  }
+  engines::RecordingEngine& log() { return **recording_; }
+
+  std::string read_back(int fd, std::size_t n, std::uint64_t at) {
+    std::string got(n, '\0');
+    const ssize_t r = posix::pread(fd, got.data(), n, static_cast<off_t>(at));
+    if (r < 0) return "<pread failed: " + std::string(std::strerror(errno)) + ">";
+    got.resize(static_cast<std::size_t>(r));
+    return got;
+  }
+
+ private:
+  std::shared_ptr<engines::RecordingEngine*> recording_;
+};
+
+// The requests the engine was handed (the tests that read them have one file open).
+std::vector<engines::RecordEntry> requests_of(const engines::RecordingEngine& log) {
+  std::vector<engines::RecordEntry> out;
+  for (const auto& e : log.snapshot())
+    if (e.kind == engines::RecordEntry::Kind::request) out.push_back(e);
+  return out;
+}
+
+TEST_F(Through, ASmallSyncMovesTheFileToTheKernelAfterMakingTheCacheDurable) {
+  const std::string path = file("small.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string a = pattern(3000, 1), b = pattern(2000, 2);
+  ASSERT_EQ(posix::pwrite(fd, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+  ASSERT_EQ(posix::pwrite(fd, b.data(), b.size(), 5000), static_cast<ssize_t>(b.size()));
+  EXPECT_EQ(kernel_contents(path), "") << "a write before the first sync is cached";
+  ASSERT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
+  std::string want = a + std::string(2000, '\0') + b;
+  EXPECT_TRUE(kernel_contents(path) == want);
+
+  // What the engine did for that fsync: every write of the file completed before the sync was
+  // handed over, and the sync completed without error.
+  const auto reqs = requests_of(log());
+  std::uint64_t last_write_done = 0, sync_submitted = 0, written = 0;
+  bool synced_ok = false;
+  for (const auto& e : reqs) {
+    if (e.op == Op::write) {
+      ASSERT_TRUE(e.complete_ok()) << e.to_string();
+      last_write_done = std::max(last_write_done, e.complete_seq);
+      written += e.length;
+    } else if (e.op == Op::fsync || e.op == Op::fdatasync) {
+      sync_submitted = e.submit_seq;
+      synced_ok = e.complete_ok();
+    }
+  }
+  EXPECT_EQ(written, a.size() + b.size());
+  ASSERT_NE(sync_submitted, 0u) << "the fsync reached the engine";
+  EXPECT_TRUE(synced_ok);
+  EXPECT_LT(last_write_done, sync_submitted);
+  const std::size_t engine_requests = log().size();
+
+  // From now on the kernel has each write as it returns; the engine sees none of them.
+  const std::string c = pattern(1500, 3);
+  ASSERT_EQ(posix::pwrite(fd, c.data(), c.size(), 1000), static_cast<ssize_t>(c.size()));
+  want.replace(1000, c.size(), c);
+  EXPECT_TRUE(kernel_contents(path) == want) << "a write after a small sync goes through";
+  EXPECT_EQ(read_back(fd, want.size(), 0), want);
+  ASSERT_EQ(posix::fdatasync(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(log().size(), engine_requests) << "write-through bypasses the engine";
+  struct stat st {};
+  ASSERT_EQ(posix::fstat(fd, &st), 0);
+  EXPECT_EQ(static_cast<std::size_t>(st.st_size), want.size());
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == want);
+}
+
+TEST_F(Through, ManyBytesBetweenSyncsGoBackToTheCacheWithoutStaleBlocks) {
+  const std::string path = file("back.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  // Cached, then synced: the cache keeps a clean copy of these bytes.
+  std::string want = pattern(4096, 4);
+  ASSERT_EQ(write_all(fd, want), 4096);
+  ASSERT_EQ(read_back(fd, 4096, 0), want);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  // Write-through over them: the cache's copy is stale now.
+  const std::string over = pattern(4096, 5);
+  ASSERT_EQ(posix::pwrite(fd, over.data(), over.size(), 0), 4096);
+  want = over;
+  EXPECT_TRUE(kernel_contents(path) == want);
+  // More than the threshold before the next sync: back to the cache, at the write that
+  // crosses it.
+  std::uint64_t at = 4096;
+  for (int i = 0; i < 20; ++i) {
+    const std::string p = pattern(8192, 10 + static_cast<unsigned>(i));
+    ASSERT_EQ(posix::pwrite(fd, p.data(), p.size(), static_cast<off_t>(at)), 8192);
+    want += p;
+    at += p.size();
+  }
+  EXPECT_LT(kernel_contents(path).size(), want.size()) << "the writes past the threshold are cached";
+  // The layer reads what was written through, not the cache's stale copy of it.
+  EXPECT_EQ(read_back(fd, want.size(), 0), want);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == want);
+  // That sync covered more than the threshold: the file stays cached.
+  const std::string tail = pattern(100, 40);
+  ASSERT_EQ(posix::pwrite(fd, tail.data(), tail.size(), static_cast<off_t>(at)), 100);
+  EXPECT_TRUE(kernel_contents(path) == want) << "cached again";
+  want += tail;
+  EXPECT_EQ(read_back(fd, want.size(), 0), want);
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == want);
+}
+
+TEST_F(Through, AFileMadeAgainUnderTheSameNameStartsThrough) {
+  const std::string journal = file("db-journal");
+  for (int life = 0; life < 3; ++life) {
+    const int fd = posix::open(journal.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    const std::string p = pattern(1000, 20 + static_cast<unsigned>(life));
+    ASSERT_EQ(write_all(fd, p), 1000);
+    if (life == 0) {
+      EXPECT_EQ(kernel_contents(journal), "") << "a new name starts cached";
+    } else {
+      EXPECT_TRUE(kernel_contents(journal) == p) << "life " << life << ": the name was synced small before";
+    }
+    ASSERT_EQ(posix::fsync(fd), 0);
+    EXPECT_TRUE(kernel_contents(journal) == p);
+    ASSERT_EQ(posix::close(fd), 0);
+    ASSERT_EQ(::unlink(journal.c_str()), 0);
+  }
+  const std::string other = file("other");
+  const int fd = posix::open(other.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, "cached"), 6);
+  EXPECT_EQ(kernel_contents(other), "") << "another name starts cached";
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_EQ(kernel_contents(other), "cached");
+}
+
+TEST_F(Through, AReceiptOrABarrierTakesTheFileBackToTheController) {
+  const std::string path = file("receipt.dat");
+  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, "first"), 5);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(write_all(fd, "second"), 6);
+  EXPECT_EQ(kernel_contents(path), "firstsecond");
+  Receipt r = posix::fsync_async(fd);
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(write_all(fd, "third"), 5);
+  EXPECT_EQ(kernel_contents(path), "firstsecond") << "cached after the receipt's sync";
+  ASSERT_EQ(posix::barrier(fd), 0);
+  ASSERT_EQ(posix::wait(fd), 0);
+  EXPECT_EQ(kernel_contents(path), "firstsecondthird");
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
+TEST_F(Through, ThreadsTakingTurnsOnAThroughFile) {
+  const std::string path = file("threads.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, "x"), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  const int rounds = 50;  // 100 syncs to the device: bounded time on any build
+  std::thread t([&] {
+    for (int i = 0; i < rounds; ++i) {
+      ASSERT_EQ(posix::pwrite(fd, "ab", 2, 1 + 4 * i), 2);
+      ASSERT_EQ(posix::fdatasync(fd), 0);
+    }
+  });
+  for (int i = 0; i < rounds; ++i) {
+    ASSERT_EQ(posix::pwrite(fd, "cd", 2, 3 + 4 * i), 2);
+    ASSERT_EQ(posix::fsync(fd), 0);
+  }
+  t.join();
+  std::string want = "x";
+  for (int i = 0; i < rounds; ++i) want += "abcd";
+  EXPECT_EQ(read_back(fd, want.size(), 0), want);
+  EXPECT_EQ(kernel_contents(path), want);
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
+TEST_F(Through, OffKeepsEveryFileCached) {
+  restart(settings(0));
+  const std::string path = file("off.dat");
+  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, "one"), 3);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(write_all(fd, "two"), 3);
+  EXPECT_EQ(kernel_contents(path), "one") << "TAI_SYNC_THROUGH=0: still cached after a small sync";
+  ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_EQ(kernel_contents(path), "onetwo");
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
+}  // namespace
+}  // namespace tai::test

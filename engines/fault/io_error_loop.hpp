@@ -20,9 +20,11 @@
 //
 // The engine's open and close of the file are failed in turn too (open: EIO, ENOSPC, EACCES,
 // EMFILE; close: EIO, ENOSPC; once and persistently): a failed open must come back from
-// Controller::open with the injected errno and a failed close on the close's receipt with it
-// (DESIGN section 2, "Errors are never lost"); what a sync or close that succeeded before covered
-// must still read back, and the controller must stay usable.
+// Controller::open with the injected errno, and a second open of the path (as a program would
+// try) must then work (once) or fail the same way (persistent: the workload stops there); a
+// failed close must reach the close's receipt with its errno (DESIGN section 2, "Errors are never
+// lost"); what a sync or close that succeeded before covered must still read back, and the
+// controller must stay usable.
 //
 // Not covered yet: checking the shutdown report's list of losses.
 //
@@ -226,27 +228,36 @@ class IoErrorLoop {
     {
       Controller ctl(o);
       ctl.add_engine("fault", std::move(fe));
-      auto open = [&](bool truncate) -> File {
-        const Open mode = Open::read | Open::write | Open::create | (truncate ? Open::truncate : Open::none);
-        Result<File> f = config_.tree == TreeKind::trivial ? ctl.open<BTreeTrivial>(path, mode, "fault")
-                         : config_.tree == TreeKind::binary ? ctl.open<BTreeBinary>(path, mode, "fault")
-                                                            : ctl.open<BTreeDefault>(path, mode, "fault");
-        if (!f) {
-          // An open the rule failed is the program being told: the workload stops there, and
-          // the error must be the injected one.
-          if (rule.op == FaultOp::open && fault->injections(rule_index) != 0) {
-            any_failed = true;
-            if (f.error().code.value() != rule.error)
-              violation("open failed with '" + f.error().message + "', not the injected " + std::strerror(rule.error));
+      // An open the rule failed is the program being told, with the injected errno. It tries
+      // once more, as a program would: a failed open must leave nothing behind that spoils the
+      // next one (a once rule lets it through; a persistent one fails it again, and the
+      // workload stops there).
+      auto open_checked = [&](bool truncate) -> File {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          const std::uint64_t before = fault->injections(rule_index);
+          const Open mode = Open::read | Open::write | Open::create | (truncate ? Open::truncate : Open::none);
+          Result<File> f = config_.tree == TreeKind::trivial ? ctl.open<BTreeTrivial>(path, mode, "fault")
+                           : config_.tree == TreeKind::binary ? ctl.open<BTreeBinary>(path, mode, "fault")
+                                                              : ctl.open<BTreeDefault>(path, mode, "fault");
+          if (f) {
+            if (rule.op == FaultOp::open && fault->injections(rule_index) != before)
+              violation("open succeeded although the engine's open failed with the injected " +
+                        std::string(std::strerror(rule.error)));
+            return std::move(f.value());
+          }
+          if (rule.op != FaultOp::open || fault->injections(rule_index) == before) {
+            violation("open: " + f.error().message);
+            setup_ok = false;
             return File();
           }
-          violation("open: " + f.error().message);
-          setup_ok = false;
-          return File();
+          any_failed = true;
+          if (f.error().code.value() != rule.error)
+            violation("open failed with errno " + std::to_string(f.error().code.value()) + " ('" + f.error().message +
+                      "'), not the injected " + std::to_string(rule.error) + " (" + std::strerror(rule.error) + ")");
         }
-        return std::move(f.value());
+        return File();
       };
-      File f = open(true);
+      File f = open_checked(true);
       for (std::size_t i = 0; i < w.ops.size() && f; ++i) {
         const WOp& op = w.ops[i];
         switch (op.kind) {
@@ -272,7 +283,7 @@ class IoErrorLoop {
             const bool trunc = op.kind == WOp::Kind::reopen_truncate;
             recs.push_back({i, true, handle, f.close()});
             ++handle;
-            f = open(trunc);
+            f = open_checked(trunc);
             if (trunc) {
               model.clear();
               last_writer.clear();

@@ -1,6 +1,7 @@
 // The fault engine (engines/fault): rule parsing, each trigger kind, once vs persistent, errno
 // and short-transfer effects on every operation kind, reproducible probabilities, linked
 // chains, and the continuation of genuine short transfers, over the posix and null engines.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,6 +219,39 @@ TEST_P(FaultOver, NthOnceFailsExactlyThatOperationOfEachKind) {
       EXPECT_FALSE(fault->close(*f));
     }
   }
+}
+
+// Open and close of the engine file: the rule "open:nth=2:errno=EACCES" fails the second open
+// (nothing opened), "close:nth=1:errno=EIO" the first close (the inner file closed all the same,
+// as close(2) releases the descriptor); requests are not counted by either, nor they by "any".
+TEST_P(FaultOver, OpenAndCloseFailWithTheirErrno) {
+  EXPECT_FALSE(FaultRule::parse("open:nth=1:short=half").ok()) << "a short open means nothing";
+  EXPECT_EQ(rule_of("close:every=2:errno=ENOSPC").op, FaultOp::close);
+  EXPECT_EQ(rule_of("open:nth=1:errno=EMFILE").to_string(), rule_of(rule_of("open:nth=1:errno=EMFILE").to_string()).to_string());
+  const std::size_t open_rule = fault_->add_rule(rule_of("open:nth=2:errno=EACCES:once"));
+  const std::size_t close_rule = fault_->add_rule(rule_of("close:nth=1:errno=EIO:once"));
+  const std::size_t any_rule = fault_->add_rule(rule_of("any:nth=1000:errno=EIO"));
+  auto a = create("first");
+  ASSERT_TRUE(a);
+  auto b = fault_->open(scratch_.file("second"), Open::read | Open::write | Open::create);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().code.value(), EACCES);
+  EXPECT_NE(b.error().message.find("injected"), std::string::npos) << b.error().message;
+  if (is_posix()) { EXPECT_FALSE(std::filesystem::exists(scratch_.file("second"))) << "a failed open creates nothing"; }
+  auto c = create("third");  // once: the third open goes through
+  ASSERT_TRUE(c);
+  std::vector<std::uint8_t> data(512, 9);
+  EXPECT_EQ(run_one(*fault_, make_request(Op::write, a.get(), data.data(), 0, 512, 1)).result, 512);
+  const int fd = a->fd();
+  EXPECT_EQ(fault_->close(*a), std::error_code(EIO, std::generic_category()));
+  if (is_posix() && fd >= 0) { EXPECT_EQ(::fcntl(fd, F_GETFD), -1) << "the inner file was closed all the same"; }
+  EXPECT_TRUE(fault_->close(*a)) << "closed: a second close is EBADF";
+  EXPECT_FALSE(fault_->close(*c));
+  EXPECT_EQ(fault_->matches(open_rule), 3u);
+  EXPECT_EQ(fault_->injections(open_rule), 1u);
+  EXPECT_EQ(fault_->matches(close_rule), 2u);  // the EBADF close never reached the engine
+  EXPECT_EQ(fault_->injections(close_rule), 1u);
+  EXPECT_EQ(fault_->matches(any_rule), 1u) << "the one write; opens and closes are not `any`";
 }
 
 TEST_P(FaultOver, NthPersistentFailsFromTheNthOn) {

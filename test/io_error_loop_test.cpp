@@ -1,6 +1,6 @@
 // The I/O-error loop (engines/fault/io_error_loop.hpp): every engine operation of a workload
-// failed in turn (EIO, ENOSPC, short transfers; once and persistently) through the whole
-// controller, with the program's view checked after each run: no lost error, no sync success over
+// failed in turn (EIO, ENOSPC, short transfers; once and persistently), then every open and close
+// of its file (EIO, ENOSPC, EACCES, EMFILE; EIO, ENOSPC), through the whole controller, with the program's view checked after each run: no lost error, no sync success over
 // missing data, a usable controller, a clean shutdown.
 #include <gtest/gtest.h>
 

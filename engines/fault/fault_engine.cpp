@@ -39,7 +39,8 @@ struct OpName {
 };
 constexpr OpName kOpNames[] = {{"read", FaultOp::read},           {"write", FaultOp::write},
                                {"fsync", FaultOp::fsync},         {"fdatasync", FaultOp::fdatasync},
-                               {"sync", FaultOp::sync},           {"any", FaultOp::any}};
+                               {"sync", FaultOp::sync},           {"any", FaultOp::any},
+                               {"open", FaultOp::open},           {"close", FaultOp::close}};
 
 std::string errno_name(int value) {
   for (const auto& e : kErrnoNames)
@@ -146,6 +147,8 @@ bool FaultRule::matches(Op o) const noexcept {
     case FaultOp::fdatasync: return o == Op::fdatasync;
     case FaultOp::sync: return o == Op::fsync || o == Op::fdatasync;
     case FaultOp::any: return true;
+    case FaultOp::open:
+    case FaultOp::close: return false;  // not requests: FaultEngine::do_open and do_close decide them
   }
   return false;
 }
@@ -236,8 +239,8 @@ Result<FaultRule> FaultRule::parse(std::string_view text) {
   if (!have_trigger) return parse_error(whole, "needs a trigger: nth=N, every=N or p=P");
   if (!have_effect) return parse_error(whole, "needs an effect: errno=NAME or short=half|-BYTES");
   if (have_seed && rule.trigger != Trigger::probability) return parse_error(whole, "seed= goes with p= only");
-  if (rule.effect != Effect::error &&
-      (rule.op == FaultOp::fsync || rule.op == FaultOp::fdatasync || rule.op == FaultOp::sync))
+  if (rule.effect != Effect::error && (rule.op == FaultOp::fsync || rule.op == FaultOp::fdatasync ||
+                                      rule.op == FaultOp::sync || rule.op == FaultOp::open || rule.op == FaultOp::close))
     return parse_error(whole, "a short transfer applies to read and write only");
   if (!have_lifetime) rule.once = rule.trigger == Trigger::nth;
   return rule;
@@ -321,6 +324,44 @@ std::uint64_t FaultEngine::total_injections() const {
   return sum;
 }
 
+
+int FaultEngine::decide_open_close(FaultOp kind) {
+  // Engine::open and close may run on any thread at once: one lock orders their counts. Rules of
+  // these kinds are never looked at by do_submit (FaultRule::matches is false for them).
+  std::lock_guard<std::mutex> lock(open_close_mu_);
+  int fired = -1;
+  for (std::size_t k = 0; k < rules_.size(); ++k) {
+    RuleState& st = rules_[k];
+    if (st.rule.op != kind || st.rule.effect != FaultRule::Effect::error) continue;
+    const std::uint64_t count = st.matched.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (fired >= 0) continue;  // shadowed by an earlier rule
+    if (st.rule.once && st.spent.load(std::memory_order_relaxed)) continue;
+    if (!eligible(st.rule, count)) continue;
+    fired = static_cast<int>(k);
+    st.injected.fetch_add(1, std::memory_order_relaxed);
+    if (st.rule.once) st.spent.store(true, std::memory_order_relaxed);
+  }
+  return fired;
+}
+
+Result<std::unique_ptr<EngineFile>> FaultEngine::do_open(const std::string& path, OpenMode mode) {
+  const int fired = decide_open_close(FaultOp::open);
+  if (fired < 0) return WrapperEngine::do_open(path, mode);
+  const FaultRule& rule = rules_[static_cast<std::size_t>(fired)].rule;
+  // As open(2) failing: no file, the errno, and a message that says it was injected.
+  return Error{std::error_code(rule.error, std::generic_category()),
+               "open " + path + ": " + std::generic_category().message(rule.error) + " (injected by fault rule " +
+                   std::to_string(fired) + ", " + rule.to_string() + ")"};
+}
+
+std::error_code FaultEngine::do_close(EngineFile& file) {
+  const int fired = decide_open_close(FaultOp::close);
+  // As close(2) on Linux: the descriptor is released whatever the result, so the inner file is
+  // closed in any case and the injected error is what the caller hears.
+  const std::error_code inner_result = WrapperEngine::do_close(file);
+  if (fired < 0) return inner_result;
+  return std::error_code(rules_[static_cast<std::size_t>(fired)].rule.error, std::generic_category());
+}
 
 void FaultEngine::signal_local() noexcept {
   const int fd = inner().eventfd();

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -42,7 +43,10 @@
 namespace tai::engines {
 
 /// Which operations a rule looks at.
-enum class FaultOp : std::uint8_t { read, write, fsync, fdatasync, sync /* fsync or fdatasync */, any };
+/// `any` is every request (read, write, fsync, fdatasync); `open` and `close` are the engine's
+/// open and close of a file (Engine::open / Engine::close), which `any` does not include, and take
+/// errors only.
+enum class FaultOp : std::uint8_t { read, write, fsync, fdatasync, sync /* fsync or fdatasync */, any, open, close };
 
 /// One fault rule. Plain data; build it directly or with FaultRule::parse.
 ///
@@ -80,7 +84,7 @@ struct FaultRule {
   bool once = true;
 
   /// Parses "<op>:<trigger>:<effect>[:once|:persistent]", fields in any order after the op:
-  ///   op:      read | write | fsync | fdatasync | sync | any
+  ///   op:      read | write | fsync | fdatasync | sync | any | open | close
   ///   trigger: nth=N | every=N | p=P[:seed=S]     (P in [0,1]; seed defaults to 0)
   ///   effect:  errno=NAME|NUMBER (EIO, ENOSPC, EDQUOT, EAGAIN, EINTR, EROFS, EFBIG, EBADF,
   ///            EINVAL, ENOMEM, ETIMEDOUT, ECANCELED, EPERM, EACCES, ENXIO, ENODEV, EFAULT,
@@ -93,11 +97,14 @@ struct FaultRule {
   /// The rule in the syntax parse() reads (round-trips). Thread-safe.
   std::string to_string() const;
 
-  /// True when this rule looks at operations of kind `op`.
+  /// True when this rule looks at requests of kind `op` (never for open and close rules).
   bool matches(Op op) const noexcept;
 };
 
 /// The fault-injecting engine. Capabilities are the inner engine's; name() is "fault(<inner>)".
+/// An open rule that fires makes Engine::open fail with its errno without opening anything; a
+/// close rule that fires closes the inner file all the same (as close(2) releases the descriptor
+/// whatever it returns) and returns its errno from Engine::close.
 /// Thread-safety: as tai::Engine (submit/reap from the queue's owner thread). add_rule and
 /// add_rules must not run concurrently with submit() (call them before submitting or from the
 /// queue's owner thread). rule_count, matches, injections and rule are safe from any thread
@@ -128,6 +135,8 @@ class FaultEngine final : public WrapperEngine {
   std::size_t do_submit(const Request* requests, std::size_t n) override;
   std::size_t do_reap(Completion* out, std::size_t max, std::size_t min, Timeout timeout) override;
   bool continue_short_transfers() const noexcept override { return false; }
+  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
+  std::error_code do_close(EngineFile& file) override;
 
  private:
   struct RuleState {
@@ -148,6 +157,8 @@ class FaultEngine final : public WrapperEngine {
     std::vector<::iovec> rest;  // a vectored write's segments past `done` (the continuation's array)
   };
 
+  /// The rule of kind `kind` (open or close) that fires for this call, or -1; counts and spends.
+  int decide_open_close(FaultOp kind);
   void signal_local() noexcept;
   void resubmit_continuations();
   /// Handles one inner completion; returns true when it is a completion for the base.
@@ -161,6 +172,7 @@ class FaultEngine final : public WrapperEngine {
   // completion (native user_data -> array): the inner engine reads them until then.
   std::unordered_map<std::uint64_t, std::vector<::iovec>> short_segments_;
   std::vector<Completion> inner_out_;   // scratch for native_reap
+  std::mutex open_close_mu_;            // decide_open_close: open and close come from any thread
 };
 
 /// Wraps `inner` (which must not be used directly afterwards) and adds `rules` in order (no

@@ -18,8 +18,15 @@
 // the fault engine fails requests before the kernel sees them, so what the kernel holds is what
 // TAI managed to write).
 //
-// Not covered yet: checking the shutdown report's list of losses, and faults of open/close of the
-// engine file (the fault engine fails reads, writes and syncs).
+// The engine's open and close of the file are failed in turn too (open: EIO, ENOSPC, EACCES,
+// EMFILE; close: EIO, ENOSPC; once and persistently): a failed open must come back from
+// Controller::open with the injected errno, and a second open of the path (as a program would
+// try) must then work (once) or fail the same way (persistent: the workload stops there); a
+// failed close must reach the close's receipt with its errno (DESIGN section 2, "Errors are never
+// lost"); what a sync or close that succeeded before covered must still read back, and the
+// controller must stay usable.
+//
+// Not covered yet: checking the shutdown report's list of losses.
 //
 // Usage (a test, or tai-bench):
 //   tai::engines::ioerr::IoErrorLoop loop({tai::engines::crash::TreeKind::def, 16 << 10}, dir);
@@ -28,6 +35,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -95,27 +103,33 @@ class IoErrorLoop {
   IoErrorLoop(LoopConfig config, std::string dir) : config_(config), dir_(std::move(dir)) {}
 
   /// The workload's engine operations without faults (timing can change it slightly between
-  /// runs: write-back gathers what is dirty when it runs). 0 with *err on failure.
-  std::uint64_t count_ops(const Workload& w, std::uint64_t seed, std::string* err) {
+  /// runs: write-back gathers what is dirty when it runs). 0 with *err on failure. `opens` and
+  /// `closes`, when given, get the engine's opens and closes of the file.
+  std::uint64_t count_ops(const Workload& w, std::uint64_t seed, std::string* err, std::uint64_t* opens = nullptr,
+                          std::uint64_t* closes = nullptr) {
     FaultRule counter;
     counter.op = FaultOp::any;
     counter.trigger = FaultRule::Trigger::nth;
     counter.n = ~std::uint64_t{0};  // never reached: it only counts
     LoopStats s;
-    std::uint64_t matched = 0;
-    const bool ok = run(w, seed, counter, "count", s, &matched);
+    std::uint64_t matched[3] = {0, 0, 0};
+    const bool ok = run(w, seed, counter, "count", s, matched);
     if (!ok || s.violations) {
       if (err) *err = s.messages.empty() ? "the fault-free run failed" : s.messages.front();
       return 0;
     }
-    return matched;
+    if (opens) *opens = matched[1];
+    if (closes) *closes = matched[2];
+    return matched[0];
   }
 
-  /// For i in 1..count_ops(w), every fault, once and persistent.
+  /// For i in 1..count_ops(w), every fault, once and persistent; then every open and every close
+  /// of the file failed with each of their errors, once and persistent.
   LoopStats run_all(const Workload& w, std::uint64_t seed) {
     LoopStats total;
     std::string err;
-    const std::uint64_t n = count_ops(w, seed, &err);
+    std::uint64_t opens = 0, closes = 0;
+    const std::uint64_t n = count_ops(w, seed, &err, &opens, &closes);
     if (n == 0) {
       total.violations = err.empty() ? 0 : 1;
       if (!err.empty()) total.messages.push_back(config_.label() + " " + crash::to_string(w) + ": " + err);
@@ -136,10 +150,32 @@ class IoErrorLoop {
                                    std::to_string(i) + " of " + std::to_string(n);
           run(w, seed, r, what, total, nullptr);
         }
+    struct OpenClose {
+      FaultOp op;
+      std::uint64_t count;
+      std::vector<int> errors;
+    };
+    for (const OpenClose& oc : {OpenClose{FaultOp::open, opens, {EIO, ENOSPC, EACCES, EMFILE}},
+                                OpenClose{FaultOp::close, closes, {EIO, ENOSPC}}})
+      for (std::uint64_t i = 1; i <= oc.count; ++i)
+        for (int e : oc.errors)
+          for (bool persistent : {false, true}) {
+            FaultRule r;
+            r.op = oc.op;
+            r.trigger = FaultRule::Trigger::nth;
+            r.n = i;
+            r.error = e;
+            r.once = !persistent;
+            const std::string what = std::string(std::strerror(e)) + (persistent ? " from " : " at ") +
+                                     (oc.op == FaultOp::open ? "open " : "close ") + std::to_string(i) + " of " +
+                                     std::to_string(oc.count);
+            run(w, seed, r, what, total, nullptr);
+          }
     return total;
   }
 
-  /// One run with `rule`; counts and checks into `stats`. `matched`: the rule's match count.
+  /// One run with `rule`; counts and checks into `stats`. `matched` (a counting run): three
+  /// counts, the rule's matches and the engine's opens and closes of the file.
   /// False when the run could not be set up.
   bool run(const Workload& w, std::uint64_t seed, const FaultRule& rule, const std::string& what, LoopStats& stats,
            std::uint64_t* matched) {
@@ -164,6 +200,16 @@ class IoErrorLoop {
     auto fe = make_fault(std::move(inner.value()));
     FaultEngine* fault = fe.get();
     const std::size_t rule_index = fault->add_rule(rule);
+    // A counting run also counts the file's opens and closes (rules that never fire).
+    std::size_t open_counter = 0, close_counter = 0;
+    if (matched) {
+      FaultRule c = rule;
+      c.op = FaultOp::open;
+      c.effect = FaultRule::Effect::error;
+      open_counter = fault->add_rule(c);
+      c.op = FaultOp::close;
+      close_counter = fault->add_rule(c);
+    }
     const std::string path = dir_ + "/" + config_.label() + "-" + std::to_string(serial_++);
     std::vector<unsigned char> model;
     std::vector<long> last_writer;  // op index of the last write of each byte (-1: none)
@@ -177,24 +223,41 @@ class IoErrorLoop {
     std::vector<unsigned> writer_handle;  // the handle of each byte's last write
     std::vector<Rec> recs;
     bool setup_ok = true;
-    bool any_failed = false;  // some receipt reported an error
+    bool any_failed = false;  // some receipt (or, for an injected open fault, an open) reported an error
     std::vector<std::string> other_file_problems;
     {
       Controller ctl(o);
       ctl.add_engine("fault", std::move(fe));
-      auto open = [&](bool truncate) -> File {
-        const Open mode = Open::read | Open::write | Open::create | (truncate ? Open::truncate : Open::none);
-        Result<File> f = config_.tree == TreeKind::trivial ? ctl.open<BTreeTrivial>(path, mode, "fault")
-                         : config_.tree == TreeKind::binary ? ctl.open<BTreeBinary>(path, mode, "fault")
-                                                            : ctl.open<BTreeDefault>(path, mode, "fault");
-        if (!f) {
-          violation("open: " + f.error().message);
-          setup_ok = false;
-          return File();
+      // An open the rule failed is the program being told, with the injected errno. It tries
+      // once more, as a program would: a failed open must leave nothing behind that spoils the
+      // next one (a once rule lets it through; a persistent one fails it again, and the
+      // workload stops there).
+      auto open_checked = [&](bool truncate) -> File {
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          const std::uint64_t before = fault->injections(rule_index);
+          const Open mode = Open::read | Open::write | Open::create | (truncate ? Open::truncate : Open::none);
+          Result<File> f = config_.tree == TreeKind::trivial ? ctl.open<BTreeTrivial>(path, mode, "fault")
+                           : config_.tree == TreeKind::binary ? ctl.open<BTreeBinary>(path, mode, "fault")
+                                                              : ctl.open<BTreeDefault>(path, mode, "fault");
+          if (f) {
+            if (rule.op == FaultOp::open && fault->injections(rule_index) != before)
+              violation("open succeeded although the engine's open failed with the injected " +
+                        std::string(std::strerror(rule.error)));
+            return std::move(f.value());
+          }
+          if (rule.op != FaultOp::open || fault->injections(rule_index) == before) {
+            violation("open: " + f.error().message);
+            setup_ok = false;
+            return File();
+          }
+          any_failed = true;
+          if (f.error().code.value() != rule.error)
+            violation("open failed with errno " + std::to_string(f.error().code.value()) + " ('" + f.error().message +
+                      "'), not the injected " + std::to_string(rule.error) + " (" + std::strerror(rule.error) + ")");
         }
-        return std::move(f.value());
+        return File();
       };
-      File f = open(true);
+      File f = open_checked(true);
       for (std::size_t i = 0; i < w.ops.size() && f; ++i) {
         const WOp& op = w.ops[i];
         switch (op.kind) {
@@ -220,7 +283,7 @@ class IoErrorLoop {
             const bool trunc = op.kind == WOp::Kind::reopen_truncate;
             recs.push_back({i, true, handle, f.close()});
             ++handle;
-            f = open(trunc);
+            f = open_checked(trunc);
             if (trunc) {
               model.clear();
               last_writer.clear();
@@ -251,7 +314,11 @@ class IoErrorLoop {
           other_file_problems.push_back("its bytes differ from what was written");
       }
       ::unlink(other.c_str());
-      if (matched) *matched = fault->matches(rule_index);
+      if (matched) {
+        matched[0] = fault->matches(rule_index);
+        matched[1] = fault->matches(open_counter);
+        matched[2] = fault->matches(close_counter);
+      }
       const bool injected = fault->injections(rule_index) != 0;
       if (!matched) {
         ++stats.runs;
@@ -262,6 +329,13 @@ class IoErrorLoop {
       // An injected error must reach the program (a short transfer may be completed instead).
       if (injected && !any_failed && rule.effect == FaultRule::Effect::error)
         violation("lost error: the fault was injected and every receipt succeeded");
+      // A failed engine close reaches that close's receipt with the injected errno.
+      if (rule.op == FaultOp::close && injected) {
+        bool told = false;
+        for (const Rec& r : recs)
+          if (r.sync && r.r.finished() && !r.r.ok() && r.r.error().value() == rule.error) told = true;
+        if (!told) violation(std::string("no close or sync receipt reported the injected ") + std::strerror(rule.error));
+      }
       (void)ctl.shutdown();  // must return (a hang is the test's deadline)
     }
     for (const std::string& p : other_file_problems) violation("a file on the plain engine afterwards: " + p);

@@ -4,11 +4,13 @@
 #   make demo    install missing packages, build `tai-augment` (release), run the image workload
 #   make test    install missing packages, then the quick check: build + ctest the release, asan and
 #                tsan presets at reduced counts (under the sanitizers only the suites they check)
-#   make check   what CI runs: the API reference (make docs), then every target and every test of
-#                the release, asan and tsan presets at CI's counts
+#   make check   what CI runs: the API reference (make docs), every target and every test of the
+#                release preset at CI's counts, then the asan and tsan presets as `make test` runs
+#                them (the full sanitizer presets are part of `make soak`)
 #
 # Other targets: deps, release, debug, asan, tsan, package, soak, fuzz, fuzz-merge, bench, slowdev, docs, clean, help.
-# Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (default: release asan tsan).
+# Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (make test's presets, default:
+# release asan tsan), CHECK_FULL_PRESETS (run in full by make check, default: release).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := release
@@ -16,6 +18,9 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PRESETS := release debug asan tsan
 TEST_PRESETS ?= release asan tsan
+# make check: these presets in full; the others of TEST_PRESETS as make test runs them.
+CHECK_FULL_PRESETS ?= release
+CHECK_QUICK_PRESETS := $(filter-out $(CHECK_FULL_PRESETS),$(TEST_PRESETS))
 BENCH := build/release/bench/tai-bench
 AUGMENT := build/release/workloads/augment/tai-augment
 # The demo: the image-augmentation workload on its built-in synthetic images, 1 and 2 compute
@@ -59,11 +64,11 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
 help:
 	@echo "make demo      deps + release build of tai-augment + '$(AUGMENT) $(DEMO_ARGS)'"
 	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (docs/testing.md gives its time)"
-	@echo "make check     deps + docs + every target and test of: $(TEST_PRESETS) at CI's counts (what CI runs)"
+	@echo "make check     deps + docs + every target and test of the release preset at CI's counts, then asan and tsan as make test runs them (what CI runs)"
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
-	@echo "make soak      release build + the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills; about an hour)"
+	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills), then every target and test of the asan and tsan presets (hours)"
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
@@ -133,10 +138,13 @@ demo: deps
 
 # The reliability suites beyond CI's counts: the model-based random operations at 10,000,000 per
 # engine (CI: 1,000,000 for the buffered engines, 200,000 for the O_DIRECT ones) and five times
-# CI's process kills. About an hour on 2 cores, most of it in the O_DIRECT engines.
+# CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines); then the
+# sanitizer presets in full: every target (the workloads and benchmarks too) and every test at
+# CI's counts (about another hour: make check runs them as make test does, to stay in CI's time).
 soak: release
 	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
+	test/run_presets.sh full $(JOBS) $(CHECK_QUICK_PRESETS)
 
 # libFuzzer (docs/testing.md): the fuzz preset builds the targets with clang and
 # -fsanitize=fuzzer,address,undefined (the library with fuzzer-no-link, for its coverage); each
@@ -208,14 +216,16 @@ docs: deps
 # its randomized counts (TAI_TEST_DEPTH=quick), ASan+UBSan over the library, the drop-in layer,
 # the reliability suites and the preload, and TSan over the concurrent suites (the ctest presets
 # <preset>-quick in CMakePresets.json).
-# make check: the full run CI makes: the API reference, then every target of every preset and
-# every test at CI's counts. Both stop at the first failure and print each step's time
+# make check: the run CI makes, within its 45 minutes: the API reference, every target of the
+# release preset and every test at CI's counts, then the sanitizer presets as make test runs them
+# (make soak runs those in full). Both stop at the first failure and print each step's time
 # (test/run_presets.sh).
 test: deps
 	test/run_presets.sh quick $(JOBS) $(TEST_PRESETS)
 
 check: deps docs
-	test/run_presets.sh full $(JOBS) $(TEST_PRESETS)
+	test/run_presets.sh full $(JOBS) $(CHECK_FULL_PRESETS)
+	$(if $(CHECK_QUICK_PRESETS),test/run_presets.sh quick $(JOBS) $(CHECK_QUICK_PRESETS))
 
 # Only the preset directories: other build/<name> directories belong to their owners.
 clean:

@@ -16,7 +16,7 @@
 using namespace augment;
 
 namespace {
-std::string scratch(const std::string& name) {
+std::string report_scratch(const std::string& name) {
   const char* dir = std::getenv("TMPDIR");
   return std::string(dir ? dir : "/tmp") + "/tai_augment_report." + std::to_string(::getpid()) + "." + name;
 }
@@ -25,7 +25,7 @@ bool have_python() { return std::system("python3 -c 'import json, csv' >/dev/nul
 
 // Runs a Python snippet with the file as sys.argv[1]; the snippet's asserts make the exit code.
 int python_check(const std::string& code, const std::string& file) {
-  const std::string script = scratch("check.py");
+  const std::string script = report_scratch("check.py");
   std::ofstream(script) << code;
   const int rc = std::system(("python3 " + script + " " + file).c_str());
   std::remove(script.c_str());
@@ -80,7 +80,7 @@ TEST(AugmentReport, CsvQuotesPerRfc4180) {
 TEST(AugmentReport, JsonAndCsvReadBackInPython) {
   if (!have_python()) GTEST_SKIP() << "python3 is not installed";
   const RunSet set = sample();
-  const std::string json_path = scratch("run.json"), csv_path = scratch("run.csv");
+  const std::string json_path = report_scratch("run.json"), csv_path = report_scratch("run.csv");
   std::string err;
   ASSERT_TRUE(write_text_file(json_path, to_json(set), &err)) << err;
   ASSERT_TRUE(write_text_file(csv_path, to_csv(set.runs), &err)) << err;
@@ -155,7 +155,7 @@ TEST(AugmentReport, MachineDescriptionIsValidJson) {
   if (!have_python()) return;
   RunSet set;
   set.machine = m;
-  const std::string path = scratch("machine.json");
+  const std::string path = report_scratch("machine.json");
   ASSERT_TRUE(write_text_file(path, to_json(set), nullptr));
   EXPECT_EQ(python_check("import json, sys\nd = json.load(open(sys.argv[1]))\nassert d['runs'] == []\n"
                          "assert d['machine']['hardware_threads'] >= 1\n",

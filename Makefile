@@ -30,7 +30,7 @@ DEMO_ARGS ?= --threads 1,2 --images 120 --method posix,cstdio,aio,tai-triv,tai-d
 # The demo's second table, the regime TAI is for: an fsync after every record (a program that may
 # not lose one), where the posix method waits for the device at each record and TAI's methods
 # hand the wait to their workers and keep computing.
-DEMO_SYNC_ARGS ?= --threads 1,2 --images 80 --method posix,aio,tai-triv,tai-def --overwrite --fsync-every 1 --verify
+DEMO_SYNC_ARGS ?= --threads 1,2 --images 60 --repeat 3 --method posix,aio,tai-triv,tai-def --overwrite --fsync-every 1 --verify
 
 # The image workload's full sweep (figures 3.1-3.8 of the TAI paper, 1 GiB per point, 3 repeats):
 # hours on 2 cores. Its tables and figures are committed under docs/results/augment/.

@@ -1274,6 +1274,13 @@ EXPORT FILE* fdopen(int fd, const char* mode) {
  */
 enum { kEndWaitMs = 5000 };
 
+/* What a timed-out end write-back leaves behind, for its message. */
+static void end_age(char* buf, size_t n) {
+  const long long age = tai_bridge_unwritten_age_ms();
+  if (age >= 0) snprintf(buf, n, "the oldest acknowledged %lld ms ago", age);
+  else snprintf(buf, n, "of an age not tracked (TAI_WRITE_BEHIND_MS=0)");
+}
+
 static void end_write_back(const char* how) {
   if (atomic_load_explicit(&g_state, memory_order_acquire) != kActive) return;
   if (t_depth > 0 || tai_bridge_on_tai_thread()) return; /* the layer itself ends the process */
@@ -1284,7 +1291,12 @@ static void end_write_back(const char* how) {
   ENTER();
   const int err = tai_bridge_write_back_for_end(kEndWaitMs);
   LEAVE();
-  if (err) say("%s: the write-back did not finish within %d ms; what it had not done is lost", how, kEndWaitMs);
+  if (err) {
+    char age[96];
+    end_age(age, sizeof age);
+    say("%s: the write-back did not finish within %d ms: lost are the routed writes not yet handed to the "
+        "kernel, %s (at most the cache's strict quota)", how, kEndWaitMs, age);
+  }
   else say("%s: every routed file's cache handed to the kernel", how);
   errno = saved;
 }
@@ -1380,11 +1392,13 @@ static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
     const long ms = (t1.tv_sec - t0.tv_sec) * 1000L + (t1.tv_nsec - t0.tv_nsec) / 1000000L;
     /* A stuck write-back (a frozen or hung file system, a lock the interrupted thread holds)
      * must not keep the process from ending: say so and take the default action anyway. */
-    if (err)
-      say("SIG%s: the write-back did not finish within %d ms (waited %ld ms): the routed files' "
-          "writes not yet handed to the kernel are lost (at most what the cache held)",
-          signal_name(sig), kEndWaitMs, ms);
-    else
+    if (err) {
+      char age[96];
+      end_age(age, sizeof age);
+      say("SIG%s: the write-back did not finish within %d ms (waited %ld ms): lost are the routed "
+          "writes not yet handed to the kernel, %s (at most the cache's strict quota)",
+          signal_name(sig), kEndWaitMs, ms, age);
+    } else
       say("SIG%s: every routed file's cache handed to the kernel (%ld ms)", signal_name(sig), ms);
   }
   /* The kernel's default action, with the kernel's exit status and core dump. */

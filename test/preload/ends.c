@@ -10,6 +10,7 @@
  *       resethand (a SIGTERM handler with SA_RESETHAND: runs once, then the default action)
  *       sysv_signal, bsd_signal, sigset (the same through those APIs), raw_sigaction
  *       (syscall(SYS_rt_sigaction)), inline_sigaction (the system call instruction itself)
+ *       wait (writes, says "waiting for a signal", and waits: end_bound.sh signals it)
  *       sigkill (a child writes, waits past the write-behind deadline, SIGKILLs itself)
  * Every way writes end.dat (records through write(), one overwritten with pwrite) and
  * stream.dat (fwrite + fflush: acknowledged by the flush) and leaves both open. stdout gets
@@ -310,6 +311,10 @@ int main(int argc, char** argv) {
   other_apis(way);
   write_all();
 
+  if (strcmp(way, "wait") == 0) {
+    say("waiting for a signal");
+    for (;;) pause();
+  }
   if (strcmp(way, "resethand") == 0 || strcmp(way, "sysv_signal") == 0 || strcmp(way, "bsd_signal") == 0) {
     say("raising SIGTERM");
     raise(SIGTERM);

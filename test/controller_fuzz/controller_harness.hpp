@@ -649,8 +649,8 @@ class Run {
         p.length = len;
         p.receipt = m.handle.write(off, data.data(), len);
         if (m.open) {
-          std::size_t w;
-          std::uint64_t at;
+          std::size_t w = 0;
+          std::uint64_t at = 0;
           locate(off, &w, &at);
           std::copy(data.begin(), data.end(), m.bytes[w].begin() + static_cast<std::ptrdiff_t>(at));
           m.size = std::max(m.size, off + len);

@@ -803,6 +803,21 @@ class Run {
       return "";
     }
     if (!p.receipt.ok()) return failure_allowed(describe(p), p.receipt);
+    if (s_.engine == EngineKind::fault && (compare_engine || p.kind == Kind::read)) {
+      // An earlier request to the file that the faults failed reports on its own receipt, which
+      // the window may still hold: a later read, or a sync's success, does not cover it. So the
+      // file's earlier receipts (those before i) are checked first; checking one of them takes
+      // it, and maybe its own earlier ones, out of the deque, never one after p.
+      const std::size_t later = l.pending.size() - i;
+      for (std::size_t k = 0; k + later < l.pending.size() && model_known();) {
+        if (l.pending[k].file != p.file || l.pending[k].kind == Kind::refused) {
+          ++k;
+          continue;
+        }
+        std::string e = check_at(l, k, false);
+        if (!e.empty()) return e;
+      }
+    }
     switch (p.kind) {
       case Kind::write:
         if (model_known() && static_cast<std::uint64_t>(p.receipt.bytes()) != p.length)
@@ -818,19 +833,6 @@ class Run {
         break;
       default:
         break;
-    }
-    if (compare_engine && s_.engine == EngineKind::fault) {
-      // An earlier request to the file that the faults failed is reported on its own receipt,
-      // which may still be in the window: the sync's success does not cover it.
-      for (std::size_t k = 0; k < l.pending.size() && model_known();) {
-        const Pending& q = l.pending[k];
-        if (q.file != p.file || q.kind == Kind::refused) {
-          ++k;
-          continue;
-        }
-        std::string e = check_at(l, k, false);
-        if (!e.empty()) return e;
-      }
     }
     if (compare_engine && model_known()) return compare_with_engine(p.file, describe(p));
     return "";

@@ -89,3 +89,22 @@ function(tai_setup_test target)
     endif()
   endif()
 endfunction()
+
+# A libFuzzer target (clang only; the caller checks the compiler). libFuzzer's main and its
+# coverage instrumentation come from -fsanitize=fuzzer; AddressSanitizer and
+# UndefinedBehaviorSanitizer turn memory errors and undefined behaviour into findings. In the
+# `fuzz` preset (TAI_SANITIZE=fuzzer-no-link,address,undefined) every target already has the
+# sanitizers and the library's code is instrumented for coverage too, so only the fuzzer is added.
+# Without sanitizers the target gets all three (the library is then covered only through what
+# the target inlines); under ThreadSanitizer only the fuzzer (ASan and TSan exclude each other).
+# (Restored: the change that added tai_setup_test replaced this function instead of adding
+# beside it, and `cmake --preset fuzz` then failed on the fuzz directories.)
+function(tai_setup_fuzz_target target)
+  if(NOT TAI_SANITIZE)
+    set(flags fuzzer,address,undefined)
+  else()
+    set(flags fuzzer)
+  endif()
+  target_compile_options(${target} PRIVATE -fsanitize=${flags})
+  target_link_options(${target} PRIVATE -fsanitize=${flags})
+endfunction()

@@ -212,6 +212,7 @@ std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_byte
 // The futex words are 32-bit atomics (std::atomic<uint32_t> has the plain representation).
 std::atomic<std::uint64_t> g_write_behind_ns{0};  // Settings::write_behind_ms (set before g_ctl)
 std::atomic<std::uint64_t> g_dirty_since{0};      // CLOCK_MONOTONIC ns of the oldest unstamped write; 0: clean
+std::atomic<std::uint64_t> g_handing_since{0};    // the stamp the keeper's current write-back took over; 0: none
 std::atomic<std::uint32_t> g_keeper_wake{0};      // futex: bumped when the keeper has new work
 std::atomic<std::uint32_t> g_end_requested{0};    // write_back_for_end calls made
 std::atomic<std::uint32_t> g_end_done{0};         // futex: requests served (the keeper's count)
@@ -1253,8 +1254,9 @@ void keeper_main() noexcept {
     if (requested != g_end_done.load(std::memory_order_relaxed)) {  // only the keeper stores it
       // Everything written so far goes now: the stamp is cleared first (acq_rel: a write
       // stamping after this is seen by the next round; one before it is in this write-back).
-      (void)g_dirty_since.exchange(0, std::memory_order_acq_rel);
+      g_handing_since.store(g_dirty_since.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
       keeper_write_back();
+      g_handing_since.store(0, std::memory_order_relaxed);
       g_end_done.store(requested, std::memory_order_release);  // the waiters' acquire loads
       futex_wake(g_end_done, INT_MAX);
       continue;
@@ -1265,8 +1267,9 @@ void keeper_main() noexcept {
     if (deadline != 0 && since != 0) {
       const std::uint64_t now = now_ns();
       if (now >= since + deadline) {
-        (void)g_dirty_since.exchange(0, std::memory_order_acq_rel);
+        g_handing_since.store(g_dirty_since.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
         keeper_write_back();
+        g_handing_since.store(0, std::memory_order_relaxed);
         continue;
       }
       wait_ns = since + deadline - now;
@@ -1309,6 +1312,16 @@ int write_back_for_end(int timeout_ms) noexcept {
     if (now >= limit) return ETIMEDOUT;
     futex_wait(g_end_done, done, limit - now);
   }
+}
+
+std::int64_t unwritten_age_ms() noexcept {
+  // relaxed: a report, read while the keeper may be stuck; the older of the two stamps.
+  const std::uint64_t a = g_handing_since.load(std::memory_order_relaxed);
+  const std::uint64_t b = g_dirty_since.load(std::memory_order_relaxed);
+  const std::uint64_t oldest = a == 0 ? b : (b == 0 || a < b ? a : b);
+  if (oldest == 0) return -1;
+  const std::uint64_t now = now_ns();
+  return now > oldest ? static_cast<std::int64_t>((now - oldest) / 1'000'000u) : 0;
 }
 
 namespace {

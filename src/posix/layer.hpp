@@ -127,6 +127,13 @@ int write_back_all();
 /// handler. 0 when done (or nothing to do), ETIMEDOUT when the wait ran out.
 int write_back_for_end(int timeout_ms) noexcept;
 
+/// After write_back_for_end ran out of time: the age in ms of the oldest routed write not known
+/// to be handed to the kernel (stamped for the write-behind deadline: the one the keeper's
+/// current write-back took over, or the oldest since). -1 when no such write is stamped (nothing
+/// cached dirty, or TAI_WRITE_BEHIND_MS=0, which stamps nothing). Lock-free: callable from a
+/// signal handler while the keeper is stuck.
+std::int64_t unwritten_age_ms() noexcept;
+
 /// The cached writes of routed file (dev, ino), if any, to the kernel (no fsync), after every
 /// earlier write of any thread to it: before a call that changes the file's metadata (times,
 /// mode, owner, name, links), which a later write-back would otherwise overwrite (mtime) or

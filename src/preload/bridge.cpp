@@ -141,6 +141,7 @@ int tai_bridge_write_back_for_end(int timeout_ms) {
   errno = saved;
   return err;
 }
+long long tai_bridge_unwritten_age_ms(void) { return static_cast<long long>(tai::posix::detail::unwritten_age_ms()); }
 int tai_bridge_write_back_inode(dev_t dev, ino_t ino) {
   const int saved = errno;
   const int err = tai::posix::detail::write_back_inode(dev, ino);

@@ -65,6 +65,9 @@ int tai_bridge_write_back_all(void);
  * caller waits at most timeout_ms. Only atomics and futex calls on the caller's side: callable
  * from a signal handler. 0, or ETIMEDOUT when the wait ran out. */
 int tai_bridge_write_back_for_end(int timeout_ms);
+/* After that ran out of time: the age in ms of the oldest routed write not known to be handed to
+ * the kernel, -1 when none is stamped (TAI_WRITE_BEHIND_MS=0 stamps none). Lock-free. */
+long long tai_bridge_unwritten_age_ms(void);
 /* The cached writes of the routed file (dev, ino), or of routed fd's file, to the kernel (no
  * fsync), after every earlier write to it: before a metadata call on it. errno or 0 (0 also
  * when it is not routed). */

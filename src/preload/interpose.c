@@ -1274,6 +1274,13 @@ EXPORT FILE* fdopen(int fd, const char* mode) {
  */
 enum { kEndWaitMs = 5000 };
 
+/* What a timed-out end write-back leaves behind, for its message. */
+static void end_age(char* buf, size_t n) {
+  const long long age = tai_bridge_unwritten_age_ms();
+  if (age >= 0) snprintf(buf, n, "the oldest acknowledged %lld ms ago", age);
+  else snprintf(buf, n, "of an age not tracked (TAI_WRITE_BEHIND_MS=0)");
+}
+
 static void end_write_back(const char* how) {
   if (atomic_load_explicit(&g_state, memory_order_acquire) != kActive) return;
   if (t_depth > 0 || tai_bridge_on_tai_thread()) return; /* the layer itself ends the process */
@@ -1284,7 +1291,12 @@ static void end_write_back(const char* how) {
   ENTER();
   const int err = tai_bridge_write_back_for_end(kEndWaitMs);
   LEAVE();
-  if (err) say("%s: the write-back did not finish within %d ms; what it had not done is lost", how, kEndWaitMs);
+  if (err) {
+    char age[96];
+    end_age(age, sizeof age);
+    say("%s: the write-back did not finish within %d ms: lost are the routed writes not yet handed to the "
+        "kernel, %s (at most the cache's strict quota)", how, kEndWaitMs, age);
+  }
   else say("%s: every routed file's cache handed to the kernel", how);
   errno = saved;
 }
@@ -1306,9 +1318,12 @@ EXPORT void abort(void) {
 }
 static void at_quick_exit_handler(void) { end_write_back("quick_exit"); }
 
-/* syscall(2): SYS_exit_group ends the process without the exit handler; every other number
- * passes through with its arguments (six words, as glibc's own syscall() reads them: the
- * unused ones are whatever the registers held, which the kernel ignores). */
+static long raw_rt_sigaction(long sig, long act, long oldact, long a3, long a4, long a5);
+
+/* syscall(2): SYS_exit_group ends the process without the exit handler; SYS_rt_sigaction is the
+ * kernel's sigaction without glibc (raw_rt_sigaction below keeps the end handlers in place);
+ * every other number passes through with its arguments (six words, as glibc's own syscall()
+ * reads them: the unused ones are whatever the registers held, which the kernel ignores). */
 EXPORT long syscall(long number, ...) {
   va_list ap;
   va_start(ap, number);
@@ -1316,6 +1331,7 @@ EXPORT long syscall(long number, ...) {
   for (int i = 0; i < 6; ++i) a[i] = va_arg(ap, long);
   va_end(ap);
   if (number == SYS_exit_group) end_write_back("syscall(SYS_exit_group)");
+  if (number == SYS_rt_sigaction) return raw_rt_sigaction(a[0], a[1], a[2], a[3], a[4], a[5]);
   return REAL(syscall)(number, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
@@ -1325,10 +1341,16 @@ static const int kEndSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,  SIGABRT,  
                                   SIGUSR1, SIGSEGV, SIGUSR2, SIGPIPE, SIGALRM,   SIGTERM, SIGSTKFLT,
                                   SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSYS};
 #define kSigMax 65
-/* g_ours[sig]: end_signal_handler is installed for sig, and the program believes SIG_DFL (with
- * the flags and mask in g_program_act[sig], which sigaction's oldact reports). Both change
- * under g_sig_lock only; g_ours is read without it by the handler (relaxed: informational). */
-static _Atomic int g_ours[kSigMax];
+/* g_mode[sig], what is installed for real for a virtualised signal:
+ *  kPass: what the program set (a handler without SA_RESETHAND, or SIG_IGN);
+ *  kOurs: end_signal_handler, and the program believes SIG_DFL (with the flags and mask in
+ *         g_program_act[sig], which sigaction's oldact reports);
+ *  kOneShot: oneshot_trampoline, for a program handler with SA_RESETHAND (in g_program_act[sig]):
+ *         the kernel would reset it to SIG_DFL at its first delivery, which would drop ours for
+ *         good; the trampoline installs ours instead and then runs the program's handler once.
+ * Both change under g_sig_lock only; the handlers read g_mode without it where informational. */
+enum { kPass = 0, kOurs = 1, kOneShot = 2 };
+static _Atomic int g_mode[kSigMax];
 static struct sigaction g_program_act[kSigMax];
 static _Atomic int g_end_handlers = 0; /* installed (release by install_end_handlers) */
 static atomic_flag g_sig_lock = ATOMIC_FLAG_INIT;
@@ -1353,18 +1375,39 @@ static void sig_unlock(const sigset_t* saved) {
   pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
+static const char* signal_name(int sig) {
+  const char* n = sigabbrev_np(sig);
+  return n ? n : "?";
+}
+
 static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
   (void)info;
   (void)uc;
   const int saved = errno;
-  if (!tai_bridge_on_tai_thread()) (void)tai_bridge_write_back_for_end(kEndWaitMs);
+  if (!tai_bridge_on_tai_thread()) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int err = tai_bridge_write_back_for_end(kEndWaitMs);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const long ms = (t1.tv_sec - t0.tv_sec) * 1000L + (t1.tv_nsec - t0.tv_nsec) / 1000000L;
+    /* A stuck write-back (a frozen or hung file system, a lock the interrupted thread holds)
+     * must not keep the process from ending: say so and take the default action anyway. */
+    if (err) {
+      char age[96];
+      end_age(age, sizeof age);
+      say("SIG%s: the write-back did not finish within %d ms (waited %ld ms): lost are the routed "
+          "writes not yet handed to the kernel, %s (at most the cache's strict quota)",
+          signal_name(sig), kEndWaitMs, ms, age);
+    } else
+      say("SIG%s: every routed file's cache handed to the kernel (%ld ms)", signal_name(sig), ms);
+  }
   /* The kernel's default action, with the kernel's exit status and core dump. */
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   REAL(sigaction)(sig, &dfl, NULL);
-  atomic_store_explicit(&g_ours[sig], 0, memory_order_relaxed);
+  atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
@@ -1382,6 +1425,44 @@ static struct sigaction our_action(void) {
   return a;
 }
 
+/* The program's SA_RESETHAND handler, first delivery: what the kernel does (the disposition
+ * becomes SIG_DFL before the handler runs, so that the same signal during or after it takes the
+ * default action), except that "SIG_DFL" is ours, so that the default action still writes back.
+ * A delivery that finds the trampoline disarmed (a second one raced past the first with
+ * SA_NODEFER) is the default action's; one that finds the program changed the disposition
+ * meanwhile is delivered again to what is there now. */
+static void oneshot_trampoline(int sig, siginfo_t* info, void* uc) {
+  sigset_t saved;
+  sig_lock(&saved);
+  const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);
+  struct sigaction prog;
+  memset(&prog, 0, sizeof prog);
+  if (mode == kOneShot) {
+    prog = g_program_act[sig];
+    const struct sigaction ours = our_action();
+    if (REAL(sigaction)(sig, &ours, NULL) == 0) {
+      g_program_act[sig].sa_handler = SIG_DFL; /* the kernel keeps flags and mask on a reset */
+      atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
+    }
+  }
+  sig_unlock(&saved);
+  if (mode == kOneShot) {
+    if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, uc);
+    else prog.sa_handler(sig);
+  } else if (mode == kOurs) {
+    end_signal_handler(sig, info, uc);
+  } else {
+    (void)raise(sig);
+  }
+}
+
+static struct sigaction oneshot_action(const struct sigaction* prog) {
+  struct sigaction a = *prog;
+  a.sa_sigaction = oneshot_trampoline;
+  a.sa_flags = (prog->sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
+  return a;
+}
+
 static void install_end_handlers(void) {
   sigset_t saved;
   sig_lock(&saved);
@@ -1392,7 +1473,7 @@ static void install_end_handlers(void) {
     if (REAL(sigaction)(sig, NULL, &cur) != 0) continue;
     if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
       g_program_act[sig] = cur;
-      if (REAL(sigaction)(sig, &ours, NULL) == 0) atomic_store_explicit(&g_ours[sig], 1, memory_order_relaxed);
+      if (REAL(sigaction)(sig, &ours, NULL) == 0) atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
     }
   }
   atomic_store_explicit(&g_end_handlers, 1, memory_order_release);
@@ -1401,6 +1482,23 @@ static void install_end_handlers(void) {
 }
 
 static int sets_default(const struct sigaction* act) { return act->sa_handler == SIG_DFL; }
+static int sets_oneshot(const struct sigaction* act) {
+  return (act->sa_flags & SA_RESETHAND) && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
+}
+
+/* Under g_sig_lock: the table agrees with the kernel. A disposition changed behind this library
+ * (an inline system call, glibc's sigset/sigignore internals in another libc, a library that
+ * calls the kernel itself) makes the entry plain kPass again, so that the program's next call
+ * acts on what is really there; its SIG_DFL then gets ours back. */
+static void resync(int sig) {
+  const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);
+  if (mode == kPass) return;
+  struct sigaction cur;
+  if (REAL(sigaction)(sig, NULL, &cur) != 0) return;
+  void (*want)(int, siginfo_t*, void*) = mode == kOurs ? end_signal_handler : oneshot_trampoline;
+  if (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != want)
+    atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
+}
 
 static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction* oldact,
                           int (*real)(int, const struct sigaction*, struct sigaction*)) {
@@ -1411,27 +1509,83 @@ static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction
   if (act) want = *act; /* act and oldact may be one struct */
   sigset_t saved;
   sig_lock(&saved);
+  resync(sig);
+  const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);
+  struct sigaction prev;
+  memset(&prev, 0, sizeof prev);
   int rc = 0;
-  if (atomic_load_explicit(&g_ours[sig], memory_order_relaxed)) {
-    const struct sigaction believed = g_program_act[sig];
-    if (act && !sets_default(&want)) {
-      rc = real(sig, &want, NULL);
-      if (rc == 0) atomic_store_explicit(&g_ours[sig], 0, memory_order_relaxed);
-    } else if (act) {
-      g_program_act[sig] = want; /* SIG_DFL again: ours stays */
-    }
-    if (rc == 0 && oldact) *oldact = believed;
-  } else if (act && sets_default(&want)) {
-    const struct sigaction ours = our_action();
-    rc = real(sig, &ours, oldact);
-    if (rc == 0) {
-      g_program_act[sig] = want;
-      atomic_store_explicit(&g_ours[sig], 1, memory_order_relaxed);
-    }
+  if (!act) {
+    rc = mode == kPass ? real(sig, NULL, &prev) : 0;
   } else {
-    rc = real(sig, act ? &want : NULL, oldact);
+    struct sigaction install = want;
+    int next = kPass;
+    if (sets_default(&want)) {
+      install = our_action();
+      next = kOurs;
+    } else if (sets_oneshot(&want)) {
+      install = oneshot_action(&want);
+      next = kOneShot;
+    }
+    if (mode == kOurs && next == kOurs) {
+      rc = 0; /* SIG_DFL again: ours stays */
+    } else {
+      rc = real(sig, &install, &prev);
+    }
+    if (rc == 0) {
+      const struct sigaction believed = g_program_act[sig];
+      if (next != kPass) g_program_act[sig] = want;
+      atomic_store_explicit(&g_mode[sig], next, memory_order_relaxed);
+      if (mode != kPass) prev = believed;
+    }
   }
+  if (mode != kPass && !act) prev = g_program_act[sig];
+  if (rc == 0 && oldact) *oldact = prev;
   const int err = errno;
+  sig_unlock(&saved);
+  errno = err;
+  return rc;
+}
+
+/* syscall(SYS_rt_sigaction, sig, act, oldact, sigsetsize): the kernel's own struct, passed
+ * through unchanged; then the table follows what the kernel now has (a SIG_DFL set this way
+ * gets ours back, as sigaction's would), and the old action the kernel reported in place of ours
+ * becomes what the program believes: its handler word everywhere, and on x86-64 and AArch64
+ * (whose kernel struct is handler, flags, restorer, mask) its flags and mask too. An inline
+ * system call instruction is not seen at all: resync finds it at the program's next sigaction. */
+static long raw_rt_sigaction(long sig, long act, long oldact, long a3, long a4, long a5) {
+  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
+      !is_end_signal((int)sig))
+    return REAL(syscall)(SYS_rt_sigaction, sig, act, oldact, a3, a4, a5);
+  sigset_t saved;
+  sig_lock(&saved);
+  resync((int)sig);
+  const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);
+  const struct sigaction believed = g_program_act[sig];
+  const long rc = REAL(syscall)(SYS_rt_sigaction, sig, act, oldact, a3, a4, a5);
+  const int err = errno;
+  if (rc == 0) {
+    if (oldact && mode != kPass) {
+      unsigned long* words = (unsigned long*)oldact;
+      words[0] = (unsigned long)(uintptr_t)believed.sa_handler;
+#if defined(__x86_64__) || defined(__aarch64__)
+      words[1] = (unsigned long)believed.sa_flags;
+      memcpy(&words[3], &believed.sa_mask, sizeof(unsigned long));
+#endif
+    }
+    if (act) {
+      struct sigaction now;
+      if (REAL(sigaction)((int)sig, NULL, &now) == 0) {
+        atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
+        if (!(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL) {
+          const struct sigaction ours = our_action();
+          if (REAL(sigaction)((int)sig, &ours, NULL) == 0) {
+            g_program_act[sig] = now;
+            atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
+          }
+        }
+      }
+    }
+  }
   sig_unlock(&saved);
   errno = err;
   return rc;
@@ -1504,6 +1658,45 @@ EXPORT NO_TSAN handler_t __sysv_signal(int sig, handler_t h) {
   if (!end_handlers_installed()) return REAL(__sysv_signal)(sig, h);
   return signal_like(sig, h, 1, REAL(__sysv_signal));
 }
+
+/* glibc marks both deprecated; programs still call them, so they are interposed all the same. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+/* System V's sigset and sigignore: glibc sets the disposition with its internal sigaction,
+ * which no preload sees, so that sigset(sig, h) would leave the table believing ours is there and
+ * a later sigset(sig, SIG_DFL) would install the kernel's SIG_DFL for real, dropping the
+ * write-back at that signal. Both are done here through sigaction_impl as glibc does them
+ * (sigset: no flags, an empty mask, the signal unblocked, or only blocked for SIG_HOLD; the
+ * result is SIG_HOLD when the signal was blocked before). */
+EXPORT NO_TSAN handler_t sigset(int sig, handler_t disp) {
+  if (!end_handlers_installed() || sig <= 0 || sig >= kSigMax || !is_end_signal(sig) || disp == SIG_ERR)
+    return REAL(sigset)(sig, disp);
+  sigset_t one, old;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  struct sigaction prev;
+  if (disp == SIG_HOLD) {
+    if (sigprocmask(SIG_BLOCK, &one, &old) != 0) return SIG_ERR;
+    if (sigaction_impl(sig, NULL, &prev, REAL(sigaction)) != 0) return SIG_ERR;
+  } else {
+    struct sigaction act;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = disp;
+    sigemptyset(&act.sa_mask);
+    if (sigaction_impl(sig, &act, &prev, REAL(sigaction)) != 0) return SIG_ERR;
+    if (sigprocmask(SIG_UNBLOCK, &one, &old) != 0) return SIG_ERR;
+  }
+  return sigismember(&old, sig) ? SIG_HOLD : prev.sa_handler;
+}
+EXPORT NO_TSAN int sigignore(int sig) {
+  if (!end_handlers_installed()) return REAL(sigignore)(sig);
+  struct sigaction act;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = SIG_IGN;
+  sigemptyset(&act.sa_mask);
+  return sigaction_impl(sig, &act, NULL, REAL(sigaction));
+}
+#pragma GCC diagnostic pop
 
 /* ------------------------------------------------------------------------------------------ */
 /* metadata: after the routed writes made before it                                           */

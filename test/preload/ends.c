@@ -7,12 +7,17 @@
  * Ways: exit return _exit _Exit exit_group quick_exit abort exec thread_exit vfork spawn
  *       sigterm sigint sighup sigquit sigpipe sigsegv sigbus sigfpe sigabrt sigxfsz
  *       virtual (the program's own view of its signal dispositions, then SIGTERM)
+ *       resethand (a SIGTERM handler with SA_RESETHAND: runs once, then the default action)
+ *       sysv_signal, bsd_signal, sigset (the same through those APIs), raw_sigaction
+ *       (syscall(SYS_rt_sigaction)), inline_sigaction (the system call instruction itself)
+ *       wait (writes, says "waiting for a signal", and waits: end_bound.sh signals it)
  *       sigkill (a child writes, waits past the write-behind deadline, SIGKILLs itself)
  * Every way writes end.dat (records through write(), one overwritten with pwrite) and
  * stream.dat (fwrite + fflush: acknowledged by the flush) and leaves both open. stdout gets
  * one line per step, written with write(2) so that no stdio buffer is lost with the process.
  * Plain C and libc only: it knows nothing about TAI. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -145,6 +150,123 @@ static void virtual_dispositions(void) {
   say("SIGUSR1 was %s; now %s", prev.sa_handler == on_usr1 ? "h" : "other", disposition(SIGUSR1));
 }
 
+/* Disposition changes outside sigaction and signal. Each says what it saw (the transcripts of
+ * the plain and the preloaded run are compared), writes the files, and ends by SIGTERM. */
+static void on_term_once(int sig) {
+  say("SIGTERM handler ran; SIGTERM now %s", disposition(sig));
+  raise(sig); /* the reset made it the default action: pending now, or at once with SA_NODEFER */
+}
+static void on_term_info(int sig, siginfo_t* info, void* uc) {
+  (void)uc;
+  say("SIGTERM handler (siginfo, code %s) ran; SIGTERM now %s", info->si_code == SI_TKILL ? "SI_TKILL" : "other",
+      disposition(sig));
+  raise(sig);
+}
+static void on_term_bsd(int sig) {
+  say("SIGTERM handler ran; SIGTERM now %s", disposition(sig));
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+static const char* name_of(void (*h)(int)) {
+  if (h == SIG_DFL) return "SIG_DFL";
+  if (h == SIG_IGN) return "SIG_IGN";
+  if (h == SIG_ERR) return "SIG_ERR";
+  if (h == SIG_HOLD) return "SIG_HOLD";
+  if (h == on_term_once || h == on_term_bsd) return "h";
+  return "other";
+}
+
+/* The kernel's struct for rt_sigaction on x86-64 and AArch64: handler, flags, restorer, mask. */
+struct kernel_act {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)(void);
+  unsigned long mask;
+};
+
+/* rt_sigaction by the system call instruction itself: what a static or assembly runtime does,
+ * which no symbol interposition sees. Elsewhere than x86-64 and AArch64, through syscall(). */
+static long inline_rt_sigaction(int sig, const struct kernel_act* act, struct kernel_act* old) {
+#if defined(__x86_64__)
+  long ret;
+  register long r10 __asm__("r10") = 8;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "0"((long)SYS_rt_sigaction), "D"((long)sig), "S"(act), "d"(old), "r"(r10)
+                   : "rcx", "r11", "memory");
+  return ret;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = SYS_rt_sigaction;
+  register long x0 __asm__("x0") = sig;
+  register long x1 __asm__("x1") = (long)act;
+  register long x2 __asm__("x2") = (long)old;
+  register long x3 __asm__("x3") = 8;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+  return x0;
+#else
+  return syscall(SYS_rt_sigaction, sig, act, old, 8);
+#endif
+}
+
+/* sigset and sigignore are deprecated in glibc, and still what some programs call. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void other_apis(const char* way) {
+  if (strcmp(way, "resethand") == 0) {
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_sigaction = on_term_info;
+    a.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&a.sa_mask);
+    if (sigaction(SIGTERM, &a, NULL) != 0) die("sigaction");
+    struct sigaction cur;
+    if (sigaction(SIGTERM, NULL, &cur) != 0) die("sigaction");
+    say("SIGTERM handler installed with SA_RESETHAND: %s, flags kept %s", disposition(SIGTERM),
+        (cur.sa_flags & SA_RESETHAND) && cur.sa_sigaction == on_term_info ? "yes" : "no");
+  } else if (strcmp(way, "sysv_signal") == 0) {
+    void (*old)(int) = sysv_signal(SIGTERM, on_term_once);
+    say("sysv_signal(SIGTERM, h) returned %s; now %s", name_of(old), disposition(SIGTERM));
+  } else if (strcmp(way, "bsd_signal") == 0) {
+    void (*(*bsd)(int, void (*)(int)))(int) = (void (*(*)(int, void (*)(int)))(int))dlsym(RTLD_DEFAULT, "bsd_signal");
+    if (!bsd) {
+      say("bsd_signal is not exported: signal instead");
+      bsd = signal;
+    }
+    void (*old)(int) = bsd(SIGTERM, on_term_bsd);
+    say("bsd_signal(SIGTERM, h) returned %s; now %s", name_of(old), disposition(SIGTERM));
+  } else if (strcmp(way, "sigset") == 0) {
+    void (*old)(int) = sigset(SIGTERM, SIG_HOLD);
+    say("sigset(SIGTERM, SIG_HOLD) returned %s", name_of(old));
+    old = sigset(SIGTERM, on_term_bsd);
+    say("sigset(SIGTERM, h) returned %s; now %s", name_of(old), disposition(SIGTERM));
+    old = sigset(SIGTERM, SIG_DFL);
+    say("sigset(SIGTERM, SIG_DFL) returned %s; now %s", name_of(old), disposition(SIGTERM));
+    old = sigset(SIGINT, SIG_IGN);
+    if (sigignore(SIGINT) != 0) die("sigignore");
+    say("sigset(SIGINT, SIG_IGN) returned %s; after sigignore SIGINT is %s", name_of(old), disposition(SIGINT));
+  } else if (strcmp(way, "raw_sigaction") == 0) {
+    struct kernel_act k, old;
+    memset(&old, 0, sizeof old);
+    if (syscall(SYS_rt_sigaction, SIGTERM, NULL, &old, 8) != 0) die("rt_sigaction");
+    say("rt_sigaction: SIGTERM at start %s", name_of(old.handler));
+    if (signal(SIGTERM, on_term_bsd) == SIG_ERR) die("signal");
+    memset(&k, 0, sizeof k);
+    k.handler = SIG_DFL;
+    if (syscall(SYS_rt_sigaction, SIGTERM, &k, &old, 8) != 0) die("rt_sigaction");
+    say("rt_sigaction(SIGTERM, SIG_DFL) saw %s; now %s", name_of(old.handler), disposition(SIGTERM));
+  } else if (strcmp(way, "inline_sigaction") == 0) {
+    struct kernel_act k;
+    memset(&k, 0, sizeof k);
+    k.handler = SIG_IGN;
+    if (inline_rt_sigaction(SIGTERM, &k, NULL) != 0) die("inline rt_sigaction");
+    raise(SIGTERM);
+    say("SIGTERM ignored by an inline rt_sigaction: still running");
+    void (*old)(int) = signal(SIGTERM, SIG_DFL);
+    say("signal(SIGTERM, SIG_DFL) returned %s; now %s", name_of(old), disposition(SIGTERM));
+  }
+}
+#pragma GCC diagnostic pop
+
 /* SIG_DFL first: a shell may have started this with some signals ignored (a background job's
  * SIGINT and SIGQUIT). */
 static void default_action(int sig) {
@@ -186,7 +308,25 @@ int main(int argc, char** argv) {
   }
 
   if (strcmp(way, "virtual") == 0) virtual_dispositions();
+  other_apis(way);
   write_all();
+
+  if (strcmp(way, "wait") == 0) {
+    say("waiting for a signal");
+    for (;;) pause();
+  }
+  if (strcmp(way, "resethand") == 0 || strcmp(way, "sysv_signal") == 0 || strcmp(way, "bsd_signal") == 0) {
+    say("raising SIGTERM");
+    raise(SIGTERM);
+    say("still alive after SIGTERM");
+    return 2;
+  }
+  if (strcmp(way, "sigset") == 0 || strcmp(way, "raw_sigaction") == 0 || strcmp(way, "inline_sigaction") == 0) {
+    say("raising SIGTERM");
+    raise(SIGTERM);
+    say("still alive after SIGTERM");
+    return 2;
+  }
 
   if (strcmp(way, "exit") == 0) exit(0);
   if (strcmp(way, "return") == 0) return 0;

@@ -29,6 +29,7 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        end_exit end_return end__exit end__Exit end_exit_group end_quick_exit end_abort end_exec
        end_thread_exit end_vfork end_spawn end_sigterm end_sigint end_sighup end_sigquit end_sigpipe
        end_sigsegv end_sigbus end_sigfpe end_sigabrt end_sigxfsz end_virtual end_sigkill
+       end_resethand end_sysv_signal end_bsd_signal end_sigset end_raw_sigaction end_inline_sigaction
        mawk_exit python_exit perl_sigterm sigpipe_tee append_procs
        meta_tar meta_cp meta_touch meta_python
        yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
@@ -463,7 +464,7 @@ body() {
       local way=${CASE#end_} status=0
       case $way in
         abort | sigabrt) status=134 ;;
-        sigterm | virtual) status=143 ;;
+        sigterm | virtual | resethand | sysv_signal | bsd_signal | sigset | raw_sigaction | inline_sigaction) status=143 ;;
         sigint) status=130 ;;
         sighup) status=129 ;;
         sigquit) status=131 ;;

@@ -95,17 +95,17 @@ TYPED_TEST(QuotaCleanBudget, PastTheBudgetWrittenBackBlocksGoBackToThePool) {
   EXPECT_GT(s.cached_bytes + block, budget) << "the budget's worth stays cached";
   EXPECT_EQ(f.quota.used(), s.cached_bytes);
   EXPECT_GE(f.quota.pooled(), a.size() - s.cached_bytes) << "released blocks are kept for reuse";
+  // The next writes reuse the released blocks.
+  const std::uint64_t hits = f.quota.pool_hits();
+  auto b = pattern(a.size(), 9);  // the same shape, so the same block sizes
+  ASSERT_EQ(f.op(TreeOp::write, 1u << 22, b.size(), b.data()), static_cast<std::int64_t>(b.size()));
+  EXPECT_GT(f.quota.pool_hits(), hits);
+  ASSERT_EQ(f.op(TreeOp::fsync), 0);
   // Every byte reached the file, and reads give it back (from the cache or the file).
-  EXPECT_EQ(f.mem.bytes_written(), a.size());
+  EXPECT_EQ(f.mem.bytes_written(), a.size() + b.size());
   std::vector<std::uint8_t> back(a.size());
   ASSERT_EQ(f.op(TreeOp::read, 0, back.size(), back.data()), static_cast<std::int64_t>(back.size()));
   EXPECT_EQ(back, a);
-  // The next writes reuse the released blocks.
-  const std::uint64_t hits = f.quota.pool_hits();
-  auto b = pattern(8 * 4096, 9);
-  ASSERT_EQ(f.op(TreeOp::write, 1u << 22, b.size(), b.data()), static_cast<std::int64_t>(b.size()));
-  EXPECT_GT(f.quota.pool_hits(), hits);
-  EXPECT_EQ(f.op(TreeOp::fsync), 0);
 }
 
 TYPED_TEST(QuotaCleanBudget, AnUnlimitedBudgetKeepsEveryCleanBlock) {

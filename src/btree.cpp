@@ -629,6 +629,7 @@ void TreeCore::free_block(Node& n) noexcept {
   const std::uint64_t size = block_size(n);
   if (!n.dirty.empty()) {
     uncount(counters_.dirty_bytes, n.dirty.bytes());
+    quota_.note_dirty(-static_cast<std::int64_t>(n.dirty.bytes()));
     propagate_dirty(n, -1);
     n.dirty.clear();
   }
@@ -660,6 +661,7 @@ void TreeCore::dirty_changed(Node& n, std::uint64_t before_bytes, bool was_dirty
   const std::uint64_t after = n.dirty.bytes();
   if (after > before_bytes) count(counters_.dirty_bytes, after - before_bytes);
   if (after < before_bytes) uncount(counters_.dirty_bytes, before_bytes - after);
+  if (after != before_bytes) quota_.note_dirty(static_cast<std::int64_t>(after) - static_cast<std::int64_t>(before_bytes));
   const bool is_dirty = !n.dirty.empty();
   if (is_dirty != was_dirty) propagate_dirty(n, is_dirty ? 1 : -1);
 }

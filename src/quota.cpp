@@ -8,6 +8,11 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include <sys/mman.h>
 
 namespace tai {
 
@@ -89,21 +94,40 @@ struct Quota::Records {
 
 // The block pool: one free list per power-of-two size from kPoolMin to kPoolMax, linked through
 // the first bytes of the kept blocks themselves (so keeping a block costs no allocation), under
-// one mutex. The critical sections are a few loads and stores; the allocator's own calls
-// (posix_memalign, free) stay outside it except when kept blocks are freed to make room.
+// one mutex, plus the huge-page chunks (tai/quota.hpp). The critical sections are a few loads
+// and stores; the allocator's own calls (posix_memalign, free) stay outside it except when kept
+// blocks are freed to make room, and a chunk is mapped under it (once per 2 MiB).
 // Invariant, at every unlock: used() + pooled() <= strict (release() keeps a block only within
-// it; allocate() frees kept blocks, largest first, until it holds again after its charge).
+// it; allocate() frees kept blocks, largest first, then unmaps unused chunks, until it holds
+// again after its charge, and refuses the charge when it cannot).
 struct Quota::Pool {
   static constexpr int kMinLog = 12;
   static constexpr int kClasses = 30 - kMinLog + 1;
+  static constexpr int kChunkLog = 21;
+  static constexpr int kMaxChunkClass = kChunkLog - 1 - kMinLog;  // 1 MiB: two blocks a chunk at least
   struct Kept {
     Kept* next;
   };
+  // One 2 MiB chunk, carved into blocks of one class: first from its start (carved), then
+  // from the blocks released back into it (free).
+  struct Chunk {
+    std::byte* base = nullptr;
+    int cls = 0;
+    std::uint32_t capacity = 0, carved = 0, in_use = 0;
+    Kept* free = nullptr;
+    Chunk* prev = nullptr;  // in avail[cls] while it has a block to hand out
+    Chunk* next = nullptr;
+    bool listed = false;
+  };
   static int class_of(std::uint64_t charge) noexcept { return 63 - __builtin_clzll(charge) - kMinLog; }
+  static std::uint64_t class_bytes(int c) noexcept { return std::uint64_t{1} << (c + kMinLog); }
 
   std::mutex mu;
   Kept* heads[kClasses] = {};
-  std::uint64_t bytes = 0;  // under mu; mirrored in Quota::pooled_
+  std::uint64_t bytes = 0;        // under mu; mirrored in Quota::pooled_ (chunks' unhanded bytes included)
+  std::uint64_t chunk_total = 0;  // under mu; mirrored in Quota::chunk_bytes_
+  std::unordered_map<std::uintptr_t, Chunk*> chunks;  // by base address
+  Chunk* avail[kClasses] = {};
 
   /// Pops a kept block of class `c` aligned to `alignment`; nullptr when there is none.
   std::byte* take(int c, std::size_t alignment) noexcept {
@@ -112,33 +136,130 @@ struct Quota::Pool {
     // (a direct-I/O file with a large alignment) takes a fresh block instead.
     if (k == nullptr || reinterpret_cast<std::uintptr_t>(k) % alignment != 0) return nullptr;
     heads[c] = k->next;
-    bytes -= std::uint64_t{1} << (c + kMinLog);
+    bytes -= class_bytes(c);
     return reinterpret_cast<std::byte*>(k);
   }
   void put(int c, std::byte* block) noexcept {
     auto* k = reinterpret_cast<Kept*>(block);
     k->next = heads[c];
     heads[c] = k;
-    bytes += std::uint64_t{1} << (c + kMinLog);
+    bytes += class_bytes(c);
   }
-  /// Frees kept blocks, largest first, until at most `keep` bytes are kept.
+
+  void list(Chunk* k) noexcept {
+    k->prev = nullptr;
+    k->next = avail[k->cls];
+    if (k->next != nullptr) k->next->prev = k;
+    avail[k->cls] = k;
+    k->listed = true;
+  }
+  void unlist(Chunk* k) noexcept {
+    if (k->prev != nullptr) k->prev->next = k->next;
+    else avail[k->cls] = k->next;
+    if (k->next != nullptr) k->next->prev = k->prev;
+    k->prev = k->next = nullptr;
+    k->listed = false;
+  }
+  /// A block of class `c` from a chunk that has one; nullptr when none has.
+  std::byte* take_chunk(int c, std::size_t alignment) noexcept {
+    Chunk* k = avail[c];
+    // Blocks sit at multiples of their size in a 2 MiB-aligned chunk.
+    if (k == nullptr || class_bytes(c) % alignment != 0) return nullptr;
+    std::byte* p;
+    if (k->free != nullptr) {
+      p = reinterpret_cast<std::byte*>(k->free);
+      k->free = k->free->next;
+    } else {
+      p = k->base + (static_cast<std::uint64_t>(k->carved) << (c + kMinLog));
+      ++k->carved;
+    }
+    ++k->in_use;
+    if (k->free == nullptr && k->carved == k->capacity) unlist(k);
+    bytes -= class_bytes(c);
+    return p;
+  }
+  /// The chunk that holds `p`, or nullptr.
+  Chunk* chunk_of(const std::byte* p) const noexcept {
+    if (chunks.empty()) return nullptr;
+    const auto it = chunks.find(reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{1} << kChunkLog) - 1));
+    return it == chunks.end() ? nullptr : it->second;
+  }
+  void give_back(Chunk* k, std::byte* p) noexcept {
+    auto* kept = reinterpret_cast<Kept*>(p);
+    kept->next = k->free;
+    k->free = kept;
+    --k->in_use;
+    if (!k->listed) list(k);
+    bytes += class_bytes(k->cls);
+  }
+  /// Maps a chunk for class `c`; false when mmap refuses. `not_advised` is set when madvise did.
+  bool map_chunk(int c, bool& not_advised) noexcept {
+    const std::size_t size = std::size_t{1} << kChunkLog;
+    // Twice the size, then the unaligned ends go back: the only portable way to a 2 MiB-aligned
+    // mapping (once per chunk, not per block).
+    void* raw = ::mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return false;
+    const auto r = reinterpret_cast<std::uintptr_t>(raw);
+    const std::uintptr_t a = (r + size - 1) & ~(static_cast<std::uintptr_t>(size) - 1);
+    if (a > r) ::munmap(raw, a - r);
+    if (a + size < r + 2 * size) ::munmap(reinterpret_cast<void*>(a + size), r + 2 * size - (a + size));
+    auto* base = reinterpret_cast<std::byte*>(a);
+#ifdef MADV_HUGEPAGE
+    not_advised = ::madvise(base, size, MADV_HUGEPAGE) != 0;
+#else
+    not_advised = true;
+#endif
+    Chunk* k = new (std::nothrow) Chunk;
+    if (k == nullptr) {
+      ::munmap(base, size);
+      return false;
+    }
+    k->base = base;
+    k->cls = c;
+    k->capacity = static_cast<std::uint32_t>(size >> (c + kMinLog));
+    chunks.emplace(a, k);
+    list(k);
+    bytes += size;
+    chunk_total += size;
+    return true;
+  }
+  void unmap_chunk(Chunk* k) noexcept {
+    if (k->listed) unlist(k);
+    chunks.erase(reinterpret_cast<std::uintptr_t>(k->base));
+    ::munmap(k->base, std::size_t{1} << kChunkLog);
+    bytes -= std::uint64_t{1} << kChunkLog;
+    chunk_total -= std::uint64_t{1} << kChunkLog;
+    delete k;
+  }
+  /// Frees kept blocks, largest first, then unmaps chunks without a block in use, until at
+  /// most `keep` bytes are kept.
   void shrink_to(std::uint64_t keep) noexcept {
     for (int c = kClasses - 1; c >= 0 && bytes > keep; --c) {
       while (heads[c] != nullptr && bytes > keep) {
         Kept* k = heads[c];
         heads[c] = k->next;
-        bytes -= std::uint64_t{1} << (c + kMinLog);
+        bytes -= class_bytes(c);
         std::free(k);
       }
+    }
+    if (bytes <= keep || chunks.empty()) return;
+    std::vector<Chunk*> unused;
+    for (const auto& [base, k] : chunks)
+      if (k->in_use == 0) unused.push_back(k);
+    for (Chunk* k : unused) {
+      if (bytes <= keep) break;
+      unmap_chunk(k);
     }
   }
 };
 
 Quota::Quota(std::uint64_t weak_bytes, std::uint64_t strict_bytes, std::size_t record_capacity,
-             std::uint64_t pool_limit)
+             std::uint64_t pool_limit, std::uint64_t clean_budget, bool huge_pages)
     : strict_(strict_bytes),
       weak_(std::min(weak_bytes, strict_bytes)),
       pool_limit_(std::min(pool_limit, std::min(weak_bytes, strict_bytes))),
+      clean_budget_(clean_budget),
+      huge_pages_(huge_pages && std::min(pool_limit, std::min(weak_bytes, strict_bytes)) >= kChunkBytes),
       records_(std::make_unique<Records>(std::max<std::size_t>(record_capacity, 1))),
       pool_(std::make_unique<Pool>()) {}
 
@@ -153,6 +274,7 @@ void Quota::trim() noexcept {
   std::lock_guard<std::mutex> lock(pool_->mu);
   pool_->shrink_to(0);
   pooled_.store(pool_->bytes, std::memory_order_relaxed);
+  chunk_bytes_.store(pool_->chunk_total, std::memory_order_relaxed);
 }
 
 std::byte* Quota::allocate(std::uint64_t bytes, std::size_t alignment) noexcept {
@@ -176,10 +298,31 @@ std::byte* Quota::allocate(std::uint64_t bytes, std::size_t alignment) noexcept 
     // that did not see this charge yet is freed below when it would not fit next to it.
     std::lock_guard<std::mutex> lock(pool_->mu);
     if (pooled_size) {
-      if (std::byte* p = pool_->take(Pool::class_of(charge), alignment)) {
+      const int c = Pool::class_of(charge);
+      if (std::byte* p = pool_->take_chunk(c, alignment)) {
+        pooled_.store(pool_->bytes, std::memory_order_relaxed);
+        return p;
+      }
+      if (std::byte* p = pool_->take(c, alignment)) {
         pooled_.store(pool_->bytes, std::memory_order_relaxed);
         pool_hits_.fetch_add(1, std::memory_order_relaxed);
         return p;
+      }
+      if (huge_pages_ && c <= Pool::kMaxChunkClass && Pool::class_bytes(c) % alignment == 0) {
+        // A new chunk holds this block and kept bytes for the rest: it must fit next to the
+        // charges and what is kept already (the invariant above).
+        const std::uint64_t u = used_.load(std::memory_order_relaxed) - charge;
+        if (u <= strict_ && pool_->bytes <= strict_ - u && kChunkBytes <= strict_ - u - pool_->bytes) {
+          bool not_advised = false;
+          if (pool_->map_chunk(c, not_advised)) {
+            chunks_mapped_.fetch_add(1, std::memory_order_relaxed);
+            if (not_advised) chunks_not_advised_.fetch_add(1, std::memory_order_relaxed);
+            chunk_bytes_.store(pool_->chunk_total, std::memory_order_relaxed);
+            std::byte* p = pool_->take_chunk(c, alignment);
+            pooled_.store(pool_->bytes, std::memory_order_relaxed);
+            return p;
+          }
+        }
       }
     }
     // A fresh block: first make room for it next to the kept ones (the invariant above).
@@ -187,6 +330,13 @@ std::byte* Quota::allocate(std::uint64_t bytes, std::size_t alignment) noexcept 
       const std::uint64_t u = used_.load(std::memory_order_relaxed);
       pool_->shrink_to(u >= strict_ ? 0 : strict_ - u);
       pooled_.store(pool_->bytes, std::memory_order_relaxed);
+      chunk_bytes_.store(pool_->chunk_total, std::memory_order_relaxed);
+      if (u > strict_ || pool_->bytes > strict_ - u) {
+        // Kept bytes in chunks that still have blocks in use: no room for a fresh block.
+        used_.fetch_sub(charge, std::memory_order_relaxed);
+        denials_.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+      }
     }
   }
   void* p = nullptr;
@@ -206,6 +356,17 @@ void Quota::release(std::byte* block, std::uint64_t bytes) noexcept {
     std::lock_guard<std::mutex> lock(pool_->mu);
     [[maybe_unused]] const std::uint64_t before = used_.fetch_sub(charge, std::memory_order_relaxed);
     assert(before >= charge && "tai::Quota::release of more bytes than allocated");
+    if (Pool::Chunk* k = pool_->chunk_of(block)) {
+      // Back into its chunk (used() fell by what pooled() grows: the invariant holds); a chunk
+      // with nothing in use goes back to the kernel only when more than pool_limit is kept.
+      pool_->give_back(k, block);
+      if (k->in_use == 0 && pool_->bytes > pool_limit_) {
+        pool_->unmap_chunk(k);
+        chunk_bytes_.store(pool_->chunk_total, std::memory_order_relaxed);
+      }
+      pooled_.store(pool_->bytes, std::memory_order_relaxed);
+      return;
+    }
     const std::uint64_t u = before - charge;
     const std::uint64_t kept = pool_->bytes;
     if (kept + charge <= pool_limit_ && u <= strict_ && kept + charge <= strict_ - u) {

@@ -489,7 +489,9 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         write_back_next(s, sink);
         break;
       }
-      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) {
+      // Clean budget (tai/btree.hpp): a block the write-back left clean while the quota holds
+      // more clean bytes than the budget goes back to the quota's pool now.
+      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict || quota_.over_clean_budget()) {
         note_block_leaving(n);
         free_block(n);
       }

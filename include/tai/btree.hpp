@@ -118,6 +118,14 @@
 //    above), so order holds; the write is stamped with the sync epoch like every uncached
 //    write, so durability and the failed-sync rules hold. Smaller writes are still cached (the
 //    merging and gathering are where caching pays).
+//  * Clean budget (ControllerOptions::clean_budget, tai/quota.hpp): when a block's write-back
+//    leaves it clean while the quota holds more clean bytes (used() - dirty()) than the budget,
+//    the block goes back to the quota's pool at once, so the next blocks reuse its memory
+//    instead of first-touching fresh pages, and clean copies of data already written back do
+//    not fill the cache up to the weak limit. Within the budget they stay (reads hit them).
+//    A block released this way has bytes not yet synced: if the next engine sync fails, the
+//    tree cannot redirty them and keeps the error (the "no longer held" case below, as for an
+//    evicted block).
 //  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
 //    pages it could not write, and a later fsync of the same data reports success). Every engine
 //    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation

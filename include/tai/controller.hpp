@@ -59,6 +59,14 @@ struct ControllerOptions {
   /// returns the corrected value.
   std::uint64_t weak_quota = std::uint64_t{256} << 20;
   std::uint64_t strict_quota = std::uint64_t{512} << 20;
+  /// Clean budget (tai/quota.hpp): while the cache holds more than this many bytes of clean
+  /// blocks, a block that its write-back leaves clean goes back to the quota's pool at once, and
+  /// the next blocks reuse its memory. Quota::kUnlimited: clean blocks stay until the weak limit.
+  /// Measured in docs/results/cache-cost.md ("Clean budget and huge-page chunks").
+  std::uint64_t clean_budget = std::uint64_t{16} << 20;
+  /// Carve cache blocks of 4 KiB to 1 MiB from 2 MiB chunks advised for transparent huge pages
+  /// (tai/quota.hpp, "Huge-page chunks"). Used only when the weak quota is at least 2 MiB.
+  bool huge_pages = true;
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
   /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
   std::int64_t spin_ns = 20'000;

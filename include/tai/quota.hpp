@@ -29,6 +29,27 @@
 // the strict limit still bounds every byte of cache memory the quota holds. trim() frees what
 // is kept; the destructor does.
 //
+// Huge-page chunks (the constructor's huge_pages, on in the controller by default). Blocks of
+// 4 KiB to 1 MiB are then carved from 2 MiB-aligned chunks of anonymous memory advised with
+// MADV_HUGEPAGE, each chunk serving one size: where the kernel's transparent huge pages are
+// enabled for madvise'd memory, one page fault maps 2 MiB (512 blocks of 4 KiB) instead of one
+// block. A chunk's blocks are never freed one by one: a released one goes back to its chunk's
+// free list (it counts as kept, in pooled()), and a chunk is unmapped only when none of its
+// blocks is in use and the kept bytes pass pool_limit (or trim()). The strict limit still bounds
+// every byte: a chunk is mapped only when used() + pooled() + 2 MiB fits under it, the
+// unhanded part of every chunk counts in pooled(), and an allocate() that cannot make room
+// (kept bytes held by chunks that still have blocks in use) is refused like any other over the
+// limit. When madvise is refused the chunk is used as it is (4 KiB pages); when mmap is refused
+// the block comes from the allocator as without chunks. Chunks are used only when pool_limit
+// (after lowering) is at least 2 MiB, so a tiny quota behaves as without them.
+//
+// Clean budget. The trees report their dirty bytes here (note_dirty), so the quota knows the
+// clean bytes it holds: used() - dirty(). over_clean_budget() says when they pass the budget (the
+// constructor's clean_budget): a tree then releases a block as soon as its write-back leaves it
+// clean (tai/btree.hpp, "Clean budget"), so a stream of writes reuses the blocks of data already
+// written back instead of filling the weak limit with clean copies (every one a first touch of
+// fresh memory).
+//
 // Thread-safety: every member function is thread-safe. The counters are exact (atomic
 // read-modify-write), and their memory order is relaxed: no other data is published through them.
 #pragma once
@@ -56,8 +77,12 @@ class Quota {
   /// Released blocks kept for reuse by default, at most (see "Block pool" above).
   static constexpr std::uint64_t kDefaultPoolLimit = std::uint64_t{64} << 20;
 
+  /// Chunks of the huge-page carve (see "Huge-page chunks" above).
+  static constexpr std::uint64_t kChunkBytes = std::uint64_t{2} << 20;
+
   explicit Quota(std::uint64_t weak_bytes = kUnlimited, std::uint64_t strict_bytes = kUnlimited,
-                 std::size_t record_capacity = 1u << 14, std::uint64_t pool_limit = kDefaultPoolLimit);
+                 std::size_t record_capacity = 1u << 14, std::uint64_t pool_limit = kDefaultPoolLimit,
+                 std::uint64_t clean_budget = kUnlimited, bool huge_pages = false);
   ~Quota();
   Quota(const Quota&) = delete;
   Quota& operator=(const Quota&) = delete;
@@ -102,8 +127,26 @@ class Quota {
   std::uint64_t pooled() const noexcept { return pooled_.load(std::memory_order_relaxed); }
   /// allocate() calls served from the pool.
   std::uint64_t pool_hits() const noexcept { return pool_hits_.load(std::memory_order_relaxed); }
-  /// Frees every kept block.
+  /// Frees every kept block (and unmaps every chunk none of whose blocks is in use).
   void trim() noexcept;
+  /// Bytes of huge-page chunks mapped now (in use or kept).
+  std::uint64_t chunk_bytes() const noexcept { return chunk_bytes_.load(std::memory_order_relaxed); }
+  /// Chunks mapped so far, and of those the ones madvise(MADV_HUGEPAGE) refused.
+  std::uint64_t chunks_mapped() const noexcept { return chunks_mapped_.load(std::memory_order_relaxed); }
+  std::uint64_t chunks_not_advised() const noexcept { return chunks_not_advised_.load(std::memory_order_relaxed); }
+
+  /// The clean budget (see above) and the trees' report of their dirty bytes (+ added, - cleaned).
+  std::uint64_t clean_budget() const noexcept { return clean_budget_; }
+  void note_dirty(std::int64_t delta) noexcept {
+    dirty_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed);
+  }
+  std::uint64_t dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
+  /// used() - dirty() is above the clean budget.
+  bool over_clean_budget() const noexcept {
+    if (clean_budget_ == kUnlimited) return false;
+    const std::uint64_t u = used(), d = dirty();
+    return u > d && u - d > clean_budget_;
+  }
 
   /// A fresh sequence number (1, 2, ...): allocation order across every tree of this quota.
   std::uint64_t next_seq() noexcept { return seq_.fetch_add(1, std::memory_order_relaxed) + 1; }
@@ -132,7 +175,13 @@ class Quota {
   std::atomic<std::uint64_t> records_dropped_{0};
   std::atomic<std::uint64_t> pooled_{0};  // written under the pool's mutex, read anywhere
   std::atomic<std::uint64_t> pool_hits_{0};
+  std::atomic<std::uint64_t> dirty_{0};
+  std::atomic<std::uint64_t> chunk_bytes_{0};  // written under the pool's mutex, read anywhere
+  std::atomic<std::uint64_t> chunks_mapped_{0};
+  std::atomic<std::uint64_t> chunks_not_advised_{0};
   const std::uint64_t pool_limit_;
+  const std::uint64_t clean_budget_;
+  const bool huge_pages_;
   std::unique_ptr<Records> records_;
   std::unique_ptr<Pool> pool_;
 };

@@ -41,7 +41,7 @@ ControllerOptions corrected_options(const ControllerOptions& o) {
 
 ControllerCore::ControllerCore(const ControllerOptions& o)
     : opt(corrected_options(o)),
-      quota(opt.weak_quota, opt.strict_quota),
+      quota(opt.weak_quota, opt.strict_quota, 1u << 14, Quota::kDefaultPoolLimit, opt.clean_budget, opt.huge_pages),
       copies(opt.write_copy_budget, opt.spin_ns) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
   lanes = n * std::max(1u, opt.lanes_per_worker);

@@ -173,6 +173,15 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   // into cache blocks over a range that holds none buys nothing (docs/results/cache-cost.md).
   s.options.tree_options.write_around_bytes = 4096;
   env_bytes("TAI_WRITE_AROUND", s.options.tree_options.write_around_bytes);
+  // The cache's memory (ControllerOptions::clean_budget, huge_pages): for measuring them.
+  env_bytes("TAI_CLEAN_BUDGET", s.options.clean_budget);
+  if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) {
+    const std::string v = h;
+    if (v == "0" || v == "1")
+      s.options.huge_pages = v == "1";
+    else
+      warn("TAI_HUGE_PAGES='" + v + "' is neither 0 nor 1; using " + (s.options.huge_pages ? "1" : "0"));
+  }
   if (const char* l = std::getenv("TAI_LOG"); l && *l && std::string(l) != "0") s.log = true;
   errno = saved;
   return s;

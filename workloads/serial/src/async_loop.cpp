@@ -4,6 +4,7 @@
 #include <tai/tai.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,10 @@ LoopResult run_async_loop(const LoopSettings& settings, RecordSource& records, c
   tai::ControllerOptions options;
   options.workers = async.workers;
   options.engine = async.engine;
+  // The cache-memory knobs of the drop-in layer (plain byte counts here), so that both
+  // interfaces can be measured with and without them (docs/results/cache-cost.md).
+  if (const char* b = std::getenv("TAI_CLEAN_BUDGET"); b && *b) options.clean_budget = std::strtoull(b, nullptr, 10);
+  if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) options.huge_pages = h[0] == '1';
   auto controller = std::make_unique<tai::Controller>(options);
   auto opened = controller->open<tai::BTreeDefault>(settings.path, mode);
   res.io_s += seconds(Clock::now() - io_t);

@@ -13,6 +13,7 @@
 #endif
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "method.hpp"
 
@@ -25,6 +26,10 @@ class TaiMethod final : public Method {
     tai::ControllerOptions opts;
     opts.workers = config.tai_workers;
     if (!engine.empty()) opts.engine = engine;
+    // The cache-memory knobs of the drop-in layer (plain byte counts here), so that both
+    // interfaces can be measured with and without them (docs/results/cache-cost.md).
+    if (const char* b = std::getenv("TAI_CLEAN_BUDGET"); b && *b) opts.clean_budget = std::strtoull(b, nullptr, 10);
+    if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) opts.huge_pages = h[0] == '1';
     ctl_ = std::make_unique<tai::Controller>(opts);
     if (!config.fault_rules.empty()) {
 #if TAI_AUGMENT_FAULT_ENGINE

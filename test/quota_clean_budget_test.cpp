@@ -23,8 +23,8 @@ std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
 }
 
 template <class Tree>
-struct Fixture {
-  explicit Fixture(std::uint64_t clean_budget)
+struct CleanBudgetRig {
+  explicit CleanBudgetRig(std::uint64_t clean_budget)
       : quota(Quota::kUnlimited, Quota::kUnlimited, 1u << 10, Quota::kDefaultPoolLimit, clean_budget) {
     BTreeOptions o;
     o.file_size = 0;
@@ -49,7 +49,7 @@ using Trees = testing::Types<BTreeDefault, BTree<52, 12>, BTree<48, 4, 12>>;
 TYPED_TEST_SUITE(QuotaCleanBudget, Trees);
 
 TYPED_TEST(QuotaCleanBudget, TheQuotaCountsDirtyBytesAsTheTreeDoes) {
-  Fixture<TypeParam> f(Quota::kUnlimited);
+  CleanBudgetRig<TypeParam> f(Quota::kUnlimited);
   auto a = pattern(10000, 1);
   ASSERT_EQ(f.op(TreeOp::write, 100, a.size(), a.data()), 10000);
   EXPECT_EQ(f.quota.dirty(), f.tree->stats().dirty_bytes);
@@ -64,7 +64,7 @@ TYPED_TEST(QuotaCleanBudget, TheQuotaCountsDirtyBytesAsTheTreeDoes) {
 }
 
 TYPED_TEST(QuotaCleanBudget, WithinTheBudgetCleanBlocksStayAndReadsHitThem) {
-  Fixture<TypeParam> f(64 * 4096);
+  CleanBudgetRig<TypeParam> f(64 * 4096);
   auto a = pattern(16 * 4096, 3);
   ASSERT_EQ(f.op(TreeOp::write, 0, a.size(), a.data()), static_cast<std::int64_t>(a.size()));
   ASSERT_EQ(f.op(TreeOp::fsync), 0);
@@ -81,7 +81,7 @@ TYPED_TEST(QuotaCleanBudget, WithinTheBudgetCleanBlocksStayAndReadsHitThem) {
 
 TYPED_TEST(QuotaCleanBudget, PastTheBudgetWrittenBackBlocksGoBackToThePool) {
   const std::uint64_t budget = 4 * 4096;
-  Fixture<TypeParam> f(budget);
+  CleanBudgetRig<TypeParam> f(budget);
   auto a = pattern(32 * 4096, 5);
   ASSERT_EQ(f.op(TreeOp::write, 0, a.size(), a.data()), static_cast<std::int64_t>(a.size()));
   const BTreeStats before = f.tree->stats();
@@ -109,7 +109,7 @@ TYPED_TEST(QuotaCleanBudget, PastTheBudgetWrittenBackBlocksGoBackToThePool) {
 }
 
 TYPED_TEST(QuotaCleanBudget, AnUnlimitedBudgetKeepsEveryCleanBlock) {
-  Fixture<TypeParam> f(Quota::kUnlimited);
+  CleanBudgetRig<TypeParam> f(Quota::kUnlimited);
   auto a = pattern(32 * 4096, 7);
   ASSERT_EQ(f.op(TreeOp::write, 0, a.size(), a.data()), static_cast<std::int64_t>(a.size()));
   ASSERT_EQ(f.op(TreeOp::fsync), 0);

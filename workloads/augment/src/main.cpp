@@ -371,12 +371,10 @@ int main(int argc, char** argv) {
     for (const EncodedImage& e : input) input_bytes += e.data.size();
     // Beyond the budget the synthetic images are written as files, as --read-input writes them
     // all, and read from there inside the loop.
-    std::size_t held = input.size();
+    std::size_t held = 0;
     std::uint64_t held_bytes = 0;
-    if (!read_input) {
-      held = 0;
-      while (held < input.size() && input[held].data.size() <= input_budget - held_bytes) held_bytes += input[held++].data.size();
-    }
+    while (!read_input && held < input.size() && input[held].data.size() <= input_budget - held_bytes)
+      held_bytes += input[held++].data.size();
     content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images, sizes_text,
                           png_level, grey ? 1 : 0);
     fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",

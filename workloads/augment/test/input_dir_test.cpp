@@ -326,7 +326,9 @@ TEST_F(InputDirTest, StreamedInputsWriteTheSameRecordsAsHeldOnes) {
     EXPECT_EQ(r.images, set.size());
     EXPECT_EQ(r.skipped, 0u);
     counts.emplace_back(r.input_held, r.input_streamed);
-    if (r.input_streamed) EXPECT_GT(r.input_s, 0.0);
+    if (r.input_streamed) {
+      EXPECT_GT(r.input_s, 0.0);
+    }
     const RunCheck check = verify_run(stem + ".run", true);
     EXPECT_TRUE(check.ok) << check.error;
     records.push_back(budget_test_records(r));

@@ -98,6 +98,8 @@ bool jpeg_is_complete(const Bytes& d) {
 namespace {
 struct Candidate {
   std::string path;
+  std::uint64_t size = 0;  // at the walk; decides whether the file is planned to be held
+  bool hold = false;       // keep its bytes after the check (within the memory budget)
   bool usable = false;
   Format format = Format::png;
   std::string problem;
@@ -135,7 +137,7 @@ void check(Candidate& c) {
 }
 }  // namespace
 
-bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::string* err) {
+bool load_input_dir(const std::string& dir, InputSet& out, std::string* err, std::uint64_t memory_budget) {
   out = InputSet{};
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
@@ -172,18 +174,31 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
     }
     Candidate c;
     c.path = path;
+    std::error_code size_ec;
+    c.size = it->file_size(size_ec);
+    if (size_ec) c.size = 0;  // the check's read reports the problem
     candidates.push_back(std::move(c));
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.path < b.path; });
+  // The plan is made before the check, in path order, from the sizes at the walk: so the check
+  // never holds more than the budget (plus one file per thread in flight), and the held set does
+  // not depend on which thread finished first.
+  std::uint64_t planned = 0;
+  for (Candidate& c : candidates) {
+    if (c.size > memory_budget - planned) break;
+    planned += c.size;
+    c.hold = true;
+  }
 
   // Decoding is the costly part of the check: spread it over the OpenMP threads. Each candidate is
   // written by one iteration only, and the order is fixed above, so the result is deterministic.
   const long n = long(candidates.size());
 #pragma omp parallel for schedule(dynamic, 1)
   for (long i = 0; i < n; ++i) {
-    check(candidates[std::size_t(i)]);
-    if (!keep_data) Bytes().swap(candidates[std::size_t(i)].data);
+    Candidate& c = candidates[std::size_t(i)];
+    check(c);
+    if (!c.hold || !c.usable) Bytes().swap(c.data);
   }
 
   for (Candidate& c : candidates) {
@@ -197,7 +212,15 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
     std::error_code size_ec;
     const auto size = fs::file_size(c.path, size_ec);
     out.bytes += size_ec ? c.data.size() : std::uint64_t(size);
-    img.data = std::move(c.data);
+    // A file that grew between the walk and the check could overrun the plan: the budget is
+    // checked again on the bytes really read.
+    if (c.hold && c.data.size() <= memory_budget - out.held_bytes) {
+      out.held_bytes += c.data.size();
+      ++out.held;
+      img.data = std::move(c.data);
+    } else {
+      Bytes().swap(c.data);
+    }
     img.path = std::move(c.path);
     out.images.push_back(std::move(img));
   }
@@ -210,6 +233,11 @@ bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::
     return false;
   }
   return true;
+}
+
+std::size_t streamed_count(const std::vector<EncodedImage>& images) {
+  return std::size_t(std::count_if(images.begin(), images.end(),
+                                   [](const EncodedImage& e) { return e.data.empty() && !e.path.empty(); }));
 }
 
 bool write_input_files(std::vector<EncodedImage>& images, const std::string& dir, std::string* err) {

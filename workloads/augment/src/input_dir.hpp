@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,12 +12,17 @@
 
 namespace augment {
 
+// A memory budget that holds every input.
+constexpr std::uint64_t kHoldEveryInput = std::numeric_limits<std::uint64_t>::max();
+
 struct InputSet {
   // The usable images, sorted by path (byte-wise, so the ids are the same on every run and host):
-  // images[i].id == i and images[i].path is its file. With keep_data false, images[i].data is
-  // empty (the loop reads the path itself, see read_encoded) but the format is set.
+  // images[i].id == i and images[i].path is its file. An image beyond the memory budget has an
+  // empty images[i].data (the loop reads its path itself, as --read-input does) but its format set.
   std::vector<EncodedImage> images;
   std::uint64_t bytes = 0;  // the usable files' total size
+  std::size_t held = 0;            // images whose encoded bytes are in memory
+  std::uint64_t held_bytes = 0;    // their total, at most the budget
   // One line per skipped candidate (a .png/.jpg/.jpeg that is corrupt, truncated, unreadable or
   // neither a PNG nor a JPEG), naming the file and the reason, in path order. The caller prints them.
   std::vector<std::string> skipped;
@@ -29,7 +36,15 @@ struct InputSet {
 // in *err when `dir` is missing or not a directory, cannot be walked, or holds no usable image.
 // The check decodes on the OpenMP threads (omp_get_max_threads()); the result does not depend on
 // their number.
-bool load_input_dir(const std::string& dir, bool keep_data, InputSet& out, std::string* err);
+// memory_budget bounds the encoded bytes kept in memory: the images are held in path order while
+// their total fits, the rest are streamed (data left empty). 0 holds none (--read-input). Which
+// images are held depends only on the files and the budget, so every run of a set is the same.
+// The check itself holds no more than the budget plus the files being checked on each thread.
+bool load_input_dir(const std::string& dir, InputSet& out, std::string* err,
+                    std::uint64_t memory_budget = kHoldEveryInput);
+
+// The images in `images` that the loop reads from their path (no bytes in memory, a path set).
+std::size_t streamed_count(const std::vector<EncodedImage>& images);
 
 // Reads a whole file (the loop's read for --read-input); false and *err (naming the file) on error.
 bool read_encoded(const std::string& path, Bytes& out, std::string* err);

@@ -110,7 +110,9 @@ Fields run_fields(const RunResult& r, unsigned repeat, const RunConfig& config) 
               {"compute_s", num(r.compute_s)},
               {"compute_utilisation", num(r.compute_s / (r.threads * r.wall_s))},
               {"io_s", num(r.io_s)},
-              {"input_read_s", num(r.input_s)}};
+              {"input_read_s", num(r.input_s)},
+              {"input_held", ok ? Value(r.input_held) : Value()},
+              {"input_streamed", ok ? Value(r.input_streamed) : Value()}};
   if (ok) {
     append_measurement_fields(f, r.measured);
   } else {
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
   unsigned files = 1, amplify = 1, fsync_every = 0;
   bool overwrite = false, fdatasync = false, direct = false, direct_unpadded = false, read_input = false;
   std::string input_dir, json_path, csv_path;
+  std::uint64_t input_budget = std::uint64_t(1) << 30;
   app.add_option("--threads", threads_text, "OpenMP compute threads; a list (1,2,4) runs each count")->capture_default_str();
   app.add_option("--method", method_list, "comma-separated I/O methods (--list-methods)")->capture_default_str();
   app.add_option("--synthetic,--images", images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
@@ -175,7 +178,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the input set, the per-image transforms and the fsync draws")->capture_default_str();
   app.add_option("--png-level", png_level, "zlib level of the output PNGs (0-9)")->check(CLI::Range(0, 9))->capture_default_str();
   app.add_flag("--grey", grey, "convert every output image to grey-scale");
-  app.add_flag("--read-input", read_input, "read each input image from disk inside the loop (default: all in memory before the clock)");
+  app.add_flag("--read-input", read_input, "read each input image from disk inside the loop (default: in memory before the clock, up to --input-budget)");
+  app.add_option("--input-budget", input_budget, "memory for the encoded input set (bytes; 512MiB, 2GB): the images beyond it are read from their files inside the loop, as --read-input reads every one")
+      ->transform(CLI::AsSizeValue(true))
+      ->default_str("1GiB");
   app.add_option("--repeat", repeat, "repeats; methods interleaved in a rotating order, medians reported")->check(CLI::Range(1u, 1000u))->capture_default_str();
   app.add_option("--load", load, "TAI workers: fixed = 2 beside the compute threads (the paper's fixed load), full = every hardware thread the compute threads leave idle (at least 1)")->check(CLI::IsMember({"fixed", "full"}))->capture_default_str();
   app.add_option("--tai-workers", tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
@@ -299,6 +305,7 @@ int main(int argc, char** argv) {
     ms.sizes = sizes;
     ms.sizes_text = sizes_text;
     ms.input_dir = input_dir;
+    ms.input_budget = input_budget;
     ms.output = output;
     ms.shared_file = shared_file;
     ms.chunk_bytes = chunk_bytes;
@@ -329,23 +336,32 @@ int main(int argc, char** argv) {
   std::vector<EncodedImage> input;
   std::uint64_t input_bytes = 0;
   std::string content;
+  // How the input set is held, for the input line: e.g. "in memory" or "1200 in memory (..), 294
+  // read from disk inside the loop (beyond --input-budget 1.1 GB)".
+  auto holding = [&](std::size_t held, std::uint64_t held_bytes) {
+    if (read_input) return std::string("read from disk inside the loop");
+    if (held == input.size()) return std::string("in memory");
+    return fmt::format("{} in memory ({:.1f} MB), {} read from disk inside the loop (beyond --input-budget {})", held,
+                       held_bytes / 1e6, input.size() - held,
+                       input_budget >= 1000000 ? fmt::format("{:.1f} MB", input_budget / 1e6) : fmt::format("{} bytes", input_budget));
+  };
   if (!input_dir.empty()) {
     InputSet set;
     std::string err;
-    if (!load_input_dir(input_dir, !read_input, set, &err)) {
+    if (!load_input_dir(input_dir, set, &err, read_input ? 0 : input_budget)) {
       fmt::print(stderr, "tai-augment: {}\n", err);
       return 2;
     }
     for (const std::string& line : set.skipped) fmt::print("input: {}\n", line);
     input = std::move(set.images);
+    const std::string held = holding(set.held, set.held_bytes);
     input_bytes = set.bytes;
     char resolved[PATH_MAX];
     content = fmt::format("input={} png-level={} grey={}", ::realpath(input_dir.c_str(), resolved) ? resolved : input_dir,
                           png_level, grey ? 1 : 0);
     fmt::print("input: {} images from {} ({} skipped, {} other files ignored), {:.1f} MB, checked in {:.2f} s, {}\n",
                input.size(), input_dir, set.skipped.size(), set.ignored, input_bytes / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
-               read_input ? "read from disk inside the loop" : "in memory");
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(), held);
   } else {
     input = synthetic_set(seed, images, sizes);
     if (input.empty()) {
@@ -353,19 +369,28 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const EncodedImage& e : input) input_bytes += e.data.size();
+    // Beyond the budget the synthetic images are written as files, as --read-input writes them
+    // all, and read from there inside the loop.
+    std::size_t held = 0;
+    std::uint64_t held_bytes = 0;
+    while (!read_input && held < input.size() && input[held].data.size() <= input_budget - held_bytes)
+      held_bytes += input[held++].data.size();
     content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images, sizes_text,
                           png_level, grey ? 1 : 0);
     fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
                input.size(), sizes_text, input_bytes / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
-               read_input ? "read from disk inside the loop" : "in memory");
-    if (read_input) {
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(), holding(held, held_bytes));
+    if (held < input.size()) {
+      std::vector<EncodedImage> spill(std::make_move_iterator(input.begin() + long(held)), std::make_move_iterator(input.end()));
       std::string err;
-      if (!write_input_files(input, output + "/input", &err)) {
+      if (!write_input_files(spill, output + "/input", &err)) {
         fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", output, err);
         return 1;
       }
-      for (EncodedImage& e : input) Bytes().swap(e.data);
+      for (std::size_t i = 0; i < spill.size(); ++i) {
+        input[held + i].path = std::move(spill[i].path);
+        Bytes().swap(input[held + i].data);
+      }
     }
   }
   if (!cache_counters.available())
@@ -419,6 +444,16 @@ int main(int argc, char** argv) {
   std::vector<Fields> report_runs;
   bool warned_page_cache = false;
   bool failed = false;
+  // The inputs the loop reads from their files: dropped from the page cache before every run, so
+  // that each method reads them from the device alike, not from what the previous run cached.
+  std::vector<EncodedImage> streamed;
+  for (const EncodedImage& e : input)
+    if (!e.path.empty() && (read_input || e.data.empty())) {
+      EncodedImage s;
+      s.id = e.id;
+      s.path = e.path;
+      streamed.push_back(std::move(s));
+    }
   for (unsigned r = 0; r < repeat; ++r) {
     for (unsigned threads : thread_counts) {
       config.threads = threads;
@@ -433,9 +468,9 @@ int main(int argc, char** argv) {
           fmt::print("{}: skipped: {}\n", spec, info->unavailable);
           continue;
         }
-        if (read_input) {
+        if (!streamed.empty()) {
           std::string err;
-          if (!evict_from_page_cache(input, &err)) fmt::print("input: could not drop the input from the page cache: {}\n", err);
+          if (!evict_from_page_cache(streamed, &err)) fmt::print("input: could not drop the input from the page cache: {}\n", err);
         }
         config.progress_label = fmt::format("{} t{} r{}", spec, threads, r + 1);
         RunResult res = run_method(input, spec, output + "/" + stem_for(spec, threads, r), config);
@@ -464,9 +499,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  fmt::print("\n{:>3} {:<16} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>8}  {}\n",
+  fmt::print("\n{:>3} {:<16} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>11} {:>8}  {}\n",
              "thr", "method", "images/s", "MB/s", "seconds", "compute", "in I/O", "syncs", "user s", "sys s", "vol. cs",
-             "inv. cs", "min. flt", "dev. MB", "RSS MB", "L1/2/3", "vs posix", "note");
+             "inv. cs", "min. flt", "dev. MB", "RSS MB", "L1/2/3", "mem/stream", "vs posix", "note");
   for (unsigned threads : thread_counts) {
     auto posix = results.find({threads, "posix"});
     double posix_wall = 0;
@@ -492,10 +527,11 @@ int main(int argc, char** argv) {
                                                    cm[1] ? *cm[1] / 1e6 : -1.0, cm[2] ? *cm[2] / 1e6 : -1.0)
                                      : "n/a";
       fmt::print("{:>3} {:<16} {:>8.1f} {:>7.1f} {:>7.2f} {:>6.0f}% {:>5.0f}% {:>6} {:>6.2f} {:>6.2f} {:>7} {:>7} {:>7} {:>7} "
-                 "{:>7.0f} {:>6} {:>8}  {}\n",
+                 "{:>7.0f} {:>6} {:>11} {:>8}  {}\n",
                  threads, spec, m.images / wall, m.bytes / 1e6 / wall, wall, 100 * m.compute_s / (threads * m.wall_s),
                  100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches,
-                 m.involuntary_switches, m.minor_faults, mb_or_na(m), m.measured.peak_rss.bytes / 1e6, misses, ratio, m.note);
+                 m.involuntary_switches, m.minor_faults, mb_or_na(m), m.measured.peak_rss.bytes / 1e6, misses,
+                 fmt::format("{}/{}", m.input_held, m.input_streamed), ratio, m.note);
       if (show_stats && !m.library_stats.empty()) fmt::print("{:>3} {:<16} {}\n", "", "", m.library_stats);
     }
   }
@@ -504,7 +540,8 @@ int main(int argc, char** argv) {
              "the compute threads spent in the method's calls / (threads x wall); syncs = fsyncs asked by the seeded "
              "draw, the final one per file not counted; user s, sys s, vol./inv. cs, min. flt = the whole process, "
              "getrusage; dev. MB = /proc/self/io write_bytes, bytes sent toward the device; RSS MB = peak resident set "
-             "over the run; L1/2/3 = PAPI data-cache misses)\n",
+             "over the run; L1/2/3 = PAPI data-cache misses; mem/stream = input images held in memory before the clock / read "
+             "from their files inside the loop, beyond --input-budget or with --read-input)\n",
              repeat);
 
   if (verify && !manifests.empty()) {
@@ -515,6 +552,7 @@ int main(int argc, char** argv) {
     RunSet set;
     set.config = {{"threads", threads_text}, {"method", method_list}, {"input", input_dir.empty() ? Value() : Value(input_dir)},
                   {"synthetic", input_dir.empty() ? Value(images) : Value()}, {"read_input", read_input},
+                  {"input_budget", input_budget},
                   {"sizes", sizes_text}, {"seed", seed}, {"batch", batch}, {"repeat", repeat}, {"png_level", png_level},
                   {"grey", grey}, {"output", output}, {"files", files}, {"amplify", amplify}, {"overwrite", overwrite},
                   {"fsync_every", fsync_every}, {"fdatasync", fdatasync}, {"direct", direct},

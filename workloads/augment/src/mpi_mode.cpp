@@ -729,7 +729,7 @@ int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
   std::string load_error;
   if (!s.input_dir.empty()) {
     InputSet set;
-    if (!load_input_dir(s.input_dir, true, set, &load_error)) {
+    if (!load_input_dir(s.input_dir, set, &load_error, s.input_budget)) {
       load_error = "--input: " + load_error;
     } else {
       total = set.images.size();

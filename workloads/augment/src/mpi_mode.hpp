@@ -25,6 +25,7 @@ struct MpiSettings {
   std::vector<Size> sizes;
   std::string sizes_text;
   std::string input_dir;              // a directory tree instead of the synthetic set
+  std::uint64_t input_budget = std::uint64_t(1) << 30;  // encoded bytes of input_dir held in memory
   std::string output;                 // a directory every rank can reach
   bool shared_file = false;           // every rank writes into one file per output (disjoint chunks)
   std::uint64_t chunk_bytes = 1 << 20;  // --shared-file: the unit of reservation per rank

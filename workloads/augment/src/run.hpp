@@ -73,7 +73,10 @@ struct RunResult {
   double wall_s = 0;         // open excluded; every write, end of batch, fsync and close included
   double compute_s = 0;      // decode + transform + encode (+ CRC32C), summed over the compute threads
   double io_s = 0;           // time the compute threads spent in write/sync/end_batch/finish, summed
-  double input_s = 0;        // time spent reading input files inside the loop (--read-input)
+  double input_s = 0;        // time spent reading input files inside the loop (streamed inputs)
+  // The inputs whose encoded bytes were in memory before the clock, and those read from their
+  // file inside the loop (beyond the input budget, or every one with --read-input).
+  std::size_t input_held = 0, input_streamed = 0;
   // The whole process over the clocked part (TAI's workers, glibc's AIO threads and the kernel
   // work they cause included): getrusage, /proc/self/io, peak RSS, PAPI cache misses.
   RunMeasurement measured;

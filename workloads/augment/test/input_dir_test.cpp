@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <string>
 
 #include "image.hpp"
@@ -71,7 +73,7 @@ TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
 
   InputSet set;
   std::string err;
-  ASSERT_TRUE(load_input_dir(root_.string(), true, set, &err)) << err;
+  ASSERT_TRUE(load_input_dir(root_.string(), set, &err)) << err;
   ASSERT_EQ(set.images.size(), 3u);
   EXPECT_EQ(set.images[0].path, path("a/deep/er/photo.JPG"));
   EXPECT_EQ(set.images[1].path, path("b/good.png"));
@@ -98,7 +100,7 @@ TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
 
   // Without the data: same list, same formats, empty buffers; read_encoded brings them back.
   InputSet lean;
-  ASSERT_TRUE(load_input_dir(root_.string(), false, lean, &err)) << err;
+  ASSERT_TRUE(load_input_dir(root_.string(), lean, &err, 0)) << err;
   ASSERT_EQ(lean.images.size(), set.images.size());
   for (std::size_t i = 0; i < lean.images.size(); ++i) {
     EXPECT_TRUE(lean.images[i].data.empty());
@@ -113,22 +115,22 @@ TEST_F(InputDirTest, TakesGoodImagesSkipsBadOnesInPathOrder) {
 TEST_F(InputDirTest, UnusableDirectoriesAreClearErrors) {
   InputSet set;
   std::string err;
-  EXPECT_FALSE(load_input_dir(path("missing"), true, set, &err));
+  EXPECT_FALSE(load_input_dir(path("missing"), set, &err));
   EXPECT_NE(err.find("no such directory"), std::string::npos) << err;
 
   put("file.png", png());
   err.clear();
-  EXPECT_FALSE(load_input_dir(path("file.png"), true, set, &err));
+  EXPECT_FALSE(load_input_dir(path("file.png"), set, &err));
   EXPECT_NE(err.find("not a directory"), std::string::npos) << err;
 
   fs::create_directories(root_ / "empty");
   err.clear();
-  EXPECT_FALSE(load_input_dir(path("empty"), true, set, &err));
+  EXPECT_FALSE(load_input_dir(path("empty"), set, &err));
   EXPECT_NE(err.find("no usable image"), std::string::npos) << err;
 
   put("bad/only.png", {'n', 'o', 'p', 'e'});
   err.clear();
-  EXPECT_FALSE(load_input_dir(path("bad"), true, set, &err));
+  EXPECT_FALSE(load_input_dir(path("bad"), set, &err));
   EXPECT_NE(err.find("no usable image (1 .png/.jpg/.jpeg file(s), 1 skipped"), std::string::npos) << err;
   EXPECT_EQ(set.skipped.size(), 1u);
 }
@@ -166,7 +168,7 @@ TEST_F(InputDirTest, ALoadedTreeRunsThroughAMethodAndVerifies) {
     put("in/" + std::to_string(img.id) + (img.format == Format::png ? ".png" : ".jpg"), img.data);
   InputSet input;
   std::string err;
-  ASSERT_TRUE(load_input_dir(path("in"), true, input, &err)) << err;
+  ASSERT_TRUE(load_input_dir(path("in"), input, &err)) << err;
   ASSERT_EQ(input.images.size(), set.size());
   for (std::size_t i = 0; i < set.size(); ++i) EXPECT_EQ(input.images[i].data, set[i].data) << i;
   RunConfig config;
@@ -175,7 +177,7 @@ TEST_F(InputDirTest, ALoadedTreeRunsThroughAMethodAndVerifies) {
   for (const bool read_input : {false, true}) {
     config.read_input = read_input;
     InputSet from;
-    ASSERT_TRUE(load_input_dir(path("in"), !read_input, from, &err)) << err;
+    ASSERT_TRUE(load_input_dir(path("in"), from, &err, read_input ? 0 : kHoldEveryInput)) << err;
     const std::string stem = path(read_input ? "out-read" : "out-memory");
     const RunResult r = run_method(from.images, "posix", stem, config);
     ASSERT_TRUE(r.ok()) << r.error;
@@ -191,7 +193,7 @@ TEST_F(InputDirTest, SyntheticSetAsFilesLoadsBackWithTheSameIds) {
   std::string err;
   ASSERT_TRUE(write_input_files(set, path("synthetic"), &err)) << err;
   InputSet back;
-  ASSERT_TRUE(load_input_dir(path("synthetic"), false, back, &err)) << err;
+  ASSERT_TRUE(load_input_dir(path("synthetic"), back, &err, 0)) << err;
   ASSERT_EQ(back.images.size(), set.size());
   EXPECT_TRUE(back.skipped.empty());
   for (std::size_t i = 0; i < set.size(); ++i) {
@@ -245,4 +247,96 @@ TEST(AugmentInputFormat, EveryPrefixOfAJpegIsIncompleteAndJunkNeverOverreads) {
     damaged.resize(2 + rng.next() % (damaged.size() - 1));
     (void)jpeg_is_complete(damaged);
   }
+}
+
+namespace {
+// Every record of a finished one-file run, by (image id, copy), read back from where the index
+// says: the comparison is byte for byte and does not depend on the order the threads wrote in.
+std::map<std::pair<std::uint64_t, std::uint32_t>, Bytes> budget_test_records(const RunResult& r) {
+  std::map<std::pair<std::uint64_t, std::uint32_t>, Bytes> out;
+  Bytes file;
+  std::string err;
+  EXPECT_TRUE(read_encoded(r.files.at(0), file, &err)) << err;
+  for (const IndexEntry& e : r.index.at(0)) {
+    EXPECT_LE(e.offset + e.size, file.size());
+    if (e.offset + e.size > file.size()) break;
+    out[{e.id, e.copy}] = Bytes(file.begin() + long(e.offset), file.begin() + long(e.offset + e.size));
+  }
+  return out;
+}
+}  // namespace
+TEST_F(InputDirTest, ABudgetHoldsAPathOrderPrefixAndStreamsTheRest) {
+  const auto set = synthetic_set(9, 8, {{40, 32}, {56, 48}, {24, 24}});
+  for (const EncodedImage& img : set)
+    put("in/" + std::to_string(img.id) + (img.format == Format::png ? ".png" : ".jpg"), img.data);
+  put("in/broken.png", {'n', 'o'});  // skipped: must not be counted as held
+  std::uint64_t total = 0;
+  for (const EncodedImage& img : set) total += img.data.size();
+  // Room for the first three in path order and most of the fourth (names 0..7 sort as ids).
+  const std::uint64_t budget = set[0].data.size() + set[1].data.size() + set[2].data.size() + set[3].data.size() - 1;
+  std::string err;
+  InputSet part;
+  ASSERT_TRUE(load_input_dir(path("in"), part, &err, budget)) << err;
+  ASSERT_EQ(part.images.size(), set.size());
+  EXPECT_EQ(part.skipped.size(), 1u);
+  EXPECT_EQ(part.held, 3u);
+  EXPECT_EQ(part.held_bytes, budget + 1 - set[3].data.size());
+  EXPECT_LE(part.held_bytes, budget);
+  EXPECT_EQ(part.bytes, total);
+  EXPECT_EQ(streamed_count(part.images), set.size() - 3);
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    EXPECT_EQ(part.images[i].format, set[i].format) << i;
+    if (i < 3)
+      EXPECT_EQ(part.images[i].data, set[i].data) << i;
+    else
+      EXPECT_TRUE(part.images[i].data.empty()) << i;
+  }
+  InputSet none, all;
+  ASSERT_TRUE(load_input_dir(path("in"), none, &err, 0)) << err;
+  EXPECT_EQ(none.held, 0u);
+  EXPECT_EQ(none.held_bytes, 0u);
+  EXPECT_EQ(streamed_count(none.images), set.size());
+  ASSERT_TRUE(load_input_dir(path("in"), all, &err, total)) << err;  // exactly enough
+  EXPECT_EQ(all.held, set.size());
+  EXPECT_EQ(all.held_bytes, total);
+  EXPECT_EQ(streamed_count(all.images), 0u);
+}
+
+TEST_F(InputDirTest, StreamedInputsWriteTheSameRecordsAsHeldOnes) {
+  const auto set = synthetic_set(13, 10, {{40, 32}, {56, 48}});
+  for (const EncodedImage& img : set)
+    put("in/" + std::to_string(img.id) + (img.format == Format::png ? ".png" : ".jpg"), img.data);
+  RunConfig config;
+  config.threads = AUGMENT_TEST_THREADS;
+  config.batch = 4;
+  config.amplify = 2;
+  config.content = "input budget test";
+  std::string err;
+  // The whole set in memory, then a budget of about half of it, then none.
+  const std::uint64_t half = std::accumulate(set.begin(), set.begin() + 5, std::uint64_t(0),
+                                             [](std::uint64_t a, const EncodedImage& e) { return a + e.data.size(); });
+  std::vector<std::map<std::pair<std::uint64_t, std::uint32_t>, Bytes>> records;
+  std::vector<std::pair<std::size_t, std::size_t>> counts;
+  for (const std::uint64_t budget : {kHoldEveryInput, half, std::uint64_t(0)}) {
+    InputSet in;
+    ASSERT_TRUE(load_input_dir(path("in"), in, &err, budget)) << err;
+    const std::string stem = path("out-" + std::to_string(records.size()));
+    const RunResult r = run_method(in.images, "posix", stem, config);
+    ASSERT_TRUE(r.ok()) << r.error;
+    EXPECT_EQ(r.images, set.size());
+    EXPECT_EQ(r.skipped, 0u);
+    counts.emplace_back(r.input_held, r.input_streamed);
+    if (r.input_streamed) {
+      EXPECT_GT(r.input_s, 0.0);
+    }
+    const RunCheck check = verify_run(stem + ".run", true);
+    EXPECT_TRUE(check.ok) << check.error;
+    records.push_back(budget_test_records(r));
+    EXPECT_EQ(records.back().size(), set.size() * 2);
+  }
+  EXPECT_EQ(counts[0], std::make_pair(std::size_t(10), std::size_t(0)));
+  EXPECT_EQ(counts[1], std::make_pair(std::size_t(5), std::size_t(5)));
+  EXPECT_EQ(counts[2], std::make_pair(std::size_t(0), std::size_t(10)));
+  EXPECT_TRUE(records[1] == records[0]);
+  EXPECT_TRUE(records[2] == records[0]);
 }

@@ -159,6 +159,8 @@ std::vector<std::string> shutdown_for_exec();
 /// (unlink, rename, link, truncation, an fsync of a descriptor that is not routed). errno of a
 /// failed epoch (left for the next fsync to report as well), else 0. Returns at once in `full`.
 int order_point();
+/// For tests: while held, the order thread starts no epoch (a device that does not answer).
+void hold_order_thread_for_testing(bool hold);
 /// Every routed write durable (tai::posix::sync_now()): errno or 0.
 int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.

@@ -181,8 +181,10 @@ int barrier(int fd);
 
 /// The fsync modes (TAI_FSYNC; see the comment at the top).
 enum class FsyncMode { full, order };
-/// Switches the mode for the whole process. Leaving `order` first makes every epoch durable
-/// (sync_now()); its error, if any, is returned (-1 and errno) and the mode is switched anyway.
+/// Switches the mode for the whole process (call it while no other thread writes through the
+/// layer). Either switch first makes every routed write durable (sync_now()); its error, if any,
+/// is returned (-1 and errno) and the mode is switched anyway. Under `order`, fsync_async waits
+/// for every epoch before it returns its (finished) receipt, and barrier(fd) closes an epoch.
 int set_fsync_mode(FsyncMode mode);
 FsyncMode fsync_mode() noexcept;
 /// Every routed write made before the call is durable when it returns 0; else -1 with the

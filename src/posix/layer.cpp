@@ -2257,6 +2257,16 @@ Receipt fsync_async(int fd) {
       if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
     });
   }
+  if (detail::order_mode()) {
+    // Held-back writes are not in the file's cache, so the file's own sync would not cover
+    // them: every epoch durable here (waits), and the receipt carries the outcome.
+    const int err = detail::order_sync_all();
+    Controller* c = detail::g_ctl.load(std::memory_order_acquire);
+    if (!c) return File().fsync();  // rejected: EBADF
+    return c->submit([err] {
+      if (err != 0) throw std::system_error(err, std::generic_category(), "fsync");
+    });
+  }
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> lock(ino.mu);
   detail::order(ino);
@@ -2282,6 +2292,7 @@ int barrier(int fd) {
   Ref d(fd);
   if (!d) return ::fdatasync(fd);
   const int saved = errno;
+  if (detail::order_mode()) return finish(detail::order_fsync(true), saved);  // an epoch is a barrier across files
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> lock(ino.mu);
   detail::order(ino);

@@ -158,6 +158,7 @@ void tai_bridge_order_point(void) {
   (void)tai::posix::detail::order_point();  // a failed epoch is the next fsync's to report
   errno = saved;
 }
+int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
 int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }
 int tai_bridge_sync_now(void) {
   const int saved = errno;

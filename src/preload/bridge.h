@@ -74,6 +74,8 @@ int tai_bridge_write_back_fd(int fd);
  * the kernel and must not overtake them: unlink, rename, link, an O_TRUNC open, an fsync of a
  * descriptor that is not routed). Returns at once in full mode. */
 void tai_bridge_order_point(void);
+/* Non-zero under TAI_FSYNC=order (one atomic load). */
+int tai_bridge_fsync_order(void);
 /* Non-zero in the benchmark-only mode where every fsync is a no-op. */
 int tai_bridge_fsync_noop(void);
 /* Every routed write durable (order), or written back to the kernel (full): before sync/syncfs.

@@ -266,7 +266,7 @@ static inline void leave_layer(void) {
 #define LEAVE() leave_layer()
 
 static void order_point(void) {
-  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged()) return;
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
   ENTER();
   tai_bridge_order_point();
   LEAVE();

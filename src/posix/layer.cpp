@@ -816,6 +816,12 @@ void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.
+//
+// Unfinished: one device sync per epoch, one epoch at a time, is as many syncs as `full`; the
+// mode wins only the overlap of the program's work with the sync, and loses a hand-off per epoch
+// (docs/results/fsync-order.md). Fewer syncs than epochs needs a TAI-side log of epochs (not
+// started). The crash-state suite of the crash simulator does not host this mode yet (the test
+// checks the rule on the recording engine's log), and there is no kill test with a database.
 
 struct Deferred {
   Inode* ino;  // holds a reference

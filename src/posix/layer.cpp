@@ -1082,11 +1082,13 @@ ssize_t order_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint
 }
 
 // Waits until every closed epoch is durable. errno of a failed one (left for the next fsync), or 0.
+// Also waits for the held writes to reach the cache (the gate open): a truncation by the
+// kernel (an O_TRUNC open) must come after them, as the program made them.
 int order_point_impl() {
   if (!order_mode()) return 0;
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
-  o.cv.wait(lk, [&] { return o.closed.empty() || o.error != 0; });
+  o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
   return o.error;
 }
 
@@ -1389,6 +1391,16 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   }
   install(fd, d);  // release: the description's fields above happen-before its users
   if (fresh) start_keeper();
+  if (order_mode() && wants_write && (flags & (O_CREAT | O_TRUNC))) {
+    // The open may have made or truncated the file in the kernel: the next fsync syncs it.
+    OrderState& o = ord();
+    std::lock_guard<std::mutex> lk(o.mu);
+    try {
+      note_open_dirty_locked(o, *ino);
+    } catch (const std::bad_alloc&) {
+      // Then only a write to the file puts it on the epoch's list.
+    }
+  }
   logf("%s (fd %d) routed%s", path, fd, fresh ? "" : " (file already routed: shares its cache)");
   return nullptr;
 }
@@ -1399,6 +1411,7 @@ int open_impl(int dirfd, const char* path, int flags, mode_t mode) {
     return -1;
   }
   const int saved = errno;
+  if (flags & O_TRUNC) (void)order_point_impl();  // order mode: the truncation after the epochs before it
   int fd;
   do {
     fd = ::openat(dirfd, path, flags, mode);

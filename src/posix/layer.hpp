@@ -155,7 +155,7 @@ void disable_in_forked_child() noexcept;
 std::vector<std::string> shutdown_for_exec();
 
 /// TAI_FSYNC=order: waits until every epoch closed so far (every fsync made before the call) is
-/// durable, for a call that goes to the kernel behind the layer and must not overtake them
+/// durable and every write held back behind them is in the cache, for a call that goes to the kernel behind the layer and must not overtake them
 /// (unlink, rename, link, truncation, an fsync of a descriptor that is not routed). errno of a
 /// failed epoch (left for the next fsync to report as well), else 0. Returns at once in `full`.
 int order_point();

@@ -1015,23 +1015,26 @@ void order_thread_main() noexcept {
     }
     std::vector<Deferred> writes = std::move(o.open_writes);
     o.open_writes.clear();
-    lk.unlock();
-    std::vector<Inode*> touched;
     int err = 0;
-    try {
-      err = apply_writes(writes, touched);
-    } catch (const std::bad_alloc&) {
-      err = ENOMEM;
-    }
-    lk.lock();
-    for (Inode* ip : touched) {
+    // On the open epoch's list before they leave `open_writes`: an fsync or sync_now made while
+    // they are on their way to the cache must find the epoch not empty (its sync runs on this
+    // thread, after them).
+    for (auto& w : writes) {
       try {
-        note_open_dirty_locked(o, *ip);
+        note_open_dirty_locked(o, *w.ino);
       } catch (const std::bad_alloc&) {
         if (err == 0) err = ENOMEM;
       }
-      inode_unref(ip);
     }
+    lk.unlock();
+    std::vector<Inode*> touched;
+    try {
+      if (const int e = apply_writes(writes, touched); e && err == 0) err = e;
+    } catch (const std::bad_alloc&) {
+      err = ENOMEM;
+    }
+    for (Inode* ip : touched) inode_unref(ip);
+    lk.lock();
     if (err != 0) o.error = err;
     o.cv.notify_all();
   }

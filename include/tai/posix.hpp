@@ -89,6 +89,24 @@
 //                file, does it; it sleeps on a futex while nothing is dirty. This bounds what a
 //                SIGKILL (or an _exit with this header alone) can take, in time; the strict quota
 //                bounds it in bytes.
+//   TAI_FSYNC    full | order (default full). full: fsync/fdatasync return when the file's
+//                earlier writes are durable (POSIX). order: fsync/fdatasync return at once and
+//                close an epoch across every routed file of the process; no write made after
+//                it reaches the engine before every write made before it was written and made
+//                durable (a sync of every file those writes touched). Writes inside one epoch
+//                may be merged and reordered. After a crash the files hold the state of one of
+//                the program's fsyncs plus possibly some writes of the epoch after it: what a
+//                journal, a log or a database needs to recover; not that a returned fsync's
+//                data is on the device. close, exit, sync_now(), and (preload) sync/syncfs wait
+//                for full durability; unlink, rename, link, a truncation, and an fsync of a
+//                descriptor that is not routed (a directory) wait until the earlier epochs are
+//                durable. Epochs waiting behind a slow device are bounded by the weak quota in
+//                bytes and by TAI_FSYNC_MAX_DELAY: an fsync that finds more queued, or the
+//                oldest waiting epoch older than the delay, waits for its own epoch like a full
+//                one (counted in fsync_order_stats().backpressure). A failed write-back or sync
+//                of an epoch is returned by the next fsync, close or sync_now, and no later
+//                epoch is written before it was returned.
+//   TAI_FSYNC_MAX_DELAY  order only: 1s (default), 250ms, or milliseconds (a plain number).
 //   TAI_LOG      1: one line on stderr per decision (configuration, routed or not and why,
 //                errors found at close and at exit)
 // A malformed value is reported on stderr and its default used.
@@ -160,6 +178,27 @@ int wait(int fd);
 /// becomes durable before every write made before it. 0, or -1 with EBADF. On a descriptor that
 /// is not routed: ::fdatasync (the kernel gives no cheaper way to order).
 int barrier(int fd);
+
+/// The fsync modes (TAI_FSYNC; see the comment at the top).
+enum class FsyncMode { full, order };
+/// Switches the mode for the whole process (call it while no other thread writes through the
+/// layer). Either switch first makes every routed write durable (sync_now()); its error, if any,
+/// is returned (-1 and errno) and the mode is switched anyway. Under `order`, fsync_async waits
+/// for every epoch before it returns its (finished) receipt, and barrier(fd) closes an epoch.
+int set_fsync_mode(FsyncMode mode);
+FsyncMode fsync_mode() noexcept;
+/// Every routed write made before the call is durable when it returns 0; else -1 with the
+/// errno of a write-back or sync that failed (under `order`, also one of an earlier epoch).
+int sync_now();
+/// Counters of the `order` mode since the process started.
+struct FsyncOrderStats {
+  unsigned long long epochs_closed = 0;    ///< fsyncs that closed an epoch
+  unsigned long long epochs_durable = 0;   ///< epochs written and synced
+  unsigned long long deferred_writes = 0;  ///< writes held back behind an epoch not yet durable
+  unsigned long long backpressure = 0;     ///< fsyncs and writes that waited for the device
+  unsigned long long max_queued_bytes = 0; ///< the most bytes held back at once
+};
+FsyncOrderStats fsync_order_stats() noexcept;
 
 /// True when `fd` is routed through TAI (for tests, logging and the preload library).
 bool routed(int fd) noexcept;

@@ -38,6 +38,7 @@
 
 #include "tai/controller.hpp"
 #include "tai/file.hpp"
+#include "tai/posix.hpp"
 #include "tai/receipt.hpp"
 
 namespace tai::posix::detail {
@@ -67,12 +68,23 @@ struct Settings {
   /// remembered, so a file made again under the same name (SQLite's rollback journal, made and
   /// deleted by every transaction) starts write-through. 0: off (every routed file is cached).
   std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
+  /// TAI_FSYNC (tai/posix.hpp).
+  FsyncMode fsync_mode = FsyncMode::full;
+  /// TAI_FSYNC_MAX_DELAY in milliseconds (order only).
+  std::uint64_t fsync_max_delay_ms = 1000;
+  /// Bytes held back behind epochs not yet durable before writes and fsyncs wait (order only).
+  /// 0: the weak quota.
+  std::uint64_t order_queue_bytes = 0;
+  /// Benchmark only (TAI_FSYNC_BENCHMARK_ONLY_NONE=1): every fsync of the program is a no-op,
+  /// the unsafe upper bound the benchmark compares `order` with. Not a user setting.
+  bool fsync_none_for_benchmark = false;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
 };
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
-/// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_SYNC_THROUGH, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_CLEAN_BUDGET, TAI_HUGE_PAGES, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
+/// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_SYNC_THROUGH, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_CLEAN_BUDGET,
+/// TAI_HUGE_PAGES, TAI_FSYNC, TAI_FSYNC_MAX_DELAY, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 
 /// The process-wide controller, made on first call (thread-safe); nullptr when it cannot be made
@@ -117,7 +129,7 @@ int unroute_all(bool inheritable_only);
 
 /// Every routed file's cached writes to the kernel (no fsync): before a child process or another
 /// process may read the files (posix_spawn, fcntl locks, sync). 0 or the first error (errno).
-int write_back_all();
+int write_back_all(bool drain_order = true);
 
 /// For the ends of a program that skip the exit handler (_exit, exit_group, abort, a fatal
 /// signal's default action): every routed file's cached writes to the kernel (no fsync), done by
@@ -149,6 +161,18 @@ void disable_in_forked_child() noexcept;
 /// Before execve: what the exit handler does (everything written back, offsets handed to the
 /// kernel, the controller shut down), without exiting. Returns the failures.
 std::vector<std::string> shutdown_for_exec();
+
+/// TAI_FSYNC=order: waits until every epoch closed so far (every fsync made before the call) is
+/// durable and every write held back behind them is in the cache, for a call that goes to the kernel behind the layer and must not overtake them
+/// (unlink, rename, link, truncation, an fsync of a descriptor that is not routed). errno of a
+/// failed epoch (left for the next fsync to report as well), else 0. Returns at once in `full`.
+int order_point();
+/// For tests: while held, the order thread starts no epoch (a device that does not answer).
+void hold_order_thread_for_testing(bool hold);
+/// Every routed write durable (tai::posix::sync_now()): errno or 0.
+int sync_all();
+/// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.
+bool fsync_is_noop() noexcept;
 
 /// The logical size (cached writes included) of routed file (dev, ino); false when not routed.
 bool cached_size(dev_t dev, ino_t ino, std::uint64_t* size);

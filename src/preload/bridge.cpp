@@ -154,6 +154,20 @@ int tai_bridge_write_back_fd(int fd) {
   errno = saved;
   return err;
 }
+void tai_bridge_order_point(void) {
+  const int saved = errno;
+  (void)tai::posix::detail::order_point();  // a failed epoch is the next fsync's to report
+  errno = saved;
+}
+int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
+int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }
+int tai_bridge_sync_now(void) {
+  const int saved = errno;
+  const int err = tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? tai::posix::detail::sync_all()
+                                                                            : tai::posix::detail::write_back_all();
+  errno = saved;
+  return err;
+}
 void tai_bridge_forked_child(void) { tai::posix::detail::disable_in_forked_child(); }
 void tai_bridge_before_exec(void) {
   const int saved = errno;

@@ -73,6 +73,17 @@ long long tai_bridge_unwritten_age_ms(void);
  * when it is not routed). */
 int tai_bridge_write_back_inode(dev_t dev, ino_t ino);
 int tai_bridge_write_back_fd(int fd);
+/* TAI_FSYNC=order: waits until every fsync made so far is durable (before a call that goes to
+ * the kernel and must not overtake them: unlink, rename, link, an O_TRUNC open, an fsync of a
+ * descriptor that is not routed). Returns at once in full mode. */
+void tai_bridge_order_point(void);
+/* Non-zero under TAI_FSYNC=order (one atomic load). */
+int tai_bridge_fsync_order(void);
+/* Non-zero in the benchmark-only mode where every fsync is a no-op. */
+int tai_bridge_fsync_noop(void);
+/* Every routed write durable (order), or written back to the kernel (full): before sync/syncfs.
+ * errno or 0. */
+int tai_bridge_sync_now(void);
 /* In the child of fork(): pass everything through from now on. */
 void tai_bridge_forked_child(void);
 /* Before execve: write everything back and shut the layer down. Failures go to stderr. */

@@ -233,6 +233,12 @@ static inline int routed(int fd) {
   return fd >= 0 && engaged() && tai_bridge_routed(fd);
 }
 
+/* TAI_FSYNC=order: a call that goes to the kernel behind the layer (unlink, rename, link, an
+ * O_TRUNC open, an fsync of a descriptor that is not routed, such as a directory) waits until
+ * every fsync made before it is durable, so that it never overtakes an epoch. Nothing before
+ * the first routed file. */
+static void order_point(void);
+
 /* Inside the layer a thread may hold its locks (and the allocator's): a signal handler that
  * wrote to a routed descriptor there would wait for itself. So every call into the layer blocks
  * the catchable signals and restores the mask on the way out; a handler that was due runs right
@@ -258,6 +264,13 @@ static inline void leave_layer(void) {
 }
 #define ENTER() enter_layer()
 #define LEAVE() leave_layer()
+
+static void order_point(void) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
+  ENTER();
+  tai_bridge_order_point();
+  LEAVE();
+}
 
 static int under_prefix(const char* path) {
   for (int i = 0; i < g_prefixes; ++i) {
@@ -392,6 +405,7 @@ static mode_t mode_arg(int flags, va_list ap) {
     va_start(ap, flags);                                                     \
     const mode_t mode = mode_arg(flags, ap);                                 \
     va_end(ap);                                                              \
+    if (flags & O_TRUNC) order_point();                                      \
     return after_open(REAL(name)(path, flags, mode), flags);                 \
   }
 OPEN_WRAPPER(open)
@@ -403,6 +417,7 @@ OPEN_WRAPPER(open64)
     va_start(ap, flags);                                                     \
     const mode_t mode = mode_arg(flags, ap);                                 \
     va_end(ap);                                                              \
+    if (flags & O_TRUNC) order_point();                                      \
     return after_open(REAL(name)(dirfd, path, flags, mode), flags);          \
   }
 OPENAT_WRAPPER(openat)
@@ -422,9 +437,11 @@ EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
   return after_open(REAL(__openat64_2)(dirfd, path, flags), flags);
 }
 EXPORT int creat(const char* path, mode_t mode) {
+  order_point();
   return after_open(REAL(creat)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
 }
 EXPORT int creat64(const char* path, mode_t mode) {
+  order_point();
   return after_open(REAL(creat64)(path, mode), O_CREAT | O_WRONLY | O_TRUNC);
 }
 
@@ -619,14 +636,22 @@ LSEEK_WRAPPER(lseek, off_t)
 LSEEK_WRAPPER(lseek64, off64_t)
 
 EXPORT int fsync(int fd) {
-  if (!routed(fd)) return REAL(fsync)(fd);
+  if (!routed(fd)) {
+    order_point();
+    if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
+    return REAL(fsync)(fd);
+  }
   ENTER();
   const int r = tai_bridge_fsync(fd);
   LEAVE();
   return r;
 }
 EXPORT int fdatasync(int fd) {
-  if (!routed(fd)) return REAL(fdatasync)(fd);
+  if (!routed(fd)) {
+    order_point();
+    if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
+    return REAL(fdatasync)(fd);
+  }
   ENTER();
   const int r = tai_bridge_fdatasync(fd);
   LEAVE();
@@ -763,10 +788,12 @@ static void unroute_path(const char* path) {
   errno = saved;
 }
 EXPORT int truncate(const char* path, off_t length) {
+  order_point();
   unroute_path(path);
   return REAL(truncate)(path, length);
 }
 EXPORT int truncate64(const char* path, off64_t length) {
+  order_point();
   unroute_path(path);
   return REAL(truncate64)(path, length);
 }
@@ -954,12 +981,20 @@ EXPORT int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) {
   if (advice == POSIX_FADV_DONTNEED && routed(fd)) write_back_for("posix_fadvise(DONTNEED)");
   return REAL(posix_fadvise64)(fd, off, len, advice);
 }
+/* sync and syncfs: every routed write durable first (order), or handed to the kernel (full). */
+static void sync_now_for(const char* call) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged()) return;
+  ENTER();
+  const int err = tai_bridge_sync_now();
+  LEAVE();
+  if (err) say("%s: a write-back or sync failed: %s", call, strerror(err));
+}
 EXPORT void sync(void) {
-  write_back_for("sync");
+  sync_now_for("sync");
   REAL(sync)();
 }
 EXPORT int syncfs(int fd) {
-  write_back_for("syncfs");
+  sync_now_for("syncfs");
   return REAL(syncfs)(fd);
 }
 
@@ -1801,23 +1836,28 @@ EXPORT int lchown(const char* path, uid_t uid, gid_t gid) {
   return REAL(lchown)(path, uid, gid);
 }
 EXPORT int rename(const char* from, const char* to) {
+  order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "rename");
   return REAL(rename)(from, to);
 }
 EXPORT int renameat(int fromdir, const char* from, int todir, const char* to) {
+  order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat");
   return REAL(renameat)(fromdir, from, todir, to);
 }
 EXPORT int renameat2(int fromdir, const char* from, int todir, const char* to, unsigned flags) {
+  order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat2");
   if (flags & RENAME_EXCHANGE) write_back_path_before(todir, to, AT_SYMLINK_NOFOLLOW, "renameat2");
   return REAL(renameat2)(fromdir, from, todir, to, flags);
 }
 EXPORT int link(const char* from, const char* to) {
+  order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "link");
   return REAL(link)(from, to);
 }
 EXPORT int linkat(int fromdir, const char* from, int todir, const char* to, int flags) {
+  order_point();
   write_back_path_before(fromdir, from, (flags & AT_EMPTY_PATH) | ((flags & AT_SYMLINK_FOLLOW) ? 0 : AT_SYMLINK_NOFOLLOW),
                          "linkat");
   return REAL(linkat)(fromdir, from, todir, to, flags);
@@ -1833,4 +1873,21 @@ EXPORT int lsetxattr(const char* path, const char* name, const void* value, size
 EXPORT int fsetxattr(int fd, const char* name, const void* value, size_t size, int flags) {
   write_back_fd_before(fd, "fsetxattr");
   return REAL(fsetxattr)(fd, name, value, size, flags);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* removing a name: after the epochs before it (TAI_FSYNC=order)                                */
+/* SQLite's rollback journal is committed by its unlink: it must not reach the kernel before the
+ * database writes of the epoch before it are durable. */
+EXPORT int unlink(const char* path) {
+  order_point();
+  return REAL(unlink)(path);
+}
+EXPORT int unlinkat(int dirfd, const char* path, int flags) {
+  order_point();
+  return REAL(unlinkat)(dirfd, path, flags);
+}
+EXPORT int remove(const char* path) {
+  order_point();
+  return REAL(remove)(path);
 }

@@ -33,7 +33,7 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        mawk_exit python_exit perl_sigterm sigpipe_tee append_procs
        meta_tar meta_cp meta_touch meta_python
        yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
-       xz bzip2 zstd cpio zip sqlite_mmap git)
+       xz bzip2 zstd cpio zip sqlite_mmap git sqlite_order sqlite_wal_order git_order)
 
 needs_of() {  # needs_of CASE: sets need=(the programs it runs)
     need=()
@@ -68,7 +68,7 @@ needs_of() {  # needs_of CASE: sets need=(the programs it runs)
     cpio) need=(cpio bash find sort mkdir stat) ;;
     zip) need=(zip unzip mkdir diff) ;;
     sqlite_mmap) need=(sqlite3) ;;
-    git) need=(git cp) ;;
+    git | git_order) need=(git cp) ;;
   esac
 }
 
@@ -279,7 +279,10 @@ run() {
   else
     # detect_leaks=0: the uninstrumented programs (bash, python) do not free at exit, which is
     # theirs, not the library's. verify_asan_link_order=0: the runtime is preloaded, not linked.
+    # The *_order cases: the same programs with fsync as an ordering barrier (TAI_FSYNC=order):
+    # the result must be the same bytes once the programs exit.
     timeout -k 5 "$DEADLINE" env LD_PRELOAD="$PRELOAD" TAI_PRELOAD_PATHS="$B" TAI_PRELOAD_LOG=1 \
+      TAI_FSYNC="$([[ $CASE == *_order ]] && echo order || echo full)" \
       ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:verify_asan_link_order=0" \
       "$@" >>"$ROOT/$SIDE.stdout" 2>>"$ROOT/$SIDE.stderr" || rc=$?
   fi
@@ -321,11 +324,11 @@ prepare_inputs() {
   case $CASE in
     dd_* | gzip* | cat) make_input "$IN/input" && gen_text 77777 31 >"$IN/input2" ;;
     cp_tree | tar) make_tree "$IN/tree" ;;
-    sqlite | sqlite_wal | sqlite_mmap) write_sql ;;
+    sqlite | sqlite_wal | sqlite_mmap | sqlite_order | sqlite_wal_order) write_sql ;;
     yes_head | sed_inplace | perl_inplace | install_backup | sort_o | awk_files | split_join | xz | bzip2 | zstd)
       gen_text 600000 51 >"$IN/text" && gen_text 70000 52 >"$IN/text2" ;;
     gcc_objects) write_c_sources ;;
-    cpio | zip | git) make_tree "$IN/tree" ;;
+    cpio | zip | git | git_order) make_tree "$IN/tree" ;;
     meta_tar) make_tree "$IN/tree" && chmod 0640 "$IN/tree/a.txt" && chmod 0751 "$IN/tree/sub/b.bin" ;;
     meta_cp | meta_touch) gen_text 300000 41 >"$IN/src" && chmod 0751 "$IN/src" && touch -d @1234567 "$IN/src" ;;
   esac || fail "could not generate the inputs in $IN"
@@ -364,7 +367,7 @@ C
 # VACUUM; the rows come from a generator, so both runs execute identical SQL.
 write_sql() {
   local txns=100 mode=""
-  if [[ $CASE == sqlite_wal ]]; then
+  if [[ $CASE == sqlite_wal || $CASE == sqlite_wal_order ]]; then
     txns=30
     mode="PRAGMA journal_mode=WAL;"
   fi
@@ -446,7 +449,7 @@ body() {
       run gzip -d "$OUT/again.dat.gz"
       run cmp "$IN/input" "$OUT/again.dat"
       ;;
-    sqlite | sqlite_wal | sqlite_mmap)
+    sqlite | sqlite_wal | sqlite_mmap | sqlite_order | sqlite_wal_order)
       run sqlite3 -bail "$OUT/t.db" ".read '$IN/load.sql'"
       # A second process opens the database: what the first left must be complete.
       run sqlite3 -bail "$OUT/t.db" "PRAGMA integrity_check;" \
@@ -632,7 +635,7 @@ for n in ("p1", "p2", "p3-renamed", "p3-link"):
       run unzip -q -X "$OUT/t.zip" -d "$OUT/x"
       run diff -r --no-dereference "$IN/tree" "$OUT/x/tree"
       ;;
-    git)
+    git | git_order)
       # A repository in the routed directory: objects written and renamed into place, the index
       # and refs through lock files, a pack read back through mmap by gc and fsck.
       run cp -r "$IN/tree" "$OUT/repo"
@@ -649,7 +652,7 @@ for n in ("p1", "p2", "p3-renamed", "p3-link"):
   esac
 }
 
-if [[ $CASE == git ]]; then
+if [[ $CASE == git || $CASE == git_order ]]; then
   # The same commits on both sides: fixed names and times, no user or system configuration.
   export GIT_AUTHOR_NAME=tai GIT_AUTHOR_EMAIL=tai@example.org GIT_AUTHOR_DATE='2001-02-03T04:05:06Z'
   export GIT_COMMITTER_NAME=tai GIT_COMMITTER_EMAIL=tai@example.org GIT_COMMITTER_DATE='2001-02-03T04:05:06Z'
@@ -695,7 +698,7 @@ varies=()
 [[ $CASE == end_sigkill ]] && varies=(busy.dat)
 # git's index records each file's inode, device and change time, which differ between A and B
 # whatever the library does; ls-files -s and fsck above check what it says.
-[[ $CASE == git ]] && varies=(repo/.git/index)
+[[ $CASE == git || $CASE == git_order ]] && varies=(repo/.git/index)
 exclude=()
 for f in "${varies[@]}"; do
   exclude+=(-x "${f##*/}")

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The fsync modes of the preload library side by side, on the local disk: `full` (POSIX
+# durability, the default), `order` (TAI_FSYNC=order: fsync is an ordering barrier, durability
+# lags), and `none` (every fsync a no-op: the unsafe upper bound, for this benchmark only; it is
+# switched on by TAI_FSYNC_BENCHMARK_ONLY_NONE=1, which is no user setting). Workloads:
+#   sqlite-delete  N single-row transactions, journal_mode=DELETE, synchronous=FULL
+#   sqlite-wal     N single-row transactions, journal_mode=WAL, synchronous=FULL
+#   sqlite-wal-excl  the same with locking_mode=EXCLUSIVE (no record lock per transaction: a
+#                  routed file's unlock must publish its writes to other processes, which under
+#                  `order` waits for the epochs before it)
+#   fdatasync      a loop of 4 KiB writes, each followed by fdatasync (a small C program)
+#   serial-1/-30   tai-serial --mode posix, --fsync-every 1 and 30 (if built)
+# Interleaved (every workload and mode once per round, round after round), medians of the
+# rounds; each run starts from an empty directory, and every SQLite table is checked. The last
+# column is `order`'s gain as a fraction of `none`'s gain, both over `full`:
+# (full/order - 1) / (full/none - 1).
+#
+#   bench/preload/fsync_modes_bench.sh [--lib PATH] [--serial PATH] [--rounds 3] [--txns 2000]
+#                                      [--loops 2000] [--images 30] [--dir DIR] [--only LIST]
+set -euo pipefail
+lib=build/release/src/preload/libtai-preload.so
+serial=build/release/workloads/serial/tai-serial
+rounds=3
+txns=2000
+loops=2000
+images=30
+dir=${TMPDIR:-/var/tmp}/tai-fsync-modes-bench
+only="sqlite-delete sqlite-wal sqlite-wal-excl fdatasync serial-1 serial-30"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --lib) lib=$2; shift 2;;
+    --serial) serial=$2; shift 2;;
+    --rounds) rounds=$2; shift 2;;
+    --txns) txns=$2; shift 2;;
+    --loops) loops=$2; shift 2;;
+    --images) images=$2; shift 2;;
+    --dir) dir=$2; shift 2;;
+    --only) only=$2; shift 2;;
+    *) echo "usage: $0 [--lib PATH] [--serial PATH] [--rounds N] [--txns N] [--loops N] [--images N] [--dir DIR] [--only LIST]" >&2; exit 2;;
+  esac
+done
+[ -f "$lib" ] || { echo "fsync_modes_bench: $lib not found: build it first (make release)" >&2; exit 1; }
+lib=$(realpath "$lib")
+workloads=()
+for w in $only; do
+  case $w in
+    sqlite-*) command -v sqlite3 >/dev/null || { echo "fsync_modes_bench: sqlite3 not found: $w skipped" >&2; continue; } ;;
+    serial-*) [ -x "$serial" ] || { echo "fsync_modes_bench: $serial not built: $w skipped" >&2; continue; } ;;
+    fdatasync) command -v cc >/dev/null || { echo "fsync_modes_bench: no C compiler: $w skipped" >&2; continue; } ;;
+  esac
+  workloads+=("$w")
+done
+[ -x "$serial" ] && serial=$(realpath "$serial")
+mkdir -p "$dir"
+modes=(full order none)
+
+for jm in DELETE WAL WAL-EXCL; do
+  awk -v n="$txns" -v jm="$jm" 'BEGIN {
+    if (jm == "WAL-EXCL") { print "PRAGMA locking_mode=EXCLUSIVE;"; jm = "WAL" }
+    print "PRAGMA journal_mode=" jm ";"
+    print "PRAGMA synchronous=FULL;"
+    print "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL, y TEXT NOT NULL);"
+    s = 7
+    for (i = 0; i < n; i++) {
+      s = (s * 16807) % 2147483647
+      printf "INSERT INTO t(x, y) VALUES(%d, %c%s%c);\n", s % 1000003, 39, substr("abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789", 1, 1 + s % 70), 39
+    }
+  }' >"$dir/load-$jm.sql"
+done
+loop_bin=$dir/fdatasync_loop
+cat >"$dir/fdatasync_loop.c" <<'EOF'
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  const long n = atol(argv[2]);
+  const int fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) { perror("open"); return 1; }
+  char buf[4096];
+  for (long i = 0; i < n; ++i) {
+    memset(buf, (int)(i % 251) + 1, sizeof buf);
+    if (pwrite(fd, buf, sizeof buf, (off_t)i * 4096) != (ssize_t)sizeof buf) { perror("pwrite"); return 1; }
+    if (fdatasync(fd) != 0) { perror("fdatasync"); return 1; }
+  }
+  return close(fd) == 0 ? 0 : 1;
+}
+EOF
+if [[ " ${workloads[*]} " == *" fdatasync "* ]]; then cc -O2 -o "$loop_bin" "$dir/fdatasync_loop.c"; fi
+
+env_of() {  # mode -> environment
+  case $1 in
+    full) echo "TAI_FSYNC=full" ;;
+    order) echo "TAI_FSYNC=order" ;;
+    none) echo "TAI_FSYNC=full TAI_FSYNC_BENCHMARK_ONLY_NONE=1" ;;
+  esac
+}
+now() { date +%s.%N; }
+declare -A times expect
+run() {  # workload mode -> seconds on stdout
+  local w=$1 m=$2 out=$dir/out
+  rm -rf "$out" && mkdir -p "$out"
+  sync
+  local pre="env LD_PRELOAD=$lib TAI_PRELOAD_PATHS=$out $(env_of "$m")"
+  local t0 t1 got=""
+  t0=$(now)
+  case $w in
+    sqlite-delete) timeout 1200 $pre sqlite3 -bail "$out/t.db" ".read '$dir/load-DELETE.sql'" >/dev/null 2>"$dir/err" ;;
+    sqlite-wal) timeout 1200 $pre sqlite3 -bail "$out/t.db" ".read '$dir/load-WAL.sql'" >/dev/null 2>"$dir/err" ;;
+    sqlite-wal-excl) timeout 1200 $pre sqlite3 -bail "$out/t.db" ".read '$dir/load-WAL-EXCL.sql'" >/dev/null 2>"$dir/err" ;;
+    fdatasync) timeout 1200 $pre "$loop_bin" "$out/f.dat" "$loops" 2>"$dir/err" ;;
+    serial-*) timeout 1200 $pre "$serial" --mode posix --images "$images" --fsync-every "${w#serial-}" --output "$out/s" >/dev/null 2>"$dir/err" ;;
+  esac
+  t1=$(now)
+  grep -v "benchmark-only mode" "$dir/err" >&2 || true
+  case $w in
+    sqlite-*) got=$(sqlite3 "$out/t.db" "PRAGMA integrity_check; SELECT count(*), sum(x), total(length(y)) FROM t;" | tr '\n' ' ') ;;
+    fdatasync) got=$(cksum <"$out/f.dat") ;;
+    serial-*) got=$(cat "$out"/s/* 2>/dev/null | cksum) ;;
+  esac
+  if [ -z "${expect[$w]:-}" ]; then expect[$w]=$got; fi
+  [ "$got" = "${expect[$w]}" ] || { echo "fsync_modes_bench: $w under $m: the output differs ($got, expected ${expect[$w]})" >&2; exit 1; }
+  awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.4f", a - b }'
+}
+for ((r = 0; r < rounds; ++r)); do
+  for w in "${workloads[@]}"; do
+    for m in "${modes[@]}"; do
+      t=$(run "$w" "$m")
+      times[$w.$m]+="$t "
+    done
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
+echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"
+printf '%-14s %9s %9s %9s %10s %10s %12s\n' workload "full s" "order s" "none s" "full/order" "full/none" "order gain"
+for w in "${workloads[@]}"; do
+  f=$(echo "${times[$w.full]}" | median)
+  o=$(echo "${times[$w.order]}" | median)
+  n=$(echo "${times[$w.none]}" | median)
+  awk -v w="$w" -v f="$f" -v o="$o" -v n="$n" 'BEGIN {
+    so = f / o; sn = f / n
+    printf "%-14s %9.3f %9.3f %9.3f %9.2fx %9.2fx %11.2f\n", w, f, o, n, so, sn, (sn > 1 ? (so - 1) / (sn - 1) : 0)
+  }'
+done
+echo
+echo "runs (s):"
+for w in "${workloads[@]}"; do
+  for m in "${modes[@]}"; do printf '  %-14s %-6s %s\n' "$w" "$m" "${times[$w.$m]}"; done
+done

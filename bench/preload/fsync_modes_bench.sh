@@ -55,17 +55,7 @@ mkdir -p "$dir"
 modes=(full order none)
 
 for jm in DELETE WAL WAL-EXCL; do
-  awk -v n="$txns" -v jm="$jm" 'BEGIN {
-    if (jm == "WAL-EXCL") { print "PRAGMA locking_mode=EXCLUSIVE;"; jm = "WAL" }
-    print "PRAGMA journal_mode=" jm ";"
-    print "PRAGMA synchronous=FULL;"
-    print "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL, y TEXT NOT NULL);"
-    s = 7
-    for (i = 0; i < n; i++) {
-      s = (s * 16807) % 2147483647
-      printf "INSERT INTO t(x, y) VALUES(%d, %c%s%c);\n", s % 1000003, 39, substr("abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789", 1, 1 + s % 70), 39
-    }
-  }' >"$dir/load-$jm.sql"
+  awk -v n="$txns" -v jm="$jm" -f "$(dirname "${BASH_SOURCE[0]}")/sqlite_load.awk" >"$dir/load-$jm.sql"
 done
 loop_bin=$dir/fdatasync_loop
 cat >"$dir/fdatasync_loop.c" <<'EOF'

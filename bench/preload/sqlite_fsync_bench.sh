@@ -36,16 +36,7 @@ lib=$(realpath "$lib")
 [ -z "$before" ] || before=$(realpath "$before")
 mkdir -p "$dir/db"
 sql="$dir/load.sql"
-awk -v n="$inserts" 'BEGIN {
-  print "PRAGMA journal_mode=DELETE;"
-  print "PRAGMA synchronous=FULL;"
-  print "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL, y TEXT NOT NULL);"
-  s = 7
-  for (i = 0; i < n; i++) {
-    s = (s * 16807) % 2147483647
-    printf "INSERT INTO t(x, y) VALUES(%d, %c%s%c);\n", s % 1000003, 39, substr("abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz0123456789", 1, 1 + s % 70), 39
-  }
-}' >"$sql"
+awk -v n="$inserts" -v jm=DELETE -f "$(dirname "${BASH_SOURCE[0]}")/sqlite_load.awk" >"$sql"
 check_query="SELECT count(*), sum(x), total(length(y)) FROM t;"
 expect=""
 

@@ -72,7 +72,7 @@ help:
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
-	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills), then every target and test of the asan and tsan presets (hours)"
+	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills, the I/O-error loop twice over), then every target and test of the asan and tsan presets (hours)"
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
@@ -151,6 +151,7 @@ demo: deps
 soak: release
 	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
+	TAI_IOERR_SCALE=2 ctest --test-dir build/release -R 'IoErrorLoopSuite|^crashsim\.' -j2 --output-on-failure
 	test/run_presets.sh full $(JOBS) $(CHECK_QUICK_PRESETS)
 
 # libFuzzer (docs/testing.md): the fuzz preset builds the targets with clang and

@@ -144,7 +144,8 @@ demo: deps
 	$(AUGMENT) $(DEMO_SYNC_ARGS) --output build/release/augment-demo-sync
 
 # The reliability suites beyond CI's counts: the model-based random operations at 10,000,000 per
-# engine (CI: 1,000,000 for the buffered engines, 200,000 for the O_DIRECT ones) and five times
+# engine (CI: 1,000,000 for the buffered engines, 200,000 for the O_DIRECT ones), the I/O-error
+# loop with each workload on two configurations (CI: one) and five times
 # CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines); then the
 # sanitizer presets in full: every target (the workloads and benchmarks too) and every test at
 # CI's counts (about another hour: make check runs them as make test does, to stay in CI's time).

@@ -4,6 +4,7 @@
 // that hold blocks at different depths.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -115,6 +116,22 @@ TYPED_TEST(QuotaCleanBudget, AnUnlimitedBudgetKeepsEveryCleanBlock) {
   ASSERT_EQ(f.op(TreeOp::fsync), 0);
   EXPECT_EQ(f.tree->stats().cached_bytes, a.size());
   EXPECT_FALSE(f.quota.over_clean_budget());
+}
+
+// The errors promise over released blocks: a block the budget released before its bytes were
+// synced cannot be made dirty again after a failed sync, so the failure must stay the file's
+// error; no later fsync may report success over bytes the kernel may have dropped.
+TYPED_TEST(QuotaCleanBudget, AFailedSyncOverReleasedBlocksStaysTheFilesError) {
+  CleanBudgetRig<TypeParam> f(4 * 4096);
+  auto a = pattern(32 * 4096, 3);
+  ASSERT_EQ(f.op(TreeOp::write, 0, a.size(), a.data()), static_cast<std::int64_t>(a.size()));
+  ASSERT_EQ(f.op(TreeOp::write_back, 0, a.size()), 0);
+  ASSERT_LT(f.tree->stats().cached_bytes, a.size()) << "the budget released written-back blocks";
+  f.mem.fail_syncs(-EIO);
+  EXPECT_EQ(f.op(TreeOp::fsync), -EIO);
+  f.mem.fail_syncs(0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(f.op(TreeOp::fsync), -EIO) << "an fsync cleared the error of released bytes";
+  EXPECT_EQ(f.tree->check_invariants(), "");
 }
 
 }  // namespace

@@ -440,12 +440,14 @@ TEST(PreloadKill, Sqlite3KeepsCommittedTransactions) {
 // breaks that: SQLite's database pages on disk without the journal (or WAL frames) that would
 // roll them back, or a checkpoint's pages lost behind a WAL already reset.
 // Bounds on k: at most one past the last commit sqlite3 reported (the shell prints "c|k" right
-// after each COMMIT), and at least what the contract makes durable by then. In rollback-journal
-// mode SQLite's commit is the journal's unlink, after the database's fsync, and the preload's
-// unlink waits until the epochs before it are durable: a kill alone keeps every reported commit,
-// and a power cut all but the last (its unlink is made durable by the next transaction's
-// directory fsync). In WAL mode a commit is an fsync, which returns before it is durable: only a
-// normal end (exit waits for full durability) requires anything. The durability delay
+// after each COMMIT), and at least what the contract makes durable by then. With a rollback
+// journal SQLite ends each transaction with its commit (the journal's unlink under DELETE, its
+// header zeroed under PERSIST) and the release of its lock; the preload's unlink and record-lock
+// calls wait until the epochs before them are durable and publish the file's writes to the kernel:
+// a kill alone keeps every reported commit, and a power cut all but the last (the commit itself
+// is made durable by the next transaction's syncs). In WAL mode a commit is an fsync, which
+// returns before it is durable: only a normal end (exit waits for full durability) requires
+// anything. The durability delay
 // (TAI_FSYNC_MAX_DELAY) is measured, not required: the age at the kill of the oldest reported
 // commit lost. Back-pressure makes an fsync wait only once the oldest epoch in the queue is older
 // than the delay, and then for every epoch queued behind it, so on a device slower than the
@@ -559,11 +561,11 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
       ASSERT_TRUE(again.empty()) << again;
     }
     const std::uint64_t committed = reports.empty() ? 0 : reports.back().first;
-    // What the contract requires (above): DELETE's unlink waits for the epochs before it; PERSIST
-    // commits by a write (the journal's header zeroed) and WAL by an fsync, neither waited for.
+    // What the contract requires (above): with a rollback journal, every reported commit under the
+    // kill alone and all but the last under a power cut; with WAL, nothing unless it ended.
     std::uint64_t must_keep = 0;
-    const bool unlink_commits = journal_mode == "DELETE";
-    if (unlink_commits || finished) must_keep = unlink_commits && power_cut && committed > 0 ? committed - 1 : committed;
+    const bool rollback = journal_mode != "WAL";
+    if (rollback || finished) must_keep = rollback && power_cut && committed > 0 ? committed - 1 : committed;
     const std::string check = run_plain("sqlite3 -batch " + db + " \"PRAGMA integrity_check; "
                                             "CREATE TABLE IF NOT EXISTS t(i INTEGER PRIMARY KEY, v TEXT); "
                                             "SELECT count(*), coalesce(min(i), 1), coalesce(max(i), 0) FROM t; "
@@ -637,9 +639,10 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
   write_preload_tally(tally, n.kills, n.rows, n.violations);
 }
 
-// The rollback journal: DELETE (the default; SQLite waits at its unlinks and directory fsyncs, so
-// few epochs queue) and PERSIST (no unlink, no directory fsync: the journal's and the database's
-// epochs queue behind the device, the two-file order the mode exists for).
+// The rollback journal: DELETE (the default: the journal unlinked at each commit, and a directory
+// fsync at its creation) and PERSIST (the journal kept, its header zeroed: no unlink, no
+// directory fsync). Either way SQLite's lock release at the end of a transaction waits for its
+// epochs, so only the epochs of one transaction (journal, its header, the database) queue.
 TEST(PreloadKill, Sqlite3OrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"DELETE", "PERSIST"}, "sqlite3_order"); }
 
 TEST(PreloadKill, Sqlite3WalOrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"WAL"}, "sqlite3_wal_order"); }

@@ -569,7 +569,7 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
     const std::string check = run_plain("sqlite3 -batch " + db + " \"PRAGMA integrity_check; "
                                             "CREATE TABLE IF NOT EXISTS t(i INTEGER PRIMARY KEY, v TEXT); "
                                             "SELECT count(*), coalesce(min(i), 1), coalesce(max(i), 0) FROM t; "
-                                            "SELECT count(*) FROM t WHERE v IS NOT " + row_value_sql("i") + ";\"",
+                                            "SELECT count(*) FROM t WHERE v IS NOT " + row_value_sql("i") + ";\" 2>&1",
                                         &ok);
     std::uint64_t count = 0, min_i = 0, max_i = 0, wrong = 0;
     std::string integrity, counts_line, wrong_line;

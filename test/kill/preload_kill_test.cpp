@@ -447,12 +447,11 @@ TEST(PreloadKill, Sqlite3KeepsCommittedTransactions) {
 // a kill alone keeps every reported commit, and a power cut all but the last (the commit itself
 // is made durable by the next transaction's syncs). In WAL mode a commit is an fsync, which
 // returns before it is durable: only a normal end (exit waits for full durability) requires
-// anything. The durability delay
-// (TAI_FSYNC_MAX_DELAY) is measured, not required: the age at the kill of the oldest reported
-// commit lost. Back-pressure makes an fsync wait only once the oldest epoch in the queue is older
-// than the delay, and then for every epoch queued behind it, so on a device slower than the
-// program the lag grows past the delay (about the delay times the program's fsync rate over the
-// device's).
+// anything. The durability delay (TAI_FSYNC_MAX_DELAY) is measured, not required: the age at the
+// kill of the oldest reported commit lost. Back-pressure makes an fsync wait only once the oldest
+// epoch in the queue is older than the delay, and then for every epoch queued behind it, so on a
+// device slower than the program the lag grows past the delay (about the delay times the
+// program's fsync rate over the device's).
 
 /// fsync of a directory (its new entries durable before a power cut).
 void sync_dir(const std::string& dir) {

@@ -72,7 +72,7 @@ help:
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
-	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills, the I/O-error loop twice over), then every target and test of the asan and tsan presets (hours)"
+	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills, 500 sqlite3 kills per TAI_FSYNC=order journal test, the I/O-error loop twice over), then every target and test of the asan and tsan presets (hours)"
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
@@ -149,9 +149,12 @@ demo: deps
 # CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines); then the
 # sanitizer presets in full: every target (the workloads and benchmarks too) and every test at
 # CI's counts (about another hour: make check runs them as make test does, to stay in CI's time).
+# The sqlite3 kills under TAI_FSYNC=order (500 per journal test, half with a power cut) run the
+# test binary itself: ctest gives each kill test 120 s.
 soak: release
 	TAI_MODEL_OPS=10000000 ctest --test-dir build/release -R '^model\.' -j2 --output-on-failure
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
+	TAI_ORDER_KILLS=500 build/release/test/kill/tai_kill_tests --gtest_filter='PreloadKill.Sqlite3*OrderMode*'
 	TAI_IOERR_SCALE=2 ctest --test-dir build/release -R 'IoErrorLoopSuite|^crashsim\.' -j2 --output-on-failure
 	test/run_presets.sh full $(JOBS) $(CHECK_QUICK_PRESETS)
 

@@ -831,7 +831,8 @@ void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
 // mode wins only the overlap of the program's work with the sync, and loses a hand-off per epoch
 // (docs/results/fsync-order.md). Fewer syncs than epochs needs a TAI-side log of epochs (not
 // started). The crash-state suite of the crash simulator does not host this mode yet (the test
-// checks the rule on the recording engine's log), and there is no kill test with a database.
+// checks the rule on the recording engine's log); the kill suite runs sqlite3 under this mode
+// (test/kill/preload_kill_test.cpp).
 
 struct Deferred {
   Inode* ino;  // holds a reference

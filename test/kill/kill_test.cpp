@@ -514,18 +514,19 @@ TEST(KillSummary, Total) {
   // what was checked (bytes for the writer, committed transactions for sqlite3) and violations.
   std::uint64_t preload_programs = 0, preload_violations = 0;
   std::string preload_checked;
-  for (const char* program : {"writer", "sqlite3"}) {
+  const std::vector<const char*> programs = {"writer", "sqlite3", "sqlite3_order", "sqlite3_wal_order"};
+  for (const char* program : programs) {
     std::ifstream in(std::string(TAI_KILL_TALLY_DIR) + "/preload_" + program + ".txt");
     std::uint64_t kills = 0, checked = 0, violations = 0;
     if (!(in >> kills >> checked >> violations)) continue;
     ++preload_programs;
     preload_violations += violations;
     preload_checked += std::string(preload_checked.empty() ? "" : ", ") + program + " " + std::to_string(kills) + " kills, " +
-                       std::to_string(checked) + (std::string(program) == "writer" ? " bytes" : " commits") + " verified";
+                       std::to_string(checked) + (std::string(program) == "writer" ? " bytes" : std::string(program) == "sqlite3" ? " commits" : " rows") + " verified";
   }
   if (preload_programs > 0) {
     std::printf("[kill] TOTAL preload: %s, %llu violations\n", preload_checked.c_str(), static_cast<unsigned long long>(preload_violations));
-    write_reliability_row("preload under SIGKILL", preload_programs, 2, preload_checked, preload_violations);
+    write_reliability_row("preload under SIGKILL", preload_programs, programs.size(), preload_checked, preload_violations);
   }
   EXPECT_EQ(preload_violations, 0u);
   // At least 1,000 kills per CI run in an optimised build with every configuration available.

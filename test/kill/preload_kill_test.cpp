@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "support/controller_support.hpp"
+#include "support/small_loop_fs.hpp"
 #include "support/test_env.hpp"
 #include "test/kill/preload_kill_protocol.h"
 #include "test/kill/spawn_reporting.hpp"
@@ -426,6 +427,224 @@ TEST(PreloadKill, Sqlite3KeepsCommittedTransactions) {
   std::fflush(stdout);
   write_preload_tally("sqlite3", done, total_committed, violations);
 }
+
+// ---------------------------------------------------------------------------------------------
+// sqlite3 under TAI_FSYNC=order, killed, and every other kill a power cut
+//
+// Under `order` an fsync returns at once and closes an epoch; the order thread hands epoch n+1's
+// writes to the kernel only after epoch n's writes are written and synced. SIGKILL takes what TAI
+// holds (the later epochs); the "power cut" (the loop-mounted ext4 shut down without flushing its
+// log, then mounted again: xfstests' godown) also takes what the kernel had not synced. Either way
+// SQLite must recover a database that is intact and holds a prefix of the transactions it ran:
+// rows 1..k for some k, each row as written. An epoch handed over before the one ahead of it
+// breaks that: SQLite's database pages on disk without the journal (or WAL frames) that would
+// roll them back, or a checkpoint's pages lost behind a WAL already reset.
+// Bounds on k: at most one past the last commit sqlite3 reported (the shell prints "c|k" right
+// after each COMMIT), and at least what the contract makes durable by then. With a rollback
+// journal SQLite ends each transaction with its commit (the journal's unlink under DELETE, its
+// header zeroed under PERSIST) and the release of its lock; the preload's unlink and record-lock
+// calls wait until the epochs before them are durable and publish the file's writes to the kernel:
+// a kill alone keeps every reported commit, and a power cut all but the last (the commit itself
+// is made durable by the next transaction's syncs). In WAL mode a commit is an fsync, which
+// returns before it is durable: only a normal end (exit waits for full durability) requires
+// anything. The durability delay (TAI_FSYNC_MAX_DELAY) is measured, not required: the age at the
+// kill of the oldest reported commit lost. Back-pressure makes an fsync wait only once the oldest
+// epoch in the queue is older than the delay, and then for every epoch queued behind it, so on a
+// device slower than the program the lag grows past the delay (about the delay times the
+// program's fsync rate over the device's).
+
+/// fsync of a directory (its new entries durable before a power cut).
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+struct OrderKillCounts {
+  std::uint64_t kills = 0, power_cuts = 0, finished_first = 0;
+  std::uint64_t reported = 0;          ///< commits sqlite3 reported before its kills, summed
+  std::uint64_t rows = 0;              ///< rows found and checked after the kills, summed
+  std::uint64_t lost = 0, lost_max = 0;  ///< reported commits missing after a kill (allowed: later epochs)
+  std::uint64_t required = 0;          ///< rows the contract required, summed
+  std::uint64_t lag_max_ms = 0;        ///< the oldest reported commit lost: its age at the kill
+  std::uint64_t reported_cut = 0, rows_cut = 0;  ///< the same two, of the kills with a power cut
+  std::uint64_t violations = 0;
+};
+
+void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const std::string& tally) {
+  if (const std::string why = preload_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  if (std::string(sanitizer_runtime()).find("tsan") != std::string::npos)
+    GTEST_SKIP() << "under ThreadSanitizer an uninstrumented program cannot host the instrumented library (the preload.* "
+                    "cases skip for the same reason); the release and ASan presets run it";
+  bool ok = false;
+  if (run_plain("sqlite3 -version", &ok).empty() || !ok) GTEST_SKIP() << "sqlite3 is not installed (Debian package sqlite3)";
+  // TAI_ORDER_KILLS: the count itself (make soak: 500); else 8 scaled like the other kill tests.
+  unsigned kills = std::max(2u, static_cast<unsigned>(8 * controller_test_scale("TAI_KILL_SCALE") + 0.5));
+  if (const char* k = std::getenv("TAI_ORDER_KILLS"); k && *k) kills = static_cast<unsigned>(std::strtoul(k, nullptr, 10));
+  // Under the sanitizers the preloaded sqlite3 takes most of a second to start: kill later.
+  const std::uint64_t late_ms = controller_test_scale("TAI_KILL_SLACK_SCALE") < 1 ? 800 : 0;
+  const std::uint64_t base_seed = test_seed();
+  ScratchDir scratch;
+  // The power cut needs a file system of its own to shut down: a loop-mounted ext4 (root, a loop
+  // device, mkfs.ext4 and the shutdown ioctl). Without one every cycle is a kill alone, on the
+  // scratch directory, and the reason is printed.
+  SmallLoopFs fs(FsType::ext4, 96);
+  std::string no_power_cut = fs.mounted() ? fs.shutdown_support() : fs.skip_reason();
+  const std::string root = no_power_cut.empty() ? fs.file("") : scratch.path().string() + "/";
+  std::string modes;
+  for (const std::string& m : journal_modes) modes += (modes.empty() ? "" : ", ") + m;
+  std::printf("[kill] preload sqlite3, journal_mode %s, TAI_FSYNC=order: %u kills, %s, seed %llu (replay: TAI_TEST_SEED=%llu)\n",
+              modes.c_str(), kills,
+              no_power_cut.empty() ? "every other one a power cut (ext4 on a loop device, shut down without its log)"
+                                   : ("no power cuts: " + no_power_cut).c_str(),
+              static_cast<unsigned long long>(base_seed), static_cast<unsigned long long>(base_seed));
+  const unsigned transactions = 20000;  // more than any run reaches before its kill
+  // One script per journal mode. WAL checkpoints every 50 pages (the default is 1000, more than a
+  // run commits before its kill): each checkpoint writes the database, syncs it and then restarts
+  // the WAL over the frames it copied, the step whose order matters most.
+  for (const std::string& mode : journal_modes) {
+    std::ofstream s((scratch.path() / ("script-" + mode + ".sql")).string());
+    s << "PRAGMA journal_mode=" << mode << ";\nPRAGMA synchronous=FULL;\n" << (mode == "WAL" ? "PRAGMA wal_autocheckpoint=50;\n" : "")
+      << "CREATE TABLE t(i INTEGER PRIMARY KEY, v TEXT);\n";
+    for (unsigned k = 1; k <= transactions; ++k)
+      s << "BEGIN; INSERT INTO t VALUES(" << k << ", " << row_value_sql(std::to_string(k)) << "); COMMIT; SELECT 'c', " << k << ";\n";
+  }
+  OrderKillCounts n;
+  for (unsigned cycle = 0; cycle < kills; ++cycle) {
+    std::mt19937_64 rng(preload_kill_mix64(base_seed ^ (0x0dd5ull + cycle)));
+    const std::uint64_t kill_ms = 20 + late_ms + rng() % 1200;
+    const bool power_cut = no_power_cut.empty() && cycle % 2 == 1;
+    // Two modes: DELETE kill, PERSIST kill + cut, PERSIST kill, DELETE kill + cut, again: every
+    // pair of the four within four kills, and both modes within two (the sanitizers' count).
+    const std::string& journal_mode = journal_modes[(cycle + cycle / 2) % journal_modes.size()];
+    const std::string script = (scratch.path() / ("script-" + journal_mode + ".sql")).string();
+    const std::string dir = root + "s" + std::to_string(cycle);
+    std::filesystem::create_directories(dir);
+    sync_dir(dir);
+    sync_dir(root);  // the directory itself survives the power cut
+    const std::string db = dir + "/db";
+    Child c = spawn_preloaded({"sqlite3", "-batch", db},
+                              preload_env(dir, {"TAI_FSYNC=order"}),
+                              1, script);
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    // Each "c|k" line with the time it arrived (the commit was before).
+    std::string out;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;  // (k, ns)
+    std::size_t parsed_to = 0;
+    auto take_lines = [&](std::uint64_t now) {
+      for (std::size_t nl; (nl = out.find('\n', parsed_to)) != std::string::npos; parsed_to = nl + 1)
+        if (out.compare(parsed_to, 2, "c|") == 0)
+          reports.push_back({std::strtoull(out.c_str() + parsed_to + 2, nullptr, 10), now});
+    };
+    const std::uint64_t start = mono_ns(), kill_at = start + kill_ms * 1'000'000u;
+    bool open = true;
+    while (open && mono_ns() < kill_at) {
+      open = read_some(c.read_end, out, static_cast<int>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(5, (kill_at - std::min(kill_at, mono_ns())) / 1'000'000u))));
+      take_lines(mono_ns());
+    }
+    const bool finished = !open;
+    ::kill(c.pid, SIGKILL);
+    const std::uint64_t killed_ns = mono_ns();
+    while (read_some(c.read_end, out, -1)) {
+    }
+    take_lines(killed_ns);
+    ::close(c.read_end);
+    bool exited_zero = false;
+    const std::string how = reap(c.pid, &exited_zero);
+    ASSERT_TRUE(how.empty() || exited_zero) << "sqlite3 " << how << "; its output ends: " << out.substr(out.size() > 300 ? out.size() - 300 : 0);
+    if (power_cut) {
+      const std::string why = fs.shut_down();
+      ASSERT_TRUE(why.empty()) << why;
+      const std::string again = fs.remount();
+      ASSERT_TRUE(again.empty()) << again;
+    }
+    const std::uint64_t committed = reports.empty() ? 0 : reports.back().first;
+    // What the contract requires (above): with a rollback journal, every reported commit under the
+    // kill alone and all but the last under a power cut; with WAL, nothing unless it ended.
+    std::uint64_t must_keep = 0;
+    const bool rollback = journal_mode != "WAL";
+    if (rollback || finished) must_keep = rollback && power_cut && committed > 0 ? committed - 1 : committed;
+    const std::string check = run_plain("sqlite3 -batch " + db + " \"PRAGMA integrity_check; "
+                                            "CREATE TABLE IF NOT EXISTS t(i INTEGER PRIMARY KEY, v TEXT); "
+                                            "SELECT count(*), coalesce(min(i), 1), coalesce(max(i), 0) FROM t; "
+                                            "SELECT count(*) FROM t WHERE v IS NOT " + row_value_sql("i") + ";\" 2>&1",
+                                        &ok);
+    std::uint64_t count = 0, min_i = 0, max_i = 0, wrong = 0;
+    std::string integrity, counts_line, wrong_line;
+    std::istringstream res(check);
+    std::getline(res, integrity);
+    std::getline(res, counts_line);
+    std::getline(res, wrong_line);
+    const bool parsed = std::sscanf(counts_line.c_str(), "%llu|%llu|%llu", reinterpret_cast<unsigned long long*>(&count),
+                                    reinterpret_cast<unsigned long long*>(&min_i), reinterpret_cast<unsigned long long*>(&max_i)) == 3 &&
+                        std::sscanf(wrong_line.c_str(), "%llu", reinterpret_cast<unsigned long long*>(&wrong)) == 1;
+    // A prefix: rows 1..max_i, each whole; none past the one commit that may not have been
+    // reported yet; none missing that the contract made durable (above).
+    const bool prefix = ok && parsed && integrity == "ok" && min_i == 1 && count == max_i && wrong == 0;
+    const bool bounded = max_i <= committed + 1 && max_i >= must_keep;
+    const bool good = prefix && bounded;
+    ++n.kills;
+    n.power_cuts += power_cut;
+    n.finished_first += finished;
+    n.reported += committed;
+    n.rows += count;
+    if (power_cut) {
+      n.reported_cut += committed;
+      n.rows_cut += count;
+    }
+    const std::uint64_t lost = committed > max_i ? committed - max_i : 0;
+    n.lost += lost;
+    n.lost_max = std::max(n.lost_max, lost);
+    n.required += must_keep;
+    std::uint64_t lag_ms = 0;  // the first reported commit not kept: how long before the kill it was reported
+    for (const auto& [k, ns] : reports)
+      if (k == max_i + 1) lag_ms = (killed_ns - std::min(killed_ns, ns)) / 1'000'000u;
+    n.lag_max_ms = std::max(n.lag_max_ms, lag_ms);
+    n.violations += !good;
+    std::printf("[kill]   %-7s %s at %4llu ms: %llu commits reported, %llu rows kept (%llu required)%s%s\n",
+                journal_mode.c_str(), power_cut ? "kill + power cut" : "kill            ", static_cast<unsigned long long>(kill_ms),
+                static_cast<unsigned long long>(committed), static_cast<unsigned long long>(count),
+                static_cast<unsigned long long>(must_keep), finished ? " (it had finished)" : "",
+                lag_ms ? (", the oldest commit lost was reported " + std::to_string(lag_ms) + " ms before the kill").c_str() : "");
+    EXPECT_TRUE(good) << "sqlite3 (journal_mode=" << journal_mode << ", TAI_FSYNC=order) "
+                      << (power_cut ? "killed, then a power cut," : "killed") << " " << kill_ms << " ms after its start, having reported "
+                      << committed << " transactions committed (" << must_keep << " of them required to survive)" << (finished ? " and ended normally" : "")
+                      << "; plain sqlite3 then says (exit " << (ok ? "0" : "non-zero")
+                      << "; integrity, then count|min|max of the rows, then rows not as written):\n"
+                      << check;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    sync_dir(root);
+  }
+  std::printf("[kill] preload sqlite3 order mode (journal_mode %s): %llu kills (%llu with a power cut, %llu after a normal end), "
+              "%llu commits reported, %llu rows verified as a prefix (%llu required), %llu reported commits lost (at most %llu in "
+              "one kill; the oldest reported %llu ms before its kill), %llu violations\n",
+              modes.c_str(), static_cast<unsigned long long>(n.kills), static_cast<unsigned long long>(n.power_cuts),
+              static_cast<unsigned long long>(n.finished_first), static_cast<unsigned long long>(n.reported),
+              static_cast<unsigned long long>(n.rows), static_cast<unsigned long long>(n.required),
+              static_cast<unsigned long long>(n.lost), static_cast<unsigned long long>(n.lost_max),
+              static_cast<unsigned long long>(n.lag_max_ms), static_cast<unsigned long long>(n.violations));
+  std::fflush(stdout);
+  if (kills >= 8) {
+    EXPECT_GT(n.rows, 0u) << "no kill came after a commit: the check saw only empty tables";
+  }
+  // An empty table is a prefix too: a layer that never made an epoch durable would pass the check
+  // above after every power cut. Across several, some commits must have been made durable.
+  if (n.power_cuts >= 4 && n.reported_cut >= 100) {
+    EXPECT_GT(n.rows_cut, 0u) << "after " << n.power_cuts << " power cuts, none of the " << n.reported_cut
+                              << " reported commits was durable: no epoch was synced";
+  }
+  write_preload_tally(tally, n.kills, n.rows, n.violations);
+}
+
+// The rollback journal: DELETE (the default: the journal unlinked at each commit, and a directory
+// fsync at its creation) and PERSIST (the journal kept, its header zeroed: no unlink, no
+// directory fsync). Either way SQLite's lock release at the end of a transaction waits for its
+// epochs, so only the epochs of one transaction (journal, its header, the database) queue.
+TEST(PreloadKill, Sqlite3OrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"DELETE", "PERSIST"}, "sqlite3_order"); }
+
+TEST(PreloadKill, Sqlite3WalOrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"WAL"}, "sqlite3_wal_order"); }
 
 }  // namespace
 }  // namespace tai::test::kill

@@ -855,6 +855,11 @@ struct OrderState {
   std::vector<Inode*> open_dirty;
   std::uint64_t queued_bytes = 0;  // bytes in `closed` and `open_writes` not yet in the cache
   std::uint64_t closed_seq = 0, durable_seq = 0;
+  // How long the order thread took for one epoch lately (its writes to the cache, then its
+  // syncs), an average with weight 1/4 on the newest; 0 until the first epoch is done. With the
+  // queue's length it predicts when a new epoch will be durable (order_fsync).
+  std::uint64_t epoch_ns = 0;
+  std::uint64_t front_started_ns = 0;  // when the order thread took the epoch in flight; 0: none
   int error = 0;  // a failed epoch, not yet returned: the thread stops until it is
   bool thread_started = false;
   bool held = false;  // hold_order_thread_for_testing: a device that does not answer
@@ -983,6 +988,8 @@ void order_thread_main() noexcept {
       std::vector<Deferred> writes = std::move(front.writes);
       std::vector<Inode*> files = std::move(front.dirty);
       const bool data_only = front.data_only;
+      const std::uint64_t started = now_ns();
+      o.front_started_ns = started;
       lk.unlock();
       int err = 0;
       try {
@@ -1007,6 +1014,9 @@ void order_thread_main() noexcept {
       lk.unlock();
       for (Inode* ip : files) inode_unref(ip);
       lk.lock();
+      const std::uint64_t took = now_ns() - started;
+      o.epoch_ns = o.epoch_ns == 0 ? took : (3 * o.epoch_ns + took) / 4;
+      o.front_started_ns = 0;
       o.closed.pop_front();
       ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
       if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
@@ -1143,11 +1153,22 @@ int order_fsync(bool data_only) {
   std::unique_lock<std::mutex> lk(o.mu);
   if (const int e = take_error_locked(o)) return -e;
   if (open_epoch_empty_locked(o)) return 0;  // nothing written since the last epoch was closed
+  const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
+  // The delay bound: the epoch this call closes will be durable after the epochs queued before
+  // it, one at a time. Back-pressure when the device is behind by more than the quota, when the
+  // oldest waiting epoch is older than the delay, or when the queue, at the order thread's
+  // recent time per epoch, would pass the delay (a program that closes epochs faster than the
+  // device syncs them is held to the device's pace instead of letting the lag grow with the
+  // queue). The time per epoch: the recent average, at least how long the epoch in flight has
+  // taken so far, and before any epoch was measured at least a sixteenth of the delay (so a
+  // burst of fsyncs at the start queues about 16 epochs before the device's pace is known).
   bool wait = false;
   if (!o.closed.empty()) {
-    const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
-    wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) ||
-           now_ns() - o.closed.front().closed_ns > delay;
+    const std::uint64_t now = now_ns();
+    std::uint64_t per = o.epoch_ns != 0 ? o.epoch_ns : delay / 16;
+    if (o.front_started_ns != 0) per = std::max(per, now - o.front_started_ns);
+    wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) || now - o.closed.front().closed_ns > delay ||
+           (o.closed.size() + 1) * per > delay;
   }
   const std::uint64_t seq = close_epoch_locked(o, data_only);
   if (!wait) return 0;
@@ -1961,6 +1982,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     OrderState& o = ord();
     std::lock_guard<std::mutex> lk(o.mu);
     o.error = 0;
+    o.epoch_ns = 0;  // the next controller's device is measured afresh
     if (!o.closed.empty() || !o.open_writes.empty()) {
       std::fprintf(stderr, "tai::posix: restart_for_testing: fsync order queue not empty; dropped\n");
       for (auto& e : o.closed) {

@@ -157,8 +157,6 @@ struct Loop {
   }
 };
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// A queue for variant `v` with `depth` requests in flight: over posix, `depth` threads (the
 /// fadvise note's pthread backend); over libaio/uring, the kernel queue on this thread.
 tai::Result<std::unique_ptr<IoQueue>> make_queue(const Variant& v, unsigned depth) {

@@ -31,8 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// P: one pseudo-random 4 KiB page, the same in every run and every build (fixed seed).
 const std::array<std::uint64_t, kWordsPerPage>& pattern_page() {
   static const std::array<std::uint64_t, kWordsPerPage> page = [] {

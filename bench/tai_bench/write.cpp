@@ -137,8 +137,6 @@ std::optional<std::string> check_written(const unsigned char* buf, std::uint64_t
   return std::nullopt;
 }
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// Reads `path` back with O_DIRECT (8 MiB at a time) and checks every byte. Returns an error
 /// message (a mismatch starts with "mismatch"), empty when the file is right.
 std::string verify_file(const std::string& path, std::uint64_t total, std::size_t bs, std::uint64_t salt) {

@@ -22,6 +22,7 @@
 #include "input_dir.hpp"
 #include "page_cache_warning.hpp"
 #include "report.hpp"
+#include "median.hpp"
 #include "method.hpp"
 #include "mpi_mode.hpp"
 #include "record.hpp"
@@ -44,12 +45,6 @@ std::string stem_for(const std::string& method, unsigned threads, unsigned repea
   std::string m = method;
   std::replace(m.begin(), m.end(), ':', '_');
   return fmt::format("{}.t{}.r{}", m, threads, repeat);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "input_dir.hpp"
+#include "median.hpp"
 #include "record.hpp"
 #endif
 
@@ -457,11 +458,6 @@ SharedCheck check_shared_file(const Paths& paths, unsigned file, int producers, 
     if (res.error.empty()) res.error = fmt::format("the file ends at {} before the last record's end {}", bytes.size(), covered_to);
   }
   return res;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 // One method on every rank. Returns true when every rank and every check succeeded.

@@ -36,19 +36,11 @@ using std::chrono::milliseconds;
 
 constexpr std::uint64_t KiB = 1024;
 
-/// Makes a libaio engine, or skips the test when the kernel refuses AIO here.
-#define MAKE_LIBAIO_OR_SKIP(var, options) \
-  TAI_CREATE_ENGINE_OR_SKIP(var, LibaioEngine, options, "AIO", EPERM, ENOSYS, EAGAIN)
-
 std::uint64_t sysctl(const char* path) {
   std::ifstream in(path);
   std::uint64_t v = 0;
   in >> v;
   return v;
-}
-
-Completion run_one_request(Engine& e, Op op, EngineFile* f, void* buf, std::uint64_t off, std::uint64_t len) {
-  return run_requests(e, {make_request(op, f, buf, off, len, 77)}).at(0);
 }
 
 // ---------------------------------------------------------------------------------------------

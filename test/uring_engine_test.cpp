@@ -36,14 +36,6 @@ using std::chrono::milliseconds;
 
 constexpr std::uint64_t KiB = 1024;
 
-/// Makes a uring engine, or skips the test when the kernel refuses io_uring here.
-#define MAKE_URING_OR_SKIP(var, options) \
-  TAI_CREATE_ENGINE_OR_SKIP(var, UringEngine, options, "io_uring", EPERM, ENOSYS, EOPNOTSUPP)
-
-Completion run_one_request(Engine& e, Op op, EngineFile* f, void* buf, std::uint64_t off, std::uint64_t len) {
-  return run_requests(e, {make_request(op, f, buf, off, len, 77)}).at(0);
-}
-
 // ---------------------------------------------------------------------------------------------
 
 TEST(UringEngine, CapabilitiesOfAPlainRing) {

@@ -247,6 +247,18 @@ std::optional<DataFile> prepare_data_file(const std::string& dir, std::uint64_t 
   return out;
 }
 
+StudyDataFile::~StudyDataFile() {
+  if (own_) ::unlink(path.c_str());
+}
+
+std::optional<StudyDataFile> StudyDataFile::prepare(const std::string& dir, std::uint64_t size, bool own_copy,
+                                                    std::string* error) {
+  const std::string tag = own_copy ? fmt::format("corrupt-{}", ::getpid()) : std::string();
+  std::optional<DataFile> file = prepare_data_file(dir, size, tag, error);
+  if (!file) return std::nullopt;
+  return StudyDataFile(std::move(*file), own_copy);
+}
+
 std::string corrupt_byte(const std::string& path, std::uint64_t offset) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return fmt::format("corrupt: open '{}': {}", path, errno_text(errno));

@@ -23,7 +23,7 @@
 
 #include <gtest/gtest.h>
 
-#include "support/dontneed_check.hpp"
+#include "support/kernel_async_checks.hpp"
 #include "support/engine_configs.hpp"
 #include "support/engine_test_support.hpp"
 #include "engines/common/probe_overrides.hpp"
@@ -67,19 +67,7 @@ TEST(LibaioEngine, EventfdBecomesReadableAfterACompletion) {
   MAKE_LIBAIO_OR_SKIP(e, depth(8));
   auto f = e->open(dir.file("a"), {Open::read | Open::write | Open::create | Open::direct});
   ASSERT_TRUE(f) << f.error().message;
-  EXPECT_FALSE(readable(e->eventfd(), 0)) << "readable before any request";
-
-  TestBuffer buf(64 * KiB);
-  fill_pattern(buf.at(), 0, 64 * KiB, 1);
-  Request w = make_request(Op::write, f->get(), buf.at(), 0, 64 * KiB, 5);
-  ASSERT_EQ(e->submit(&w, 1), 1u);
-  EXPECT_TRUE(readable(e->eventfd(), 5000)) << "eventfd not readable 5 s after a 64 KiB direct write";
-  drain_eventfd(e->eventfd());
-  Completion c;
-  ASSERT_EQ(e->reap(&c, 1, 1, std::chrono::seconds(5)), 1u);
-  EXPECT_EQ(c.user_data, 5u);
-  EXPECT_EQ(c.result, 65536);
-  EXPECT_FALSE(readable(e->eventfd(), 0)) << "still readable after it was drained and nothing is in flight";
+  expect_eventfd_follows_a_write(*e, f->get(), 64 * KiB);
   EXPECT_EQ(e->close(**f), std::error_code());
 }
 

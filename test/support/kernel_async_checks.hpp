@@ -1,10 +1,12 @@
-// The Open::dontneed check of the engines that read with the kernel's asynchronous interfaces
-// (libaio, uring): a read drops the range it read from the page cache, and only that range.
+// Checks the engines on the kernel's asynchronous interfaces (libaio, uring) share: the eventfd
+// follows the completions, and a read with Open::dontneed drops the range it read from the page
+// cache, and only that range.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +18,24 @@
 #include "tai/engine.hpp"
 
 namespace tai::test {
+
+/// The eventfd of `engine` is not readable before a request, becomes readable when a write of
+/// `length` bytes to `file` completes (user_data 5), and is not readable once drained and the
+/// completion reaped with nothing in flight.
+inline void expect_eventfd_follows_a_write(Engine& engine, EngineFile* file, std::uint64_t length) {
+  EXPECT_FALSE(readable(engine.eventfd(), 0)) << "readable before any request";
+  TestBuffer buf(length);
+  fill_pattern(buf.at(), 0, length, 1);
+  Request w = make_request(Op::write, file, buf.at(), 0, length, 5);
+  ASSERT_EQ(engine.submit(&w, 1), 1u);
+  EXPECT_TRUE(readable(engine.eventfd(), 5000)) << "eventfd not readable 5 s after a write of " << length << " bytes";
+  drain_eventfd(engine.eventfd());
+  Completion c;
+  ASSERT_EQ(engine.reap(&c, 1, 1, std::chrono::seconds(5)), 1u);
+  EXPECT_EQ(c.user_data, 5u);
+  EXPECT_EQ(c.result, static_cast<std::int64_t>(length));
+  EXPECT_FALSE(readable(engine.eventfd(), 0)) << "still readable after it was drained and nothing is in flight";
+}
 
 /// 4 MiB, of which the first 2 MiB are read: DONTNEED cannot drop part of a large folio, and the
 /// page cache may use folios of up to 2 MiB.

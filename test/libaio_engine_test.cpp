@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/kernel_async_checks.hpp"
 #include "support/engine_configs.hpp"
 #include "support/engine_test_support.hpp"
 #include "engines/common/probe_overrides.hpp"
@@ -36,19 +37,11 @@ using std::chrono::milliseconds;
 
 constexpr std::uint64_t KiB = 1024;
 
-/// Makes a libaio engine, or skips the test when the kernel refuses AIO here.
-#define MAKE_LIBAIO_OR_SKIP(var, options) \
-  TAI_CREATE_ENGINE_OR_SKIP(var, LibaioEngine, options, "AIO", EPERM, ENOSYS, EAGAIN)
-
 std::uint64_t sysctl(const char* path) {
   std::ifstream in(path);
   std::uint64_t v = 0;
   in >> v;
   return v;
-}
-
-Completion run_one_request(Engine& e, Op op, EngineFile* f, void* buf, std::uint64_t off, std::uint64_t len) {
-  return run_requests(e, {make_request(op, f, buf, off, len, 77)}).at(0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -74,19 +67,7 @@ TEST(LibaioEngine, EventfdBecomesReadableAfterACompletion) {
   MAKE_LIBAIO_OR_SKIP(e, depth(8));
   auto f = e->open(dir.file("a"), {Open::read | Open::write | Open::create | Open::direct});
   ASSERT_TRUE(f) << f.error().message;
-  EXPECT_FALSE(readable(e->eventfd(), 0)) << "readable before any request";
-
-  TestBuffer buf(64 * KiB);
-  fill_pattern(buf.at(), 0, 64 * KiB, 1);
-  Request w = make_request(Op::write, f->get(), buf.at(), 0, 64 * KiB, 5);
-  ASSERT_EQ(e->submit(&w, 1), 1u);
-  EXPECT_TRUE(readable(e->eventfd(), 5000)) << "eventfd not readable 5 s after a 64 KiB direct write";
-  drain_eventfd(e->eventfd());
-  Completion c;
-  ASSERT_EQ(e->reap(&c, 1, 1, std::chrono::seconds(5)), 1u);
-  EXPECT_EQ(c.user_data, 5u);
-  EXPECT_EQ(c.result, 65536);
-  EXPECT_FALSE(readable(e->eventfd(), 0)) << "still readable after it was drained and nothing is in flight";
+  expect_eventfd_follows_a_write(*e, f->get(), 64 * KiB);
   EXPECT_EQ(e->close(**f), std::error_code());
 }
 
@@ -154,26 +135,10 @@ TEST(LibaioEngine, DontneedDropsTheReadRangeFromThePageCache) {
   if (const std::string why = tai::test::page_cache_not_droppable_reason(dir.path().string()); !why.empty())
     GTEST_SKIP() << why;
   const std::string path = dir.file("dn");
-  // 4 MiB, of which the first 2 MiB are read: DONTNEED cannot drop part of a large folio, and
-  // the page cache may use folios of up to 2 MiB.
-  constexpr std::uint64_t kSize = 4096 * KiB, kRange = 2048 * KiB;
-  write_file(path, pattern(0, kSize, 30));
-  {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::fsync(fd), 0);  // clean pages: DONTNEED drops them at once
-    std::vector<std::uint8_t> tmp(kSize);
-    ASSERT_EQ(::pread(fd, tmp.data(), tmp.size(), 0), static_cast<ssize_t>(tmp.size()));
-    ::close(fd);
-  }
-  if (resident_pages(path, 0, kSize) == 0) GTEST_SKIP() << "the page cache keeps nothing here";
+  ASSERT_NO_FATAL_FAILURE(write_clean_cached_file(path));
+  if (resident_pages(path, 0, kDontneedFileSize) == 0) GTEST_SKIP() << "the page cache keeps nothing here";
   MAKE_LIBAIO_OR_SKIP(e, depth(8));
-  auto f = e->open(path, {Open::read | Open::dontneed});
-  ASSERT_TRUE(f) << f.error().message;
-  TestBuffer buf(kRange);
-  ASSERT_EQ(run_one_request(*e, Op::read, f->get(), buf.at(), 0, kRange).result, static_cast<std::int64_t>(kRange));
-  EXPECT_EQ(resident_pages(path, 0, kRange), 0u) << "the read range is still cached";
-  EXPECT_GT(resident_pages(path, kRange, kSize - kRange), 0u) << "pages outside the range were dropped too";
+  expect_dontneed_drops_the_read_range(*e, path);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ std::vector<std::string> split_list(std::string_view text, char sep = ',');
 /// 4096 -> "4 KiB", 1536 -> "1.50 KiB", 100 -> "100 B".
 std::string format_size(std::uint64_t bytes);
 
+/// "No such file or directory (2)": strerror(err) and the number. Thread-safe for the
+/// errno values of the C library (their texts are constant).
+std::string errno_text(int err);
+
 /// Median of the values (mean of the two middle ones for an even count); 0 when empty.
 double median(std::vector<double> values);
 

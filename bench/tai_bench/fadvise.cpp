@@ -157,8 +157,6 @@ struct Loop {
   }
 };
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// A queue for variant `v` with `depth` requests in flight: over posix, `depth` threads (the
 /// fadvise note's pthread backend); over libaio/uring, the kernel queue on this thread.
 tai::Result<std::unique_ptr<IoQueue>> make_queue(const Variant& v, unsigned depth) {
@@ -479,15 +477,8 @@ int run(const FadviseOptions& o) {
   std::size_t all_runs = 0;
   if (!reads.empty()) {
     std::string error;
-    const std::string tag = o.corrupt_for_test ? fmt::format("corrupt-{}", ::getpid()) : std::string();
-    auto file = seeds::prepare_data_file(o.dir, size, tag, &error);
+    auto file = seeds::StudyDataFile::prepare(o.dir, size, o.corrupt_for_test, &error);
     if (!file) throw Failure(1, error);
-    struct Cleanup {
-      std::string path;
-      ~Cleanup() {
-        if (!path.empty()) ::unlink(path.c_str());
-      }
-    } cleanup{o.corrupt_for_test ? file->path : std::string()};
     if (o.corrupt_for_test) {
       // The first block read (by every variant, at every bs) is the one holding this byte.
       std::vector<std::uint64_t> flipped;  // flipping one byte twice would undo it

@@ -736,15 +736,8 @@ int run(const LatencyOptions& o) {
   const std::uint64_t avail = seeds::meminfo_bytes("MemAvailable");
   for (const std::uint64_t size : files) {
     std::string error;
-    const std::string tag = o.corrupt_for_test ? fmt::format("corrupt-{}", ::getpid()) : std::string();
-    auto file = seeds::prepare_data_file(o.dir, size, tag, &error);
+    auto file = seeds::StudyDataFile::prepare(o.dir, size, o.corrupt_for_test, &error);
     if (!file) throw Failure(1, error);
-    struct Cleanup {
-      std::string path;
-      ~Cleanup() {
-        if (!path.empty()) ::unlink(path.c_str());
-      }
-    } cleanup{o.corrupt_for_test ? file->path : std::string()};
     if (o.corrupt_for_test) {
       // Flip a byte of the first key thread 0 reads: every variant meets it on its first read.
       seeds::KeyGenerator g(seeds::thread_seed(o.seed, 0));

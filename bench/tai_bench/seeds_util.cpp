@@ -31,8 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// P: one pseudo-random 4 KiB page, the same in every run and every build (fixed seed).
 const std::array<std::uint64_t, kWordsPerPage>& pattern_page() {
   static const std::array<std::uint64_t, kWordsPerPage> page = [] {
@@ -247,6 +245,18 @@ std::optional<DataFile> prepare_data_file(const std::string& dir, std::uint64_t 
   out.created = true;
   out.create_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+StudyDataFile::~StudyDataFile() {
+  if (own_) ::unlink(path.c_str());
+}
+
+std::optional<StudyDataFile> StudyDataFile::prepare(const std::string& dir, std::uint64_t size, bool own_copy,
+                                                    std::string* error) {
+  const std::string tag = own_copy ? fmt::format("corrupt-{}", ::getpid()) : std::string();
+  std::optional<DataFile> file = prepare_data_file(dir, size, tag, error);
+  if (!file) return std::nullopt;
+  return StudyDataFile(std::move(*file), own_copy);
 }
 
 std::string corrupt_byte(const std::string& path, std::uint64_t offset) {

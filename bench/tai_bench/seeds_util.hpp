@@ -89,6 +89,26 @@ std::string data_file_path(const std::string& dir, std::uint64_t size, const std
 std::optional<DataFile> prepare_data_file(const std::string& dir, std::uint64_t size, const std::string& tag,
                                           std::string* error);
 
+/// A study's data file (prepare_data_file). With `own_copy` (the studies' --corrupt-for-test) it
+/// is this process's own, tagged with its id, so that damaging it leaves the file other runs
+/// reuse intact, and it is removed when this object goes. Move-only.
+class StudyDataFile : public DataFile {
+ public:
+  StudyDataFile(const StudyDataFile&) = delete;
+  StudyDataFile& operator=(const StudyDataFile&) = delete;
+  StudyDataFile(StudyDataFile&& other) noexcept : DataFile(std::move(other)), own_(std::exchange(other.own_, false)) {}
+  StudyDataFile& operator=(StudyDataFile&&) = delete;
+  ~StudyDataFile();
+
+  /// Returns nullopt and sets `error` on failure.
+  static std::optional<StudyDataFile> prepare(const std::string& dir, std::uint64_t size, bool own_copy,
+                                              std::string* error);
+
+ private:
+  StudyDataFile(DataFile file, bool own) : DataFile(std::move(file)), own_(own) {}
+  bool own_ = false;
+};
+
 /// For tests: flips every bit of the byte at `offset` of `path` (pwrite + fdatasync).
 /// Returns an error message, empty on success.
 std::string corrupt_byte(const std::string& path, std::uint64_t offset);

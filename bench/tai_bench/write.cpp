@@ -137,8 +137,6 @@ std::optional<std::string> check_written(const unsigned char* buf, std::uint64_t
   return std::nullopt;
 }
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 /// Reads `path` back with O_DIRECT (8 MiB at a time) and checks every byte. Returns an error
 /// message (a mismatch starts with "mismatch"), empty when the file is right.
 std::string verify_file(const std::string& path, std::uint64_t total, std::size_t bs, std::uint64_t salt) {
@@ -176,22 +174,26 @@ std::string verify_file(const std::string& path, std::uint64_t total, std::size_
 
 // --- one TAI run ---------------------------------------------------------------------------------
 
+/// Starts a run from a clean machine: nothing dirty from an earlier run is still being written
+/// back (the cache dropped with `drop`, through an empty file at `path`, removed again). Returns
+/// how the cache was dropped; throws Failure when it could not be.
+std::string drop_cache_before_run(const std::string& path, seeds::DropMethod drop) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  std::string error;
+  auto how = seeds::drop_cache(path, drop, &error);
+  if (!how) throw Failure(1, error);
+  ::unlink(path.c_str());
+  return *how;
+}
+
 RunResult run_tai(const WriteOptions& o, const Variant& v, std::uint64_t bs, std::uint64_t total,
                   const std::string& path, seeds::DropMethod drop, std::uint64_t salt) {
   RunResult res;
   res.variant = v.name;
   res.bytes = total;
   ::unlink(path.c_str());
-  std::string error;
-  // Start from a clean machine: nothing dirty from an earlier run is still being written back.
-  {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) ::close(fd);
-    auto how = seeds::drop_cache(path, drop, &error);
-    if (!how) throw Failure(1, error);
-    res.cache = *how;
-    ::unlink(path.c_str());
-  }
+  res.cache = drop_cache_before_run(path, drop);
   EngineOptions eo;
   eo.depth = v.depth;
   auto made = make_engine(v.engine, eo);
@@ -310,15 +312,7 @@ RunResult run_fio(const WriteOptions& o, const Variant& v, std::uint64_t bs, std
   RunResult res;
   res.variant = v.name;
   res.bytes = total;
-  std::string error;
-  {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) ::close(fd);
-    auto how = seeds::drop_cache(path, drop, &error);
-    if (!how) throw Failure(1, error);
-    res.cache = *how;
-    ::unlink(path.c_str());
-  }
+  res.cache = drop_cache_before_run(path, drop);
   const auto fio = find_program("fio");
   if (!fio) {
     res.note = "not run: fio not found in $PATH (make deps installs it)";

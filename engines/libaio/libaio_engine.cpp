@@ -20,6 +20,7 @@
 
 #include "engines/common/alignment.hpp"
 #include "engines/common/completion_backlog.hpp"
+#include "engines/common/errno_text.hpp"
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
 #include "src/detail/timespec.hpp"
@@ -37,15 +38,7 @@ constexpr std::uint64_t kMaxNativeLength = std::uint64_t{1} << 30;
 /// io_event: the most events one io_setup may ask for.
 constexpr std::uint64_t kKernelMaxEvents = 0x10000000u / sizeof(io_event) / 2;
 
-/// "Resource temporarily unavailable (EAGAIN)". Thread-safe.
-std::string errno_text(int err) {
-  std::string s = std::generic_category().message(err);
-  const char* name = ::strerrorname_np(err);
-  s += " (";
-  s += name ? name : ("errno " + std::to_string(err));
-  s += ')';
-  return s;
-}
+using detail::errno_text;
 
 std::optional<std::uint64_t> read_sysctl(const char* path) {
   std::ifstream in(path);

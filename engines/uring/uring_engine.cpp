@@ -26,6 +26,7 @@
 
 #include "engines/common/alignment.hpp"
 #include "engines/common/completion_backlog.hpp"
+#include "engines/common/errno_text.hpp"
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
 #include "src/detail/own_descriptors.hpp"
@@ -46,15 +47,7 @@ constexpr unsigned kSqThreadIdleMs = 50;
 /// user_data of the cancel request the destructor sends; never a bookkeeping index.
 constexpr std::uint64_t kCancelTag = ~std::uint64_t{0} - 1;
 
-/// "Operation not permitted (EPERM)". Thread-safe.
-std::string errno_text(int err) {
-  std::string s = std::generic_category().message(err);
-  const char* name = ::strerrorname_np(err);
-  s += " (";
-  s += name ? name : ("errno " + std::to_string(err));
-  s += ')';
-  return s;
-}
+using detail::errno_text;
 
 std::optional<long long> read_sysctl(const char* path) {
   std::ifstream in(path);

@@ -314,6 +314,12 @@ inline Completion run_one(Engine& engine, const Request& request) {
   return run_requests(engine, {request}).front();
 }
 
+/// Runs one request made of its fields and returns its completion.
+inline Completion run_one_request(Engine& engine, Op op, EngineFile* file, void* buffer, std::uint64_t offset,
+                                  std::uint64_t length) {
+  return run_one(engine, make_request(op, file, buffer, offset, length, 77));
+}
+
 inline std::string describe(const Request& r) {
   std::ostringstream s;
   s << to_string(r.op) << " offset=" << r.offset << " length=" << r.length << " buffer%4096="

@@ -116,3 +116,14 @@ inline bool error_is_one_of(const Error& e, std::initializer_list<int> codes) {
     FAIL() << var##_made.error().message;                                                 \
   }                                                                                       \
   std::unique_ptr<EngineType> var = std::move(var##_made).value()
+
+/// Makes `std::unique_ptr<engines::UringEngine> var`, or skips the test when the kernel (or a
+/// sandbox's seccomp filter) refuses io_uring here. The includer includes the engine's header.
+#define MAKE_URING_OR_SKIP(var, options) \
+  TAI_CREATE_ENGINE_OR_SKIP(var, ::tai::engines::UringEngine, options, "io_uring", EPERM, ENOSYS, EOPNOTSUPP)
+
+/// Makes `std::unique_ptr<engines::LibaioEngine> var`, or skips the test when the kernel refuses
+/// AIO here (EAGAIN: aio-max-nr is used up by other processes). The includer includes the
+/// engine's header.
+#define MAKE_LIBAIO_OR_SKIP(var, options) \
+  TAI_CREATE_ENGINE_OR_SKIP(var, ::tai::engines::LibaioEngine, options, "AIO", EPERM, ENOSYS, EAGAIN)

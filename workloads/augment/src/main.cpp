@@ -14,6 +14,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "input_dir.hpp"
 #include "page_cache_warning.hpp"
 #include "report.hpp"
+#include "median.hpp"
 #include "method.hpp"
 #include "mpi_mode.hpp"
 #include "record.hpp"
@@ -44,12 +46,6 @@ std::string stem_for(const std::string& method, unsigned threads, unsigned repea
   std::string m = method;
   std::replace(m.begin(), m.end(), ':', '_');
   return fmt::format("{}.t{}.r{}", m, threads, repeat);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -129,20 +125,11 @@ std::string mb_or_na(const RunResult& r) {
   if (!r.measured.delta.io_available) return "n/a";
   return fmt::format("{:.1f}", r.measured.delta.write_bytes / 1e6);
 }
-}  // namespace
 
-int main(int argc, char** argv) {
-  // Line-buffered even into a pipe: a run that dies (a sanitizer report, a deadline) keeps every
-  // line it printed before, which is what a log reader needs to see where it stopped.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // PAPI counts the threads created after this (PAPI_INHERIT): OpenMP's, TAI's, glibc AIO's.
-  CacheCounters cache_counters;
-  cache_counters.start();
-  CLI::App app{"tai-augment: the TAI paper's image-augmentation workload (decode, transform, encode PNG, write "
-               "every record through each I/O method)"};
-  app.set_help_all_flag("--help-all");
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  std::string threads_text = std::to_string(hw);
+// Every option of the command line as CLI11 fills it in, then (check_options) the lists parsed.
+struct Options {
+  unsigned hw = 1;  // hardware threads
+  std::string threads_text;
   std::string method_list = "posix,cstdio,fstream,aio,uring,libaio,tai-triv,tai-def";
   std::size_t images = 400;
   std::string sizes_text = "256x256,320x240,512x384,640x480";
@@ -161,291 +148,310 @@ int main(int argc, char** argv) {
   bool overwrite = false, fdatasync = false, direct = false, direct_unpadded = false, read_input = false;
   std::string input_dir, json_path, csv_path;
   std::uint64_t input_budget = std::uint64_t(1) << 30;
-  app.add_option("--threads", threads_text, "OpenMP compute threads; a list (1,2,4) runs each count")->capture_default_str();
-  app.add_option("--method", method_list, "comma-separated I/O methods (--list-methods)")->capture_default_str();
-  app.add_option("--synthetic,--images", images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
-  app.add_option("--input", input_dir, "a directory tree of .png/.jpg/.jpeg images (default: the synthetic set)");
-  app.add_option("--sizes", sizes_text, "the synthetic images' sizes, WxH,... (image i has size i mod count)")->capture_default_str();
-  app.add_option("--output", output, "directory for the output files (records, indexes, run manifests)")->capture_default_str();
-  app.add_option("--files", files, "spread the records over this many files per run (image id mod K)")->check(CLI::Range(1u, 4096u))->capture_default_str();
-  app.add_option("--amplify", amplify, "write every record this many times, at as many offsets (I/O amplification)")->check(CLI::Range(1u, 1000u))->capture_default_str();
-  app.add_flag("--overwrite", overwrite, "follow every write at once by a second write of the same bytes; throughput counts them once");
-  app.add_option("--fsync-every", fsync_every, "after each record, fsync with probability 1/F (seeded); 0: only the final fsync")->capture_default_str();
-  app.add_flag("--fdatasync", fdatasync, "fdatasync instead of fsync (the per-record syncs and the final one)");
-  app.add_flag("--direct", direct, "O_DIRECT outputs; records padded to 4096 bytes and written from aligned memory");
-  app.add_flag("--direct-unpadded", direct_unpadded, "with --direct: TAI gets the records unpadded (its cache does the read-modify-write)");
-  app.add_option("--batch", batch, "images per batch; asynchronous methods wait only at batch ends")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
-  app.add_option("--seed", seed, "seed of the input set, the per-image transforms and the fsync draws")->capture_default_str();
-  app.add_option("--png-level", png_level, "zlib level of the output PNGs (0-9)")->check(CLI::Range(0, 9))->capture_default_str();
-  app.add_flag("--grey", grey, "convert every output image to grey-scale");
-  app.add_flag("--read-input", read_input, "read each input image from disk inside the loop (default: in memory before the clock, up to --input-budget)");
-  app.add_option("--input-budget", input_budget, "memory for the encoded input set (bytes; 512MiB, 2GB): the images beyond it are read from their files inside the loop, as --read-input reads every one")
-      ->transform(CLI::AsSizeValue(true))
-      ->default_str("1GiB");
-  app.add_option("--repeat", repeat, "repeats; methods interleaved in a rotating order, medians reported")->check(CLI::Range(1u, 1000u))->capture_default_str();
-  app.add_option("--load", load, "TAI workers: fixed = 2 beside the compute threads (the paper's fixed load), full = every hardware thread the compute threads leave idle (at least 1)")->check(CLI::IsMember({"fixed", "full"}))->capture_default_str();
-  app.add_option("--tai-workers", tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
-  app.add_flag("--verify", verify, "read every output of this invocation back (as the verify subcommand)");
-  app.add_option("--json", json_path, "write the configuration, the machine and every run's figures as JSON (docs/json_schema.md)");
-  app.add_option("--csv", csv_path, "write every run's figures as CSV, one row per run");
-  app.add_flag("--list-methods", list, "list the I/O methods and exit");
-  app.add_flag("--stats", show_stats, "print each method's own counters (TAI's controller statistics) for the median run");
   // The MPI mode (README.md, "Scale-out over MPI").
-  bool mpi = false, shared_file = false, images_per_rank = false;
+  bool mpi = false, shared_file = false, images_per_rank = false, allow_unsafe_shared_direct = false;
   std::uint64_t chunk_bytes = 1 << 20;
   std::string handoff = "barrier", stage2 = "same", fault_rules;
   int fault_rank = -1;
   std::string mpi_why_not;
-  const bool mpi_built = mpi_mode_built(&mpi_why_not);
-  auto* mpi_group = "MPI mode (under mpirun)";
-  app.add_flag("--mpi", mpi, mpi_built ? "run as one rank of an MPI job: each rank writes its shard (the ids in a fixed mixed order, dealt round-robin), the next stage checks another rank's records"
-                                       : "run as an MPI rank (NOT in this build: " + mpi_why_not + ")")->group(mpi_group);
-  app.add_flag("--shared-file", shared_file, "--mpi: every rank writes into one file per output, in chunks of --chunk bytes dealt round-robin (rank p owns chunks k*P+p)")->group(mpi_group);
-  app.add_option("--chunk", chunk_bytes, "--mpi --shared-file: bytes per chunk; a multiple of 4096 with --direct")->capture_default_str()->group(mpi_group);
-  app.add_option("--handoff", handoff, "--mpi: how a rank says its records are ready after their fsync: barrier (one per stage) or stream (a message per durable batch)")->check(CLI::IsMember({"barrier", "stream"}))->capture_default_str()->group(mpi_group);
-  app.add_option("--stage2", stage2, "--mpi: who checks the records: same (rank r checks rank r-1 after producing) or separate (the upper half of the ranks only checks)")->check(CLI::IsMember({"same", "separate"}))->capture_default_str()->group(mpi_group);
-  app.add_flag("--images-per-rank", images_per_rank, "--mpi: --images counts per producing rank (weak scaling); default: the whole set (strong scaling)")->group(mpi_group);
-  bool allow_unsafe_shared_direct = false;
-  app.add_flag("--unsafe-shared-direct", allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse chunks that are not a multiple of 4096 (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
-  app.add_option("--fault-rank", fault_rank, "--mpi: this rank's TAI outputs go through a fault engine with the --fault rules (failure tests)")->group(mpi_group);
-  app.add_option("--fault", fault_rules, "fault engine rules for --fault-rank, e.g. write:nth=3:errno=EIO")->group(mpi_group);
-  CLI::App* verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
+  bool mpi_built = false;
+  // The verify subcommand.
+  CLI::App* verify_cmd = nullptr;
   std::vector<std::string> verify_paths;
   bool verify_no_decode = false;
-  verify_cmd->add_option("paths", verify_paths, "run manifests (*.run) or directories holding them")->required();
-  verify_cmd->add_flag("--no-decode", verify_no_decode, "skip decoding the payloads as PNG");
-  CLI::App* sweep_cmd = app.add_subcommand("sweep", "run the TAI paper's experiments (figures 3.1-3.8): methods interleaved, medians, gnuplot figures");
-  sweep_cmd->fallthrough();  // the workload's options (--images, --seed, ...) may follow `sweep`
+  // The sweep subcommand.
+  CLI::App* sweep_cmd = nullptr;
   SweepOptions sweep;
   std::string sweep_threads = "1,2,4,8", sweep_figures = "3.1,3.3,3.4,3.5,3.6", sweep_methods = "posix,cstdio,aio,tai-triv,tai-def";
   double sweep_mib = 1024;
-  sweep_cmd->add_option("--out", sweep.out_dir, "directory for the tables, gnuplot scripts, figures and results.md")->capture_default_str();
-  sweep_cmd->add_option("--work", sweep.work_dir, "directory the runs write to (default OUT/runs; files removed after each run)");
-  sweep_cmd->add_option("--repeats", sweep.repeat, "repeats per point (medians)")->check(CLI::Range(1u, 100u))->capture_default_str();
-  sweep_cmd->add_option("--mib-per-point", sweep_mib, "each run writes at least this many MiB (by amplification)")->check(CLI::Range(1.0, 1e7))->capture_default_str();
-  sweep_cmd->add_option("--sweep-threads", sweep_threads, "compute thread counts of figures 3.1-3.5")->capture_default_str();
-  sweep_cmd->add_option("--figures", sweep_figures, "figures to run (3.2, 3.7 and 3.8 come with 3.1)")->capture_default_str();
-  sweep_cmd->add_option("--methods", sweep_methods, "methods to compare")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-
-  if (verify_cmd->parsed()) return verify_command(verify_paths, !verify_no_decode);
-  if (list) {
-    for (const MethodInfo& m : methods())
-      fmt::print("  {:<10} {}{}\n", m.name, m.description, m.unavailable.empty() ? "" : " (unavailable: " + m.unavailable + ")");
-    return 0;
-  }
+  // Parsed by check_options.
   std::vector<unsigned> thread_counts;
-  for (const std::string& t : split(threads_text, ',')) {
+  std::vector<Size> sizes;
+  std::vector<std::string> specs;
+};
+
+void add_options(CLI::App& app, Options& o) {
+  o.hw = std::max(1u, std::thread::hardware_concurrency());
+  o.threads_text = std::to_string(o.hw);
+  app.add_option("--threads", o.threads_text, "OpenMP compute threads; a list (1,2,4) runs each count")->capture_default_str();
+  app.add_option("--method", o.method_list, "comma-separated I/O methods (--list-methods)")->capture_default_str();
+  app.add_option("--synthetic,--images", o.images, "images in the built-in synthetic input set")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
+  app.add_option("--input", o.input_dir, "a directory tree of .png/.jpg/.jpeg images (default: the synthetic set)");
+  app.add_option("--sizes", o.sizes_text, "the synthetic images' sizes, WxH,... (image i has size i mod count)")->capture_default_str();
+  app.add_option("--output", o.output, "directory for the output files (records, indexes, run manifests)")->capture_default_str();
+  app.add_option("--files", o.files, "spread the records over this many files per run (image id mod K)")->check(CLI::Range(1u, 4096u))->capture_default_str();
+  app.add_option("--amplify", o.amplify, "write every record this many times, at as many offsets (I/O amplification)")->check(CLI::Range(1u, 1000u))->capture_default_str();
+  app.add_flag("--overwrite", o.overwrite, "follow every write at once by a second write of the same bytes; throughput counts them once");
+  app.add_option("--fsync-every", o.fsync_every, "after each record, fsync with probability 1/F (seeded); 0: only the final fsync")->capture_default_str();
+  app.add_flag("--fdatasync", o.fdatasync, "fdatasync instead of fsync (the per-record syncs and the final one)");
+  app.add_flag("--direct", o.direct, "O_DIRECT outputs; records padded to 4096 bytes and written from aligned memory");
+  app.add_flag("--direct-unpadded", o.direct_unpadded, "with --direct: TAI gets the records unpadded (its cache does the read-modify-write)");
+  app.add_option("--batch", o.batch, "images per batch; asynchronous methods wait only at batch ends")->check(CLI::Range(std::size_t(1), std::size_t(100000000)))->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the input set, the per-image transforms and the fsync draws")->capture_default_str();
+  app.add_option("--png-level", o.png_level, "zlib level of the output PNGs (0-9)")->check(CLI::Range(0, 9))->capture_default_str();
+  app.add_flag("--grey", o.grey, "convert every output image to grey-scale");
+  app.add_flag("--read-input", o.read_input, "read each input image from disk inside the loop (default: in memory before the clock, up to --input-budget)");
+  app.add_option("--input-budget", o.input_budget, "memory for the encoded input set (bytes; 512MiB, 2GB): the images beyond it are read from their files inside the loop, as --read-input reads every one")
+      ->transform(CLI::AsSizeValue(true))
+      ->default_str("1GiB");
+  app.add_option("--repeat", o.repeat, "repeats; methods interleaved in a rotating order, medians reported")->check(CLI::Range(1u, 1000u))->capture_default_str();
+  app.add_option("--load", o.load, "TAI workers: fixed = 2 beside the compute threads (the paper's fixed load), full = every hardware thread the compute threads leave idle (at least 1)")->check(CLI::IsMember({"fixed", "full"}))->capture_default_str();
+  app.add_option("--tai-workers", o.tai_workers, "TAI controller workers (overrides --load)")->check(CLI::Range(1u, 256u));
+  app.add_flag("--verify", o.verify, "read every output of this invocation back (as the verify subcommand)");
+  app.add_option("--json", o.json_path, "write the configuration, the machine and every run's figures as JSON (docs/json_schema.md)");
+  app.add_option("--csv", o.csv_path, "write every run's figures as CSV, one row per run");
+  app.add_flag("--list-methods", o.list, "list the I/O methods and exit");
+  app.add_flag("--stats", o.show_stats, "print each method's own counters (TAI's controller statistics) for the median run");
+
+  o.mpi_built = mpi_mode_built(&o.mpi_why_not);
+  auto* mpi_group = "MPI mode (under mpirun)";
+  app.add_flag("--mpi", o.mpi, o.mpi_built ? "run as one rank of an MPI job: each rank writes its shard (the ids in a fixed mixed order, dealt round-robin), the next stage checks another rank's records"
+                                           : "run as an MPI rank (NOT in this build: " + o.mpi_why_not + ")")->group(mpi_group);
+  app.add_flag("--shared-file", o.shared_file, "--mpi: every rank writes into one file per output, in chunks of --chunk bytes dealt round-robin (rank p owns chunks k*P+p)")->group(mpi_group);
+  app.add_option("--chunk", o.chunk_bytes, "--mpi --shared-file: bytes per chunk; a multiple of 4096 with --direct")->capture_default_str()->group(mpi_group);
+  app.add_option("--handoff", o.handoff, "--mpi: how a rank says its records are ready after their fsync: barrier (one per stage) or stream (a message per durable batch)")->check(CLI::IsMember({"barrier", "stream"}))->capture_default_str()->group(mpi_group);
+  app.add_option("--stage2", o.stage2, "--mpi: who checks the records: same (rank r checks rank r-1 after producing) or separate (the upper half of the ranks only checks)")->check(CLI::IsMember({"same", "separate"}))->capture_default_str()->group(mpi_group);
+  app.add_flag("--images-per-rank", o.images_per_rank, "--mpi: --images counts per producing rank (weak scaling); default: the whole set (strong scaling)")->group(mpi_group);
+  app.add_flag("--unsafe-shared-direct", o.allow_unsafe_shared_direct, "--mpi --shared-file --direct: do not refuse chunks that are not a multiple of 4096 (ranks then clobber each other's bytes: only to show that the check catches it)")->group(mpi_group);
+  app.add_option("--fault-rank", o.fault_rank, "--mpi: this rank's TAI outputs go through a fault engine with the --fault rules (failure tests)")->group(mpi_group);
+  app.add_option("--fault", o.fault_rules, "fault engine rules for --fault-rank, e.g. write:nth=3:errno=EIO")->group(mpi_group);
+
+  o.verify_cmd = app.add_subcommand("verify", "read run outputs back: CRCs, indexes, PNG decode, every image, the same records in every run of the same input");
+  o.verify_cmd->add_option("paths", o.verify_paths, "run manifests (*.run) or directories holding them")->required();
+  o.verify_cmd->add_flag("--no-decode", o.verify_no_decode, "skip decoding the payloads as PNG");
+
+  o.sweep_cmd = app.add_subcommand("sweep", "run the TAI paper's experiments (figures 3.1-3.8): methods interleaved, medians, gnuplot figures");
+  o.sweep_cmd->fallthrough();  // the workload's options (--images, --seed, ...) may follow `sweep`
+  o.sweep_cmd->add_option("--out", o.sweep.out_dir, "directory for the tables, gnuplot scripts, figures and results.md")->capture_default_str();
+  o.sweep_cmd->add_option("--work", o.sweep.work_dir, "directory the runs write to (default OUT/runs; files removed after each run)");
+  o.sweep_cmd->add_option("--repeats", o.sweep.repeat, "repeats per point (medians)")->check(CLI::Range(1u, 100u))->capture_default_str();
+  o.sweep_cmd->add_option("--mib-per-point", o.sweep_mib, "each run writes at least this many MiB (by amplification)")->check(CLI::Range(1.0, 1e7))->capture_default_str();
+  o.sweep_cmd->add_option("--sweep-threads", o.sweep_threads, "compute thread counts of figures 3.1-3.5")->capture_default_str();
+  o.sweep_cmd->add_option("--figures", o.sweep_figures, "figures to run (3.2, 3.7 and 3.8 come with 3.1)")->capture_default_str();
+  o.sweep_cmd->add_option("--methods", o.sweep_methods, "methods to compare")->capture_default_str();
+}
+
+// "1,2,4" -> {1, 2, 4}; false for anything else than counts 1..1024 (an empty list included).
+bool parse_thread_counts(const std::string& text, std::vector<unsigned>& out) {
+  for (const std::string& t : split(text, ',')) {
     char* end = nullptr;
     const unsigned long v = std::strtoul(t.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > 1024) {
-      fmt::print(stderr, "tai-augment: --threads '{}' is not a list of counts 1..1024\n", threads_text);
-      return 2;
-    }
-    thread_counts.push_back(unsigned(v));
+    if (*end != '\0' || v < 1 || v > 1024) return false;
+    out.push_back(unsigned(v));
   }
-  if (thread_counts.empty()) {
+  return true;
+}
+
+// Parses the lists and refuses what does not go together; makes --output. Returns the exit code
+// when the program is to stop (a message printed), nothing when it goes on.
+std::optional<int> check_options(const CLI::App& app, Options& o) {
+  if (!parse_thread_counts(o.threads_text, o.thread_counts)) {
+    fmt::print(stderr, "tai-augment: --threads '{}' is not a list of counts 1..1024\n", o.threads_text);
+    return 2;
+  }
+  if (o.thread_counts.empty()) {
     fmt::print(stderr, "tai-augment: --threads names no count\n");
     return 2;
   }
-  if (direct_unpadded && !direct) {
+  if (o.direct_unpadded && !o.direct) {
     fmt::print(stderr, "tai-augment: --direct-unpadded needs --direct\n");
     return 2;
   }
-  std::vector<Size> sizes;
-  if (!parse_sizes(sizes_text, sizes)) {
-    fmt::print(stderr, "tai-augment: --sizes '{}' is not a list of WxH (4..16384 each)\n", sizes_text);
+  if (!parse_sizes(o.sizes_text, o.sizes)) {
+    fmt::print(stderr, "tai-augment: --sizes '{}' is not a list of WxH (4..16384 each)\n", o.sizes_text);
     return 2;
   }
-  const std::vector<std::string> specs = split(method_list, ',');
-  if (specs.empty()) {
+  o.specs = split(o.method_list, ',');
+  if (o.specs.empty()) {
     fmt::print(stderr, "tai-augment: --method names no method\n");
     return 2;
   }
-  for (const std::string& s : specs)
-    if (std::count(specs.begin(), specs.end(), s) > 1) {
+  for (const std::string& s : o.specs)
+    if (std::count(o.specs.begin(), o.specs.end(), s) > 1) {
       fmt::print(stderr, "tai-augment: --method names '{}' twice\n", s);
       return 2;
     }
-  for (const std::string& s : specs)
+  for (const std::string& s : o.specs)
     if (!find_method(s, nullptr)) {
       fmt::print(stderr, "tai-augment: unknown method '{}' (--list-methods)\n", s);
       return 2;
     }
-  if (::mkdir(output.c_str(), 0755) != 0 && errno != EEXIST) {
-    fmt::print(stderr, "tai-augment: cannot create --output {}: {}\n", output, std::strerror(errno));
+  if (::mkdir(o.output.c_str(), 0755) != 0 && errno != EEXIST) {
+    fmt::print(stderr, "tai-augment: cannot create --output {}: {}\n", o.output, std::strerror(errno));
     return 2;
   }
-  const bool mpi_options_used = shared_file || images_per_rank || allow_unsafe_shared_direct || fault_rank >= 0 || !fault_rules.empty() ||
-                                app.count("--handoff") || app.count("--stage2") || app.count("--chunk");
-  if (mpi_options_used && !mpi) {
+  const bool mpi_options_used = o.shared_file || o.images_per_rank || o.allow_unsafe_shared_direct || o.fault_rank >= 0 ||
+                                !o.fault_rules.empty() || app.count("--handoff") || app.count("--stage2") || app.count("--chunk");
+  if (mpi_options_used && !o.mpi) {
     fmt::print(stderr, "tai-augment: --shared-file, --chunk, --handoff, --stage2, --images-per-rank and --fault* need --mpi\n");
     return 2;
   }
-  if (mpi) {
-    if (!mpi_built) {
-      fmt::print(stderr, "tai-augment: --mpi: {}\n", mpi_why_not);
-      return 2;
-    }
-    if (thread_counts.size() != 1 || repeat != 1 || verify || !json_path.empty() || !csv_path.empty() || read_input) {
-      fmt::print(stderr, "tai-augment: --mpi takes one --threads count and no --repeat, --verify, --json, --csv or "
-                         "--read-input (stage 2 is the verification; repeat with a loop of mpirun, as the scaling script does)\n");
-      return 2;
-    }
-    if ((fault_rank >= 0) != !fault_rules.empty()) {
-      fmt::print(stderr, "tai-augment: --fault-rank and --fault go together\n");
-      return 2;
-    }
-    MpiSettings ms;
-    ms.methods = specs;
-    ms.threads = thread_counts.front();
-    ms.tai_workers = tai_workers ? tai_workers : load == "fixed" ? 2u : std::max(1u, hw > ms.threads ? hw - ms.threads : 1u);
-    ms.images = images;
-    ms.images_per_rank = images_per_rank;
-    ms.sizes = sizes;
-    ms.sizes_text = sizes_text;
-    ms.input_dir = input_dir;
-    ms.input_budget = input_budget;
-    ms.output = output;
-    ms.shared_file = shared_file;
-    ms.chunk_bytes = chunk_bytes;
-    ms.handoff = handoff;
-    ms.stage2 = stage2;
-    ms.fault_rank = fault_rank;
-    ms.fault_rules = fault_rules;
-    ms.allow_unsafe_shared_direct = allow_unsafe_shared_direct;
-    RunConfig& c = ms.config;
-    c.batch = batch;
-    c.seed = seed;
-    c.png_level = png_level;
-    c.transform.grey = grey;
-    c.amplify = amplify;
-    c.overwrite = overwrite;
-    c.fsync_every = fsync_every;
-    c.files = files;
-    c.content = input_dir.empty() ? fmt::format("synthetic seed={} sizes={} png-level={} grey={}", seed, sizes_text, png_level, grey ? 1 : 0)
-                                  : fmt::format("input={} png-level={} grey={}", input_dir, png_level, grey ? 1 : 0);
-    c.method.direct = direct;
-    c.method.direct_unpadded = direct_unpadded;
-    c.method.fdatasync = fdatasync;
-    return run_mpi_mode(argc, argv, ms);
-  }
+  return std::nullopt;
+}
 
-  omp_set_num_threads(int(*std::max_element(thread_counts.begin(), thread_counts.end())));
-  const auto g0 = std::chrono::steady_clock::now();
-  std::vector<EncodedImage> input;
-  std::uint64_t input_bytes = 0;
+// TAI's controller workers beside `threads` compute threads: --tai-workers, else --load.
+unsigned tai_workers_for(const Options& o, unsigned threads) {
+  return o.tai_workers ? o.tai_workers : o.load == "fixed" ? 2u : std::max(1u, o.hw > threads ? o.hw - threads : 1u);
+}
+
+// What every run writes and how, the same in the MPI mode and here.
+void set_workload(const Options& o, const std::string& content, RunConfig& c) {
+  c.batch = o.batch;
+  c.seed = o.seed;
+  c.png_level = o.png_level;
+  c.transform.grey = o.grey;
+  c.amplify = o.amplify;
+  c.overwrite = o.overwrite;
+  c.fsync_every = o.fsync_every;
+  c.files = o.files;
+  c.content = content;
+  c.method.direct = o.direct;
+  c.method.direct_unpadded = o.direct_unpadded;
+  c.method.fdatasync = o.fdatasync;
+}
+
+// --mpi: this process is one rank of the job.
+int mpi_command(int argc, char** argv, const Options& o) {
+  if (!o.mpi_built) {
+    fmt::print(stderr, "tai-augment: --mpi: {}\n", o.mpi_why_not);
+    return 2;
+  }
+  if (o.thread_counts.size() != 1 || o.repeat != 1 || o.verify || !o.json_path.empty() || !o.csv_path.empty() || o.read_input) {
+    fmt::print(stderr, "tai-augment: --mpi takes one --threads count and no --repeat, --verify, --json, --csv or "
+                       "--read-input (stage 2 is the verification; repeat with a loop of mpirun, as the scaling script does)\n");
+    return 2;
+  }
+  if ((o.fault_rank >= 0) != !o.fault_rules.empty()) {
+    fmt::print(stderr, "tai-augment: --fault-rank and --fault go together\n");
+    return 2;
+  }
+  MpiSettings ms;
+  ms.methods = o.specs;
+  ms.threads = o.thread_counts.front();
+  ms.tai_workers = tai_workers_for(o, ms.threads);
+  ms.images = o.images;
+  ms.images_per_rank = o.images_per_rank;
+  ms.sizes = o.sizes;
+  ms.sizes_text = o.sizes_text;
+  ms.input_dir = o.input_dir;
+  ms.input_budget = o.input_budget;
+  ms.output = o.output;
+  ms.shared_file = o.shared_file;
+  ms.chunk_bytes = o.chunk_bytes;
+  ms.handoff = o.handoff;
+  ms.stage2 = o.stage2;
+  ms.fault_rank = o.fault_rank;
+  ms.fault_rules = o.fault_rules;
+  ms.allow_unsafe_shared_direct = o.allow_unsafe_shared_direct;
+  const std::string content =
+      o.input_dir.empty()
+          ? fmt::format("synthetic seed={} sizes={} png-level={} grey={}", o.seed, o.sizes_text, o.png_level, o.grey ? 1 : 0)
+          : fmt::format("input={} png-level={} grey={}", o.input_dir, o.png_level, o.grey ? 1 : 0);
+  set_workload(o, content, ms.config);
+  return run_mpi_mode(argc, argv, ms);
+}
+
+// The input set, encoded, and the run manifests' description of it.
+struct Input {
+  std::vector<EncodedImage> images;
   std::string content;
-  // How the input set is held, for the input line: e.g. "in memory" or "1200 in memory (..), 294
-  // read from disk inside the loop (beyond --input-budget 1.1 GB)".
-  auto holding = [&](std::size_t held, std::uint64_t held_bytes) {
-    if (read_input) return std::string("read from disk inside the loop");
-    if (held == input.size()) return std::string("in memory");
-    return fmt::format("{} in memory ({:.1f} MB), {} read from disk inside the loop (beyond --input-budget {})", held,
-                       held_bytes / 1e6, input.size() - held,
-                       input_budget >= 1000000 ? fmt::format("{:.1f} MB", input_budget / 1e6) : fmt::format("{} bytes", input_budget));
-  };
-  if (!input_dir.empty()) {
-    InputSet set;
+};
+
+// How the input set is held, for the input line: e.g. "in memory" or "1200 in memory (..), 294
+// read from disk inside the loop (beyond --input-budget 1.1 GB)".
+std::string holding_text(const Options& o, std::size_t total, std::size_t held, std::uint64_t held_bytes) {
+  if (o.read_input) return std::string("read from disk inside the loop");
+  if (held == total) return std::string("in memory");
+  return fmt::format("{} in memory ({:.1f} MB), {} read from disk inside the loop (beyond --input-budget {})", held,
+                     held_bytes / 1e6, total - held,
+                     o.input_budget >= 1000000 ? fmt::format("{:.1f} MB", o.input_budget / 1e6) : fmt::format("{} bytes", o.input_budget));
+}
+
+// --input: the images of the directory tree, up to --input-budget in memory.
+std::optional<int> load_input(const Options& o, Input& in) {
+  const auto g0 = std::chrono::steady_clock::now();
+  InputSet set;
+  std::string err;
+  if (!load_input_dir(o.input_dir, set, &err, o.read_input ? 0 : o.input_budget)) {
+    fmt::print(stderr, "tai-augment: {}\n", err);
+    return 2;
+  }
+  for (const std::string& line : set.skipped) fmt::print("input: {}\n", line);
+  in.images = std::move(set.images);
+  const std::string held = holding_text(o, in.images.size(), set.held, set.held_bytes);
+  char resolved[PATH_MAX];
+  in.content = fmt::format("input={} png-level={} grey={}", ::realpath(o.input_dir.c_str(), resolved) ? resolved : o.input_dir,
+                           o.png_level, o.grey ? 1 : 0);
+  fmt::print("input: {} images from {} ({} skipped, {} other files ignored), {:.1f} MB, checked in {:.2f} s, {}\n",
+             in.images.size(), o.input_dir, set.skipped.size(), set.ignored, set.bytes / 1e6,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(), held);
+  return std::nullopt;
+}
+
+// The synthetic set; beyond --input-budget (or every image with --read-input) written as files
+// under OUTPUT/input and read from there inside the loop.
+std::optional<int> make_synthetic_input(const Options& o, Input& in) {
+  const auto g0 = std::chrono::steady_clock::now();
+  std::vector<EncodedImage>& input = in.images;
+  input = synthetic_set(o.seed, o.images, o.sizes);
+  if (input.empty()) {
+    fmt::print(stderr, "tai-augment: encoding the synthetic input set failed\n");
+    return 1;
+  }
+  std::uint64_t input_bytes = 0;
+  for (const EncodedImage& e : input) input_bytes += e.data.size();
+  std::size_t held = 0;
+  std::uint64_t held_bytes = 0;
+  while (!o.read_input && held < input.size() && input[held].data.size() <= o.input_budget - held_bytes)
+    held_bytes += input[held++].data.size();
+  in.content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", o.seed, o.images, o.sizes_text,
+                           o.png_level, o.grey ? 1 : 0);
+  fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
+             input.size(), o.sizes_text, input_bytes / 1e6,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(),
+             holding_text(o, input.size(), held, held_bytes));
+  if (held < input.size()) {
+    std::vector<EncodedImage> spill(std::make_move_iterator(input.begin() + long(held)), std::make_move_iterator(input.end()));
     std::string err;
-    if (!load_input_dir(input_dir, set, &err, read_input ? 0 : input_budget)) {
-      fmt::print(stderr, "tai-augment: {}\n", err);
-      return 2;
-    }
-    for (const std::string& line : set.skipped) fmt::print("input: {}\n", line);
-    input = std::move(set.images);
-    const std::string held = holding(set.held, set.held_bytes);
-    input_bytes = set.bytes;
-    char resolved[PATH_MAX];
-    content = fmt::format("input={} png-level={} grey={}", ::realpath(input_dir.c_str(), resolved) ? resolved : input_dir,
-                          png_level, grey ? 1 : 0);
-    fmt::print("input: {} images from {} ({} skipped, {} other files ignored), {:.1f} MB, checked in {:.2f} s, {}\n",
-               input.size(), input_dir, set.skipped.size(), set.ignored, input_bytes / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(), held);
-  } else {
-    input = synthetic_set(seed, images, sizes);
-    if (input.empty()) {
-      fmt::print(stderr, "tai-augment: encoding the synthetic input set failed\n");
+    if (!write_input_files(spill, o.output + "/input", &err)) {
+      fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", o.output, err);
       return 1;
     }
-    for (const EncodedImage& e : input) input_bytes += e.data.size();
-    // Beyond the budget the synthetic images are written as files, as --read-input writes them
-    // all, and read from there inside the loop.
-    std::size_t held = 0;
-    std::uint64_t held_bytes = 0;
-    while (!read_input && held < input.size() && input[held].data.size() <= input_budget - held_bytes)
-      held_bytes += input[held++].data.size();
-    content = fmt::format("synthetic seed={} images={} sizes={} png-level={} grey={}", seed, images, sizes_text,
-                          png_level, grey ? 1 : 0);
-    fmt::print("input: {} synthetic images (PNG and JPEG, sizes {}), {:.1f} MB encoded, made in {:.2f} s, {}\n",
-               input.size(), sizes_text, input_bytes / 1e6,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count(), holding(held, held_bytes));
-    if (held < input.size()) {
-      std::vector<EncodedImage> spill(std::make_move_iterator(input.begin() + long(held)), std::make_move_iterator(input.end()));
-      std::string err;
-      if (!write_input_files(spill, output + "/input", &err)) {
-        fmt::print(stderr, "tai-augment: cannot write the input set under {}/input: {}\n", output, err);
-        return 1;
-      }
-      for (std::size_t i = 0; i < spill.size(); ++i) {
-        input[held + i].path = std::move(spill[i].path);
-        Bytes().swap(input[held + i].data);
-      }
+    for (std::size_t i = 0; i < spill.size(); ++i) {
+      input[held + i].path = std::move(spill[i].path);
+      Bytes().swap(input[held + i].data);
     }
   }
-  if (!cache_counters.available())
-    fmt::print("cache misses: n/a: {}\n", cache_counters.reason());
-  fmt::print("run: threads {}, batch {}, PNG level {}, seed {}, files {}, amplify {}, overwrite {}, {} every {}, "
-             "{}, {} repeat(s), output in {}/\n",
-             threads_text, batch, png_level, seed, files, amplify, overwrite ? "on" : "off",
-             fdatasync ? "fdatasync" : "fsync", fsync_every ? std::to_string(fsync_every) : std::string("never (final only)"),
-             direct ? (direct_unpadded ? "O_DIRECT (TAI unpadded)" : "O_DIRECT") : "buffered", repeat, output);
+  return std::nullopt;
+}
 
-  RunConfig config;
-  config.threads = thread_counts.front();
-  config.method.tai_workers = 2;
-  config.batch = batch;
-  config.seed = seed;
-  config.png_level = png_level;
-  config.transform.grey = grey;
-  config.amplify = amplify;
-  config.overwrite = overwrite;
-  config.fsync_every = fsync_every;
-  config.files = files;
-  config.read_input = read_input;
-  config.content = content;
-  config.cache_counters = &cache_counters;
-  config.method.direct = direct;
-  config.method.direct_unpadded = direct_unpadded;
-  config.method.fdatasync = fdatasync;
-
-  if (sweep_cmd->parsed()) {
-    sweep.threads.clear();
-    for (const std::string& t : split(sweep_threads, ',')) {
-      char* end = nullptr;
-      const unsigned long v = std::strtoul(t.c_str(), &end, 10);
-      if (*end != '\0' || v < 1 || v > 1024) {
-        fmt::print(stderr, "tai-augment sweep: --sweep-threads '{}' is not a list of counts 1..1024\n", sweep_threads);
-        return 2;
-      }
-      sweep.threads.push_back(unsigned(v));
-    }
-    sweep.figures = split(sweep_figures, ',');
-    sweep.methods = split(sweep_methods, ',');
-    sweep.bytes_per_point = std::uint64_t(sweep_mib * 1048576.0);
-    for (int i = 0; i < argc; ++i) sweep.command += (i ? " " : "") + std::string(argv[i]);
-    return run_sweep(input, config, sweep);
+// `sweep`: the TAI paper's experiments over `input`, with `config` as every run's base.
+int sweep_command(int argc, char** argv, Options& o, const std::vector<EncodedImage>& input, const RunConfig& config) {
+  o.sweep.threads.clear();
+  if (!parse_thread_counts(o.sweep_threads, o.sweep.threads)) {
+    fmt::print(stderr, "tai-augment sweep: --sweep-threads '{}' is not a list of counts 1..1024\n", o.sweep_threads);
+    return 2;
   }
+  o.sweep.figures = split(o.sweep_figures, ',');
+  o.sweep.methods = split(o.sweep_methods, ',');
+  o.sweep.bytes_per_point = std::uint64_t(o.sweep_mib * 1048576.0);
+  for (int i = 0; i < argc; ++i) o.sweep.command += (i ? " " : "") + std::string(argv[i]);
+  return run_sweep(input, config, o.sweep);
+}
 
-  using Key = std::pair<unsigned, std::string>;  // (threads, method)
-  std::map<Key, std::vector<RunResult>> results;
-  std::map<std::string, std::string> skipped_methods;
+using RunKey = std::pair<unsigned, std::string>;  // (threads, method)
+
+// What the runs of every method gave.
+struct Runs {
+  std::map<RunKey, std::vector<RunResult>> results;  // the successful ones
   std::vector<std::string> manifests;
-  std::vector<Fields> report_runs;
-  bool warned_page_cache = false;
+  std::vector<Fields> report;  // every run, failed and refused ones included
   bool failed = false;
-  // The inputs the loop reads from their files: dropped from the page cache before every run, so
-  // that each method reads them from the device alike, not from what the previous run cached.
+};
+
+// The inputs the loop reads from their files: dropped from the page cache before every run, so
+// that each method reads them from the device alike, not from what the previous run cached.
+std::vector<EncodedImage> streamed_inputs(const std::vector<EncodedImage>& input, bool read_input) {
   std::vector<EncodedImage> streamed;
   for (const EncodedImage& e : input)
     if (!e.path.empty() && (read_input || e.data.empty())) {
@@ -454,14 +460,22 @@ int main(int argc, char** argv) {
       s.path = e.path;
       streamed.push_back(std::move(s));
     }
-  for (unsigned r = 0; r < repeat; ++r) {
-    for (unsigned threads : thread_counts) {
+  return streamed;
+}
+
+// Every method at every thread count, --repeat times, the methods' order rotated every repeat.
+Runs run_methods(const Options& o, const std::vector<EncodedImage>& input, RunConfig& config) {
+  Runs runs;
+  std::map<std::string, std::string> skipped_methods;
+  bool warned_page_cache = false;
+  const std::vector<EncodedImage> streamed = streamed_inputs(input, o.read_input);
+  for (unsigned r = 0; r < o.repeat; ++r) {
+    for (unsigned threads : o.thread_counts) {
       config.threads = threads;
       config.method.compute_threads = threads;
-      config.method.tai_workers =
-          tai_workers ? tai_workers : load == "fixed" ? 2u : std::max(1u, hw > threads ? hw - threads : 1u);
-      for (std::size_t k = 0; k < specs.size(); ++k) {
-        const std::string& spec = specs[(k + r) % specs.size()];  // rotate the order every repeat
+      config.method.tai_workers = tai_workers_for(o, threads);
+      for (std::size_t k = 0; k < o.specs.size(); ++k) {
+        const std::string& spec = o.specs[(k + r) % o.specs.size()];  // rotate the order every repeat
         if (skipped_methods.count(spec)) continue;
         if (const MethodInfo* info = find_method(spec, nullptr); !info->unavailable.empty()) {
           skipped_methods[spec] = info->unavailable;
@@ -473,36 +487,40 @@ int main(int argc, char** argv) {
           if (!evict_from_page_cache(streamed, &err)) fmt::print("input: could not drop the input from the page cache: {}\n", err);
         }
         config.progress_label = fmt::format("{} t{} r{}", spec, threads, r + 1);
-        RunResult res = run_method(input, spec, output + "/" + stem_for(spec, threads, r), config);
+        RunResult res = run_method(input, spec, o.output + "/" + stem_for(spec, threads, r), config);
         if (!res.refused.empty()) {
           skipped_methods[spec] = res.refused;
           fmt::print("{}: skipped: {}\n", spec, res.refused);
-          report_runs.push_back(run_fields(res, r, config));
+          runs.report.push_back(run_fields(res, r, config));
           continue;
         }
         if (!res.ok()) {
           fmt::print("{} ({} threads): FAILED: {}\n", spec, threads, res.error);
-          report_runs.push_back(run_fields(res, r, config));
-          failed = true;
+          runs.report.push_back(run_fields(res, r, config));
+          runs.failed = true;
           continue;
         }
         if (res.skipped) fmt::print("{}: {} input images did not decode and were skipped\n", spec, res.skipped);
         if (!warned_page_cache) {
-          const std::string w = page_cache_warning(res.bytes, fsync_every > 0, direct);
+          const std::string w = page_cache_warning(res.bytes, o.fsync_every > 0, o.direct);
           if (!w.empty()) fmt::print("{}\n", w);
           warned_page_cache = true;
         }
-        report_runs.push_back(run_fields(res, r, config));
-        manifests.push_back(res.manifest);
-        results[{threads, spec}].push_back(std::move(res));
+        runs.report.push_back(run_fields(res, r, config));
+        runs.manifests.push_back(res.manifest);
+        runs.results[{threads, spec}].push_back(std::move(res));
       }
     }
   }
+  return runs;
+}
 
+// One row per thread count and method: the run with the median wall time.
+void print_table(const Options& o, const std::map<RunKey, std::vector<RunResult>>& results) {
   fmt::print("\n{:>3} {:<16} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>11} {:>8}  {}\n",
              "thr", "method", "images/s", "MB/s", "seconds", "compute", "in I/O", "syncs", "user s", "sys s", "vol. cs",
              "inv. cs", "min. flt", "dev. MB", "RSS MB", "L1/2/3", "mem/stream", "vs posix", "note");
-  for (unsigned threads : thread_counts) {
+  for (unsigned threads : o.thread_counts) {
     auto posix = results.find({threads, "posix"});
     double posix_wall = 0;
     if (posix != results.end()) {
@@ -510,7 +528,7 @@ int main(int argc, char** argv) {
       for (const RunResult& x : posix->second) w.push_back(x.wall_s);
       posix_wall = median(w);
     }
-    for (const std::string& spec : specs) {
+    for (const std::string& spec : o.specs) {
       auto it = results.find({threads, spec});
       if (it == results.end()) continue;
       // The run with the median wall time gives the row (medians of every figure would mix runs).
@@ -532,7 +550,7 @@ int main(int argc, char** argv) {
                  100 * m.io_s / (threads * m.wall_s), m.syncs, m.user_s, m.sys_s, m.voluntary_switches,
                  m.involuntary_switches, m.minor_faults, mb_or_na(m), m.measured.peak_rss.bytes / 1e6, misses,
                  fmt::format("{}/{}", m.input_held, m.input_streamed), ratio, m.note);
-      if (show_stats && !m.library_stats.empty()) fmt::print("{:>3} {:<16} {}\n", "", "", m.library_stats);
+      if (o.show_stats && !m.library_stats.empty()) fmt::print("{:>3} {:<16} {}\n", "", "", m.library_stats);
     }
   }
   fmt::print("(the run with the median wall time of {} repeat(s) per row; MB/s counts every record once (headers and "
@@ -542,40 +560,91 @@ int main(int argc, char** argv) {
              "getrusage; dev. MB = /proc/self/io write_bytes, bytes sent toward the device; RSS MB = peak resident set "
              "over the run; L1/2/3 = PAPI data-cache misses; mem/stream = input images held in memory before the clock / read "
              "from their files inside the loop, beyond --input-budget or with --read-input)\n",
-             repeat);
+             o.repeat);
+}
 
-  if (verify && !manifests.empty()) {
+// --json and --csv. Returns false when a file could not be written (the reason printed).
+bool write_reports(const Options& o, const std::vector<Fields>& report_runs, const CacheCounters& cache_counters) {
+  RunSet set;
+  set.config = {{"threads", o.threads_text}, {"method", o.method_list}, {"input", o.input_dir.empty() ? Value() : Value(o.input_dir)},
+                {"synthetic", o.input_dir.empty() ? Value(o.images) : Value()}, {"read_input", o.read_input},
+                {"input_budget", o.input_budget},
+                {"sizes", o.sizes_text}, {"seed", o.seed}, {"batch", o.batch}, {"repeat", o.repeat}, {"png_level", o.png_level},
+                {"grey", o.grey}, {"output", o.output}, {"files", o.files}, {"amplify", o.amplify}, {"overwrite", o.overwrite},
+                {"fsync_every", o.fsync_every}, {"fdatasync", o.fdatasync}, {"direct", o.direct},
+                {"direct_unpadded", o.direct_unpadded}, {"load", o.load},
+                {"tai_workers", o.tai_workers ? Value(o.tai_workers) : Value()}, {"verify", o.verify},
+                {"json", o.json_path.empty() ? Value() : Value(o.json_path)},
+                {"csv", o.csv_path.empty() ? Value() : Value(o.csv_path)}};
+  set.machine = describe_machine(o.output);
+  ProcessCounters probe = read_process_counters();
+  PeakRssMeter rss_probe;
+  set.machine.emplace_back("cache_counters", cache_counters.available() && cache_counters.reason().empty() ? "ok" : cache_counters.reason());
+  set.machine.emplace_back("io_accounting", probe.io_available ? "ok" : probe.io_unavailable_reason);
+  set.machine.emplace_back("peak_rss_reset", rss_probe.start() ? "ok" : rss_probe.peak().note);
+  set.runs = report_runs;
+  bool ok = true;
+  std::string err;
+  if (!o.json_path.empty() && !write_text_file(o.json_path, to_json(set), &err)) {
+    fmt::print(stderr, "tai-augment: --json {}: {}\n", o.json_path, err);
+    ok = false;
+  }
+  if (!o.csv_path.empty() && !write_text_file(o.csv_path, to_csv(report_runs), &err)) {
+    fmt::print(stderr, "tai-augment: --csv {}: {}\n", o.csv_path, err);
+    ok = false;
+  }
+  return ok;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Line-buffered even into a pipe: a run that dies (a sanitizer report, a deadline) keeps every
+  // line it printed before, which is what a log reader needs to see where it stopped.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // PAPI counts the threads created after this (PAPI_INHERIT): OpenMP's, TAI's, glibc AIO's.
+  CacheCounters cache_counters;
+  cache_counters.start();
+  CLI::App app{"tai-augment: the TAI paper's image-augmentation workload (decode, transform, encode PNG, write "
+               "every record through each I/O method)"};
+  app.set_help_all_flag("--help-all");
+  Options o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+
+  if (o.verify_cmd->parsed()) return verify_command(o.verify_paths, !o.verify_no_decode);
+  if (o.list) {
+    for (const MethodInfo& m : methods())
+      fmt::print("  {:<10} {}{}\n", m.name, m.description, m.unavailable.empty() ? "" : " (unavailable: " + m.unavailable + ")");
+    return 0;
+  }
+  if (std::optional<int> stop = check_options(app, o)) return *stop;
+  if (o.mpi) return mpi_command(argc, argv, o);
+
+  omp_set_num_threads(int(*std::max_element(o.thread_counts.begin(), o.thread_counts.end())));
+  Input input;
+  if (std::optional<int> stop = o.input_dir.empty() ? make_synthetic_input(o, input) : load_input(o, input)) return *stop;
+  if (!cache_counters.available())
+    fmt::print("cache misses: n/a: {}\n", cache_counters.reason());
+  fmt::print("run: threads {}, batch {}, PNG level {}, seed {}, files {}, amplify {}, overwrite {}, {} every {}, "
+             "{}, {} repeat(s), output in {}/\n",
+             o.threads_text, o.batch, o.png_level, o.seed, o.files, o.amplify, o.overwrite ? "on" : "off",
+             o.fdatasync ? "fdatasync" : "fsync", o.fsync_every ? std::to_string(o.fsync_every) : std::string("never (final only)"),
+             o.direct ? (o.direct_unpadded ? "O_DIRECT (TAI unpadded)" : "O_DIRECT") : "buffered", o.repeat, o.output);
+
+  RunConfig config;
+  config.threads = o.thread_counts.front();
+  config.method.tai_workers = 2;
+  set_workload(o, input.content, config);
+  config.read_input = o.read_input;
+  config.cache_counters = &cache_counters;
+  if (o.sweep_cmd->parsed()) return sweep_command(argc, argv, o, input.images, config);
+
+  Runs runs = run_methods(o, input.images, config);
+  print_table(o, runs.results);
+  if (o.verify && !runs.manifests.empty()) {
     fmt::print("\n");
-    if (!verify_runs(manifests, true)) failed = true;
+    if (!verify_runs(runs.manifests, true)) runs.failed = true;
   }
-  if (!json_path.empty() || !csv_path.empty()) {
-    RunSet set;
-    set.config = {{"threads", threads_text}, {"method", method_list}, {"input", input_dir.empty() ? Value() : Value(input_dir)},
-                  {"synthetic", input_dir.empty() ? Value(images) : Value()}, {"read_input", read_input},
-                  {"input_budget", input_budget},
-                  {"sizes", sizes_text}, {"seed", seed}, {"batch", batch}, {"repeat", repeat}, {"png_level", png_level},
-                  {"grey", grey}, {"output", output}, {"files", files}, {"amplify", amplify}, {"overwrite", overwrite},
-                  {"fsync_every", fsync_every}, {"fdatasync", fdatasync}, {"direct", direct},
-                  {"direct_unpadded", direct_unpadded}, {"load", load},
-                  {"tai_workers", tai_workers ? Value(tai_workers) : Value()}, {"verify", verify},
-                  {"json", json_path.empty() ? Value() : Value(json_path)},
-                  {"csv", csv_path.empty() ? Value() : Value(csv_path)}};
-    set.machine = describe_machine(output);
-    ProcessCounters probe = read_process_counters();
-    PeakRssMeter rss_probe;
-    set.machine.emplace_back("cache_counters", cache_counters.available() && cache_counters.reason().empty() ? "ok" : cache_counters.reason());
-    set.machine.emplace_back("io_accounting", probe.io_available ? "ok" : probe.io_unavailable_reason);
-    set.machine.emplace_back("peak_rss_reset", rss_probe.start() ? "ok" : rss_probe.peak().note);
-    set.runs = report_runs;
-    std::string err;
-    if (!json_path.empty() && !write_text_file(json_path, to_json(set), &err)) {
-      fmt::print(stderr, "tai-augment: --json {}: {}\n", json_path, err);
-      failed = true;
-    }
-    if (!csv_path.empty() && !write_text_file(csv_path, to_csv(report_runs), &err)) {
-      fmt::print(stderr, "tai-augment: --csv {}: {}\n", csv_path, err);
-      failed = true;
-    }
-  }
-  return failed ? 1 : 0;
+  if ((!o.json_path.empty() || !o.csv_path.empty()) && !write_reports(o, runs.report, cache_counters)) runs.failed = true;
+  return runs.failed ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "input_dir.hpp"
+#include "median.hpp"
 #include "record.hpp"
 #endif
 
@@ -459,9 +460,162 @@ SharedCheck check_shared_file(const Paths& paths, unsigned file, int producers, 
   return res;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+// Stage 2 after the barrier: this rank reads the records of the ranks it checks through their
+// indexes.
+void check_from_indexes(const Roles& roles, const Paths& paths, RecordChecker& checker, CheckTally& tally) {
+  for (int p : roles.producers_of(roles.rank))
+    for (unsigned j = 0; j < paths.files; ++j) {
+      std::vector<IndexEntry> entries;
+      std::string err;
+      if (!read_index(paths.index_name(p, j), entries, &err)) {
+        ++tally.bad;
+        if (tally.first_error.empty()) tally.first_error = "rank " + std::to_string(p) + "'s index: " + err;
+        continue;
+      }
+      for (const IndexEntry& e : entries) checker.check(paths.record_file(p, j), e, tally);
+    }
+}
+
+// What rank 0 holds of every rank after a method's run (the other ranks hold nothing).
+struct Gathered {
+  std::vector<double> fields;  // kFields per rank
+  std::vector<char> errors;    // kErrorChars per rank
+  std::uint64_t digest_sum = 0;
+  double at(int rank, Field k) const { return fields[std::size_t(rank) * kFields + k]; }
+  std::string error(int rank) const { return std::string(&errors[std::size_t(rank) * kErrorChars]); }
+};
+
+// Gathers this rank's figures and first error (its own, else stage 2's) on rank 0. Collective.
+Gathered gather_on_rank0(const Roles& roles, const RunResult& res, double ready_epoch, const CheckTally& tally,
+                         const std::string& error) {
+  double mine[kFields] = {};
+  mine[kProduces] = roles.produces() ? 1 : 0;
+  mine[kImages] = double(res.images);
+  mine[kBytes] = double(res.bytes);
+  mine[kStart] = res.start_epoch_s;
+  mine[kLastWrite] = res.last_write_epoch_s;
+  mine[kEnd] = res.end_epoch_s;
+  mine[kReady] = ready_epoch;
+  mine[kChecked] = double(tally.records);
+  mine[kCheckedBytes] = double(tally.bytes);
+  mine[kBad] = double(tally.bad);
+  mine[kCheckSeconds] = tally.seconds;
+  mine[kLastChecked] = tally.last_checked_epoch;
+  mine[kWall] = res.wall_s;
+  mine[kCpu] = res.user_s + res.sys_s;  // the whole rank's CPU time over its run (TAI's workers included)
+  Gathered g;
+  g.fields.resize(std::size_t(roles.size) * kFields);
+  MPI_Gather(mine, kFields, MPI_DOUBLE, g.fields.data(), kFields, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  std::string my_error = error;
+  if (my_error.empty() && !tally.first_error.empty()) my_error = "stage 2: " + tally.first_error;
+  char my_text[kErrorChars] = {};
+  std::snprintf(my_text, sizeof my_text, "%s", my_error.c_str());
+  g.errors.resize(std::size_t(roles.size) * kErrorChars);
+  MPI_Gather(my_text, kErrorChars, MPI_CHAR, g.errors.data(), kErrorChars, MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::uint64_t digest = tally.digest;
+  MPI_Reduce(&digest, &g.digest_sum, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  return g;
+}
+
+// The job's figures over every rank, as rank 0 adds them up.
+struct JobTotals {
+  double first_start = 1e300, last_end = 0, last_ready = 0, last_checked = 0, bytes = 0, images = 0, checked = 0,
+         checked_bytes = 0, bad = 0;
+  std::vector<double> durable_ms, cpu_share;  // of the producing ranks
+  bool rank_failed = false;                   // a rank reported an error
+  double span() const { return last_end - first_start; }  // earliest start to latest end
+  double durable_ms_max() const { return durable_ms.empty() ? 0.0 : *std::max_element(durable_ms.begin(), durable_ms.end()); }
+};
+
+// Rank 0: the heading and one row per rank (a failed rank's error before its row); the totals.
+JobTotals print_rank_table(const std::string& spec, const MpiSettings& s, const Roles& roles, const Gathered& g) {
+  JobTotals t;
+  fmt::print("\n{}: {} ranks ({} producing, stage 2 on {}), hand-off {}, {}\n", spec, roles.size, roles.producers,
+             roles.separate ? "the other ranks" : "the same ranks (rank r checks rank r-1)", s.handoff,
+             s.shared_file ? fmt::format("one shared file per output, chunks of {} bytes dealt round-robin", s.chunk_bytes)
+                           : std::string("one file per rank"));
+  fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9} {:>9}\n", "rank", "images", "images/s", "MB/s", "seconds",
+             "CPU/wall", "write->durable ms", "checked", "check s");
+  auto f = [&](int r, Field k) { return g.at(r, k); };
+  for (int r = 0; r < roles.size; ++r) {
+    const std::string text = g.error(r);
+    if (!text.empty()) {
+      fmt::print("rank {}: FAILED: {}\n", r, text);
+      t.rank_failed = true;
+    }
+    t.checked += f(r, kChecked);
+    t.checked_bytes += f(r, kCheckedBytes);
+    t.bad += f(r, kBad);
+    t.last_checked = std::max(t.last_checked, f(r, kLastChecked));
+    if (f(r, kProduces) == 0) {
+      fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9.0f} {:>9.2f}\n", r, "-", "-", "-", "-", "-", "-",
+                 f(r, kChecked), f(r, kCheckSeconds));
+      continue;
+    }
+    const double wall = f(r, kWall);
+    t.images += f(r, kImages);
+    t.bytes += f(r, kBytes);
+    if (f(r, kStart) > 0) t.first_start = std::min(t.first_start, f(r, kStart));
+    t.last_end = std::max(t.last_end, f(r, kEnd));
+    t.last_ready = std::max(t.last_ready, f(r, kReady));
+    const double to_durable = (f(r, kEnd) - f(r, kLastWrite)) * 1e3;
+    t.durable_ms.push_back(to_durable);
+    if (wall > 0) t.cpu_share.push_back(f(r, kCpu) / wall);
+    fmt::print("{:>4} {:>7.0f} {:>9.1f} {:>8.1f} {:>8.2f} {:>8.2f} {:>16.1f} {:>9.0f} {:>9.2f}\n", r, f(r, kImages),
+               wall > 0 ? f(r, kImages) / wall : 0.0, wall > 0 ? f(r, kBytes) / 1e6 / wall : 0.0, wall,
+               wall > 0 ? f(r, kCpu) / wall : 0.0, to_durable, f(r, kChecked), f(r, kCheckSeconds));
+  }
+  return t;
+}
+
+// Rank 0, when every producer wrote and synced: the job's totals, stage 2's count against the
+// expected one, the shared files' layout, the job's manifest and the mpi-result line. Returns
+// false when one of them found a failure.
+bool print_job_summary(const std::string& spec, const MpiSettings& s, const Roles& roles, const Paths& paths,
+                       const JobTotals& t, std::uint64_t digest_sum, std::uint64_t total_images, unsigned amplify,
+                       const std::string& engine_note, const std::string& content) {
+  bool ok = true;
+  const double span = t.span();
+  const double expected = double(total_images) * amplify;
+  fmt::print("total: {:.0f} images, {:.1f} MB in {:.2f} s (earliest start to latest end, final fsync inside): "
+             "{:.1f} images/s, {:.1f} MB/s; {:.1f} images/s per producing rank\n",
+             t.images, t.bytes / 1e6, span, t.images / span, t.bytes / 1e6 / span, t.images / span / roles.producers);
+  fmt::print("ready: {:.3f} s from the earliest start to the last rank's {}; last write to fsync done per rank: "
+             "median {:.1f} ms, max {:.1f} ms\n",
+             t.last_ready - t.first_start, s.handoff == "stream" ? "final hand-off" : "barrier", median(t.durable_ms),
+             t.durable_ms_max());
+  fmt::print("stage 2: {:.0f} of {:.0f} records ({:.1f} MB) read back and checked by another rank (CRC32C, header CRC-32{}), "
+             "{:.0f} bad, last checked {:.3f} s after the earliest start; digest {:016x}\n",
+             t.checked, expected, t.checked_bytes / 1e6, s.decode ? ", PNG decode" : "", t.bad, t.last_checked - t.first_start,
+             digest_sum);
+  if (t.bad > 0 || t.checked != expected) {
+    fmt::print("stage 2: FAILED: {:.0f} records checked, {:.0f} expected, {:.0f} bad\n", t.checked, expected, t.bad);
+    ok = false;
+  }
+  if (s.shared_file)
+    for (unsigned j = 0; j < paths.files; ++j) {
+      const SharedCheck c = check_shared_file(paths, j, roles.producers, false);  // stage 2 decoded
+      fmt::print("shared file {}: {} records of {} ranks, {} record bytes, {} bytes between records (all must be 0: {} "
+                 "are not), {} 4-KiB blocks shared by two or more ranks' records, file {} bytes; "
+                 "{} bytes lost or clobbered\n",
+                 paths.record_file(0, j), c.records, roles.producers, c.record_bytes, c.gap_bytes, c.dirty_gap_bytes,
+                 c.shared_blocks, c.file_bytes, c.lost_bytes + c.dirty_gap_bytes);
+      if (!c.ok) {
+        fmt::print("shared file: FAILED: {}\n", c.error);
+        ok = false;
+      }
+    }
+  // The job's manifest, for `tai-augment verify` (written once every producer wrote and synced
+  // its files and indexes, whatever stage 2 found: verify then checks on its own).
+  std::string manifest_error;
+  if (write_job_manifest(paths, spec, engine_note, content, total_images, std::uint64_t(t.images), amplify,
+                         roles.producers, &manifest_error)) {
+    fmt::print("manifest: {} (tai-augment verify {} reads the job's files back)\n", paths.job_manifest(), s.output);
+  } else {
+    fmt::print("manifest: FAILED: {}\n", manifest_error);
+    ok = false;
+  }
+  return ok;
 }
 
 // One method on every rank. Returns true when every rank and every check succeeded.
@@ -532,140 +686,26 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
     int mine = error.empty() ? 1 : 0;
     MPI_Allreduce(&mine, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     ready_epoch = epoch_seconds();
-    if (all_ok && roles.consumes()) {
-      for (int p : roles.producers_of(roles.rank))
-        for (unsigned j = 0; j < paths.files; ++j) {
-          std::vector<IndexEntry> entries;
-          std::string err;
-          if (!read_index(paths.index_name(p, j), entries, &err)) {
-            ++tally.bad;
-            if (tally.first_error.empty()) tally.first_error = "rank " + std::to_string(p) + "'s index: " + err;
-            continue;
-          }
-          for (const IndexEntry& e : entries) checker.check(paths.record_file(p, j), e, tally);
-        }
-    }
+    if (all_ok && roles.consumes()) check_from_indexes(roles, paths, checker, tally);
   }
 
-  // Gather the figures and the errors on rank 0.
-  double mine[kFields] = {};
-  mine[kProduces] = roles.produces() ? 1 : 0;
-  mine[kImages] = double(res.images);
-  mine[kBytes] = double(res.bytes);
-  mine[kStart] = res.start_epoch_s;
-  mine[kLastWrite] = res.last_write_epoch_s;
-  mine[kEnd] = res.end_epoch_s;
-  mine[kReady] = ready_epoch;
-  mine[kChecked] = double(tally.records);
-  mine[kCheckedBytes] = double(tally.bytes);
-  mine[kBad] = double(tally.bad);
-  mine[kCheckSeconds] = tally.seconds;
-  mine[kLastChecked] = tally.last_checked_epoch;
-  mine[kWall] = res.wall_s;
-  mine[kCpu] = res.user_s + res.sys_s;  // the whole rank's CPU time over its run (TAI's workers included)
-  std::vector<double> all(std::size_t(roles.size) * kFields);
-  MPI_Gather(mine, kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  std::string my_error = error;
-  if (my_error.empty() && !tally.first_error.empty()) my_error = "stage 2: " + tally.first_error;
-  char my_text[kErrorChars] = {};
-  std::snprintf(my_text, sizeof my_text, "%s", my_error.c_str());
-  std::vector<char> texts(std::size_t(roles.size) * kErrorChars);
-  MPI_Gather(my_text, kErrorChars, MPI_CHAR, texts.data(), kErrorChars, MPI_CHAR, 0, MPI_COMM_WORLD);
-  std::uint64_t digest = 0, digest_sum = 0;
-  digest = tally.digest;
-  MPI_Reduce(&digest, &digest_sum, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-
+  const Gathered g = gather_on_rank0(roles, res, ready_epoch, tally, error);
   int ok_flag = 1;
   if (roles.rank == 0) {
     // all_ok: every producer wrote and synced; stage 2's findings arrive in the error texts.
-    bool ok = all_ok != 0;
-    auto f = [&](int r, Field k) { return all[std::size_t(r) * kFields + k]; };
-    double first_start = 1e300, last_end = 0, last_ready = 0, last_checked = 0, bytes = 0, images = 0, checked = 0,
-           checked_bytes = 0, bad = 0;
-    std::vector<double> durable_ms, cpu_share;
-    fmt::print("\n{}: {} ranks ({} producing, stage 2 on {}), hand-off {}, {}\n", spec, roles.size, roles.producers,
-               roles.separate ? "the other ranks" : "the same ranks (rank r checks rank r-1)", s.handoff,
-               s.shared_file ? fmt::format("one shared file per output, chunks of {} bytes dealt round-robin", s.chunk_bytes)
-                             : std::string("one file per rank"));
-    fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9} {:>9}\n", "rank", "images", "images/s", "MB/s", "seconds",
-               "CPU/wall", "write->durable ms", "checked", "check s");
-    for (int r = 0; r < roles.size; ++r) {
-      const std::string text(&texts[std::size_t(r) * kErrorChars]);
-      if (!text.empty()) {
-        fmt::print("rank {}: FAILED: {}\n", r, text);
-        ok = false;
-      }
-      checked += f(r, kChecked);
-      checked_bytes += f(r, kCheckedBytes);
-      bad += f(r, kBad);
-      last_checked = std::max(last_checked, f(r, kLastChecked));
-      if (f(r, kProduces) == 0) {
-        fmt::print("{:>4} {:>7} {:>9} {:>8} {:>8} {:>8} {:>16} {:>9.0f} {:>9.2f}\n", r, "-", "-", "-", "-", "-", "-",
-                   f(r, kChecked), f(r, kCheckSeconds));
-        continue;
-      }
-      const double wall = f(r, kWall);
-      images += f(r, kImages);
-      bytes += f(r, kBytes);
-      if (f(r, kStart) > 0) first_start = std::min(first_start, f(r, kStart));
-      last_end = std::max(last_end, f(r, kEnd));
-      last_ready = std::max(last_ready, f(r, kReady));
-      const double to_durable = (f(r, kEnd) - f(r, kLastWrite)) * 1e3;
-      durable_ms.push_back(to_durable);
-      if (wall > 0) cpu_share.push_back(f(r, kCpu) / wall);
-      fmt::print("{:>4} {:>7.0f} {:>9.1f} {:>8.1f} {:>8.2f} {:>8.2f} {:>16.1f} {:>9.0f} {:>9.2f}\n", r, f(r, kImages),
-                 wall > 0 ? f(r, kImages) / wall : 0.0, wall > 0 ? f(r, kBytes) / 1e6 / wall : 0.0, wall,
-                 wall > 0 ? f(r, kCpu) / wall : 0.0, to_durable, f(r, kChecked), f(r, kCheckSeconds));
-    }
+    const JobTotals t = print_rank_table(spec, s, roles, g);
+    bool ok = all_ok != 0 && !t.rank_failed;
     for (const std::string& e : stage2_errors) fmt::print("stage 2: a producer reported: {}\n", e);
-    const double span = last_end - first_start;
-    const double expected = double(total_images) * amplify;
     if (all_ok) {
-      fmt::print("total: {:.0f} images, {:.1f} MB in {:.2f} s (earliest start to latest end, final fsync inside): "
-                 "{:.1f} images/s, {:.1f} MB/s; {:.1f} images/s per producing rank\n",
-                 images, bytes / 1e6, span, images / span, bytes / 1e6 / span, images / span / roles.producers);
-      fmt::print("ready: {:.3f} s from the earliest start to the last rank's {}; last write to fsync done per rank: "
-                 "median {:.1f} ms, max {:.1f} ms\n",
-                 last_ready - first_start, s.handoff == "stream" ? "final hand-off" : "barrier", median(durable_ms),
-                 durable_ms.empty() ? 0.0 : *std::max_element(durable_ms.begin(), durable_ms.end()));
-      fmt::print("stage 2: {:.0f} of {:.0f} records ({:.1f} MB) read back and checked by another rank (CRC32C, header CRC-32{}), "
-                 "{:.0f} bad, last checked {:.3f} s after the earliest start; digest {:016x}\n",
-                 checked, expected, checked_bytes / 1e6, s.decode ? ", PNG decode" : "", bad, last_checked - first_start,
-                 digest_sum);
-      if (bad > 0 || checked != expected) {
-        fmt::print("stage 2: FAILED: {:.0f} records checked, {:.0f} expected, {:.0f} bad\n", checked, expected, bad);
+      if (!print_job_summary(spec, s, roles, paths, t, g.digest_sum, total_images, amplify, res.note, config.content))
         ok = false;
-      }
-      if (s.shared_file)
-        for (unsigned j = 0; j < paths.files; ++j) {
-          const SharedCheck c = check_shared_file(paths, j, roles.producers, false);  // stage 2 decoded
-          fmt::print("shared file {}: {} records of {} ranks, {} record bytes, {} bytes between records (all must be 0: {} "
-                     "are not), {} 4-KiB blocks shared by two or more ranks' records, file {} bytes; "
-                     "{} bytes lost or clobbered\n",
-                     paths.record_file(0, j), c.records, roles.producers, c.record_bytes, c.gap_bytes, c.dirty_gap_bytes,
-                     c.shared_blocks, c.file_bytes, c.lost_bytes + c.dirty_gap_bytes);
-          if (!c.ok) {
-            fmt::print("shared file: FAILED: {}\n", c.error);
-            ok = false;
-          }
-        }
-      // The job's manifest, for `tai-augment verify` (written once every producer wrote and synced
-      // its files and indexes, whatever stage 2 found: verify then checks on its own).
-      std::string manifest_error;
-      if (write_job_manifest(paths, spec, res.note, config.content, total_images, std::uint64_t(images), amplify,
-                             roles.producers, &manifest_error)) {
-        fmt::print("manifest: {} (tai-augment verify {} reads the job's files back)\n", paths.job_manifest(), s.output);
-      } else {
-        fmt::print("manifest: FAILED: {}\n", manifest_error);
-        ok = false;
-      }
+      const double span = t.span();
       fmt::print("mpi-result: method={} ranks={} producers={} handoff={} shared={} images={:.0f} bytes={:.0f} seconds={:.4f} "
                  "images_per_s={:.3f} mb_per_s={:.3f} per_rank_images_per_s={:.3f} ready_s={:.4f} durable_ms_max={:.1f} "
                  "checked={:.0f} bad={:.0f} digest={:016x} cpu_per_wall={:.3f} ok={}\n",
-                 spec, roles.size, roles.producers, s.handoff, s.shared_file ? 1 : 0, images, bytes, span, images / span,
-                 bytes / 1e6 / span, images / span / roles.producers, last_ready - first_start,
-                 durable_ms.empty() ? 0.0 : *std::max_element(durable_ms.begin(), durable_ms.end()), checked, bad,
-                 digest_sum, median(cpu_share), ok ? 1 : 0);
+                 spec, roles.size, roles.producers, s.handoff, s.shared_file ? 1 : 0, t.images, t.bytes, span,
+                 t.images / span, t.bytes / 1e6 / span, t.images / span / roles.producers, t.last_ready - t.first_start,
+                 t.durable_ms_max(), t.checked, t.bad, g.digest_sum, median(t.cpu_share), ok ? 1 : 0);
     } else {
       fmt::print("{}: FAILED on {} ranks: stage 2 {}\n", spec, roles.size,
                  s.handoff == "stream" ? "stopped at the failed producer's done message" : "not run (the barrier reported the failure)");

@@ -14,6 +14,7 @@
 #include <map>
 #include <thread>
 
+#include "median.hpp"
 #include "record.hpp"
 
 namespace augment {
@@ -43,13 +44,6 @@ struct Figure {
 std::string x_label(const Figure& f, unsigned x) {
   if (!f.categorical_x) return std::to_string(x);
   return x == 0 ? "never" : std::to_string(x);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string file_id(const std::string& figure) {
@@ -257,7 +251,7 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
             std::sort(sorted.begin(), sorted.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
             std::vector<double> vals;
             for (const RunResult& x_run : sorted) vals.push_back(value(x_run));
-            s[panel][x][m] = median(vals);
+            s[panel][x][m] = median(vals, std::nan(""));
           }
       }
     return s;

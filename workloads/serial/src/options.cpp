@@ -62,13 +62,6 @@ double overlap_ceiling(double compute_s, double posix_s) {
   return posix_s / std::max(compute_s, posix_s - compute_s);
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 std::vector<Mode> interleaved_order(const std::vector<Mode>& modes, unsigned repeat) {
   std::vector<Mode> order;
   for (std::size_t k = 0; k < modes.size(); ++k) order.push_back(modes[(k + repeat) % modes.size()]);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "median.hpp"
+
 namespace serial {
 
 // What one run does; see README.md for what each really runs.
@@ -65,8 +67,8 @@ bool parse_unsigned_list(const std::string& text, std::vector<unsigned>& out);
 // max(C, P - C). Returns 0 when P or C is not positive.
 double overlap_ceiling(double compute_s, double posix_s);
 
-// The median (the mean of the two middle values for an even count); 0 for none.
-double median(std::vector<double> values);
+// The median tai-augment reports too (0 for none).
+using augment::median;
 
 // The order of the modes in repeat r: rotated by r, so that across repeats every mode runs
 // early and late (A B C, B C A, C A B, ...).

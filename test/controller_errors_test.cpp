@@ -66,9 +66,7 @@ bool finished(const Receipt& r) {
 
 /// Controller options for these tests: no idle flush rounds (write-back happens only where the
 /// test asks for it: fsync, close, flush, shutdown), 2 workers.
-// Cached writes: these suites are about write-backs of cached data failing, and what the cache
-// must then keep and rewrite.
-ControllerOptions quiet_options() { return caching_every_write(two_quiet_workers("posix")); }
+ControllerOptions quiet_options() { return two_quiet_workers("posix"); }
 
 /// A controller with a fault engine (over `inner`: posix, synchronous, or uring, asynchronous)
 /// registered as "fault".

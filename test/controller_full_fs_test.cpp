@@ -62,7 +62,6 @@ TEST_P(ControllerFullFileSystem, AFailedFsyncRecoversOnceSpaceIsFreed) {
     ControllerOptions options;
     options.workers = 2;
     options.flush_idle_ns = -1;  // write-back only at fsync and close, where the test asks for it
-    options = caching_every_write(options);  // the recovery rewrites the blocks the cache kept
     Controller ctl(options);
     File f = open_or_fail<BTreeDefault>(ctl, path, Open::read | Open::write | Open::create, c.engine);
     ASSERT_TRUE(f);

@@ -37,7 +37,7 @@ bool finished(const Receipt& r) {
 /// engine over `inner`, its rules `rules` followed by a rule that never fires and counts the
 /// engine writes (its index: write_counter).
 struct Faulty {
-  Faulty(const std::string& rules, const std::string& inner) : ctl(caching_every_write(two_quiet_workers(inner))) {
+  Faulty(const std::string& rules, const std::string& inner) : ctl(two_quiet_workers(inner)) {
     auto made = make_engine(inner, ControllerOptions{}.engine_options);
     EXPECT_TRUE(made.ok()) << (made.ok() ? "" : made.error().message);
     auto engine = engines::make_fault(made.ok() ? std::move(made.value()) : engines::make_posix({}));

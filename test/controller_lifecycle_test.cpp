@@ -35,7 +35,7 @@ ControllerOptions options(unsigned workers = 2) {
   o.workers = workers;
   o.flush_idle_ns = -1;
   o.engine = "posix";
-  return caching_every_write(o);  // the flush and statistics tests count cached, dirty blocks
+  return o;
 }
 
 

@@ -15,8 +15,7 @@ namespace {
 
 constexpr auto kHang = std::chrono::seconds(60);
 
-// Cached writes, so that the reads after them hit the cache and can go inline.
-ControllerOptions options() { return caching_every_write(two_quiet_workers("posix")); }
+ControllerOptions options() { return two_quiet_workers("posix"); }
 
 // Writes and reads back 16 small blocks; returns the controller's inline operations since start.
 std::uint64_t inline_ops_of(Controller& ctl, File& f) {

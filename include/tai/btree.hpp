@@ -105,9 +105,8 @@
 //    io_done step with its share of the result: a failed or short gathered write fails every
 //    block it covered (all stay dirty, the error is recorded), so the failure rules below hold
 //    per block exactly as for a write of its own.
-//  * Write-around (BTreeOptions::write_around_bytes, off in a BTreeOptions{}; the controller's
-//    default tree options and the drop-in layer set it to one page, TAI_WRITE_AROUND there; on
-//    a direct file only with write_around_direct): a write of at least that many bytes whose step reaches a node that
+//  * Write-around (BTreeOptions::write_around_bytes, off unless set; the drop-in layer sets it
+//    to one page, TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
 //    holds nothing (no block, no children: a range of the file this tree has not cached) goes
 //    to the engine as one uncached request for the node's piece, the path BTreeTrivial takes
 //    for every request, instead of allocating blocks, copying into them and copying them again
@@ -230,11 +229,6 @@ struct BTreeOptions {
   /// BTreeTrivial would send it, instead of allocating blocks for it. 0: off (every write is
   /// cached when the quota allows).
   std::uint64_t write_around_bytes = 0;
-  /// Whether write-around also applies on a direct (O_DIRECT) file. ControllerOptions' default
-  /// tree options turn it off there: for a direct file the tree is the only cache, and caching
-  /// the write is what lets an overwrite or a later small write be absorbed before it reaches
-  /// the device (on a buffered file the kernel's page cache absorbs them either way).
-  bool write_around_direct = true;
 };
 
 /// Introspection counters of one tree (a snapshot; exact when the tree is idle).
@@ -393,12 +387,9 @@ class TreeCore {
   /// a node with no block and no children (nothing cached in its range, nothing in flight below).
   bool writes_around(const Step& s) const noexcept {
     const Node& n = *s.node;
-    return write_around_on() && s.op->kind == TreeOp::write &&
+    return options_.write_around_bytes != 0 && s.op->kind == TreeOp::write &&
            s.op->length >= options_.write_around_bytes && n.block == nullptr && n.child_count == 0 &&
            !(bottom(n) && !cacheable(n.depth));  // where no block can ever be, it is "uncached" as before
-  }
-  bool write_around_on() const noexcept {
-    return options_.write_around_bytes != 0 && (!direct_ || options_.write_around_direct);
   }
   bool cacheable(unsigned depth) const noexcept {
     return shift_[depth] < 63 && (std::uint64_t{1} << shift_[depth]) <= max_block_;

@@ -90,20 +90,9 @@ struct ControllerOptions {
     o.depth = 256;
     return o;
   }();
-  /// Tree options for open() calls that give none. The default turns the write-around rule on
-  /// for writes of a page or more on buffered files (BTreeOptions::write_around_bytes = 4096,
-  /// write_around_direct = false): a write over a range the tree holds nothing of goes to the
-  /// engine as BTreeTrivial would send it, and the cache keeps what is small, unaligned,
-  /// overwritten while cached, or read back. Why: on a buffered file the kernel's page cache
-  /// already keeps the written pages, and caching them again cost the image workload two copies
-  /// and a first-touch fault per 4 KiB (docs/results/cache-cost.md). Set write_around_bytes = 0
-  /// to cache every write the quota allows.
-  BTreeOptions tree_options = [] {
-    BTreeOptions o;
-    o.write_around_bytes = 4096;
-    o.write_around_direct = false;
-    return o;
-  }();
+  /// Tree options for open() calls that give none. (The drop-in layer turns the write-around
+  /// rule on, BTreeOptions::write_around_bytes; here it is off unless set.)
+  BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;
   /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).

@@ -77,15 +77,6 @@ inline ControllerOptions two_quiet_workers(const std::string& engine = {}) {
   return o;
 }
 
-/// `o` with every write cached, the write-around rule off (BTreeOptions::write_around_bytes = 0):
-/// for tests of what the cache itself does with a write (status, gathering, write-back rounds,
-/// rewriting cached data after a failed write-back or sync). The default tree options send a
-/// write of a page or more over a range the tree holds nothing of past the cache.
-inline ControllerOptions caching_every_write(ControllerOptions o) {
-  o.tree_options.write_around_bytes = 0;
-  return o;
-}
-
 /// Waits for `r` (a test failure if it has not finished after `hang`) and expects success.
 inline bool wait_ok(const Receipt& r, std::chrono::seconds hang = std::chrono::seconds(60)) {
   if (!r.wait_for(hang)) {

@@ -6,7 +6,6 @@
 // Typed over the trivial tree (writes go through to the engine) and the default tree (writes
 // land in cache blocks), each on the null and the posix engine.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -14,7 +13,6 @@
 #include <deque>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "support/controller_support.hpp"
@@ -33,38 +31,27 @@ constexpr std::size_t kSizes[] = {200 * kKiB, 256 * kKiB, 700 * kKiB, 1024 * kKi
 constexpr std::size_t kClassCount = sizeof(kSizes) / sizeof(kSizes[0]);
 constexpr std::size_t kWindow = 4;  // receipts held in flight
 
-std::uint64_t minor_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<std::uint64_t>(u.ru_minflt);
-}
-
 template <class Tree>
 class ControllerCopyPool : public testing::Test {
  protected:
   // Writes `count` records of the cycled sizes, kWindow receipts in flight, over a 64 MiB range
-  // (the default tree's cache then stays bounded). The first `warm` records are the warm-up:
-  // returns the minor faults of the rest.
-  static std::uint64_t stream(File& f, std::uint64_t count, std::uint64_t warm, std::uint64_t& steady_bytes) {
+  // (the default tree's cache then stays bounded).
+  static void stream(File& f, std::uint64_t count) {
     std::vector<std::vector<unsigned char>> src;
     for (std::size_t i = 0; i < kClassCount; ++i) src.push_back(pattern(kSizes[i], i + 1));
     std::deque<Receipt> window;
-    std::uint64_t offset = 0, faults_at_warm = 0;
-    steady_bytes = 0;
+    std::uint64_t offset = 0;
     for (std::uint64_t i = 0; i < count; ++i) {
-      if (i == warm) faults_at_warm = minor_faults();
       const std::vector<unsigned char>& s = src[i % kClassCount];
       if (offset + s.size() > 64 * kMiB) offset = 0;
       window.push_back(f.write(offset, s.data(), s.size()));
       offset += s.size();
-      if (i >= warm) steady_bytes += s.size();
       if (window.size() >= kWindow) {
         EXPECT_TRUE(wait_ok(window.front()));
         window.pop_front();
       }
     }
     for (const Receipt& r : window) EXPECT_TRUE(wait_ok(r));
-    return minor_faults() - faults_at_warm;
   }
 };
 using Trees = testing::Types<BTreeTrivial, BTreeDefault>;
@@ -75,7 +62,10 @@ TYPED_TEST_SUITE(ControllerCopyPool, Trees, TreeNames);
 // finishes), so at most kWindow copies of a class are ever needed at the same time, and the
 // pool keeps them all (kWindow x 4 classes x at most 1 MiB is within the 32 MiB default
 // budget). So the allocations stay at most kWindow x kClassCount whatever the count of writes;
-// before the pool every large write allocated.
+// before the pool every large write allocated (800 of 800 here). Page faults are what this is
+// for, but they are not asserted: in a short single-file stream like this one the allocator
+// itself often keeps the freed pages (176 faults over 109,000 pages without the pool, measured
+// on the development VM), while in the workloads it returned them (docs/results/cache-cost.md).
 TYPED_TEST(ControllerCopyPool, ASteadyStreamOfLargeWritesReusesItsCopies) {
   const std::uint64_t count = sanitized_build() ? 200 : 800;
   for (const char* engine : {"null", "posix"}) {
@@ -86,8 +76,7 @@ TYPED_TEST(ControllerCopyPool, ASteadyStreamOfLargeWritesReusesItsCopies) {
     Controller ctl(o);
     File f = open_or_fail<TypeParam>(ctl, dir.file("stream.dat"), Open::read | Open::write | Open::create, engine);
     ASSERT_TRUE(f.is_open());
-    std::uint64_t steady_bytes = 0;
-    this->stream(f, count, count / 2, steady_bytes);
+    this->stream(f, count);
     EXPECT_TRUE(wait_ok(f.fsync()));
     const ControllerStats s = ctl.stats();
     EXPECT_LE(s.write_copy_allocations, kWindow * kClassCount);
@@ -100,27 +89,6 @@ TYPED_TEST(ControllerCopyPool, ASteadyStreamOfLargeWritesReusesItsCopies) {
                 static_cast<double>(s.write_copy_pooled) / static_cast<double>(kMiB));
     EXPECT_TRUE(f.close().ok());
   }
-}
-
-// What the reuse is for: after the warm-up the copies cost no page faults. A fresh copy faults
-// each of its pages once (or each 2 MiB huge page); the steady half of the stream must fault
-// less than one page in 16 of what it writes. On the null engine with the trivial tree, where
-// nothing else in the process touches new memory per write. Not under sanitizers (their
-// allocators and shadow memory fault on their own schedule).
-TYPED_TEST(ControllerCopyPool, AfterTheWarmUpLargeWritesFaultNoPagesIn) {
-  if (sanitized_build()) GTEST_SKIP() << "sanitizer allocators and shadow memory fault pages of their own";
-  if (!std::is_same<TypeParam, BTreeTrivial>::value) GTEST_SKIP() << "the default tree's cache blocks fault on their own (the clean budget's tests cover them)";
-  ScratchDir dir;
-  Controller ctl(two_quiet_workers());
-  File f = open_or_fail<TypeParam>(ctl, dir.file("faults.dat"), Open::read | Open::write | Open::create, "null");
-  ASSERT_TRUE(f.is_open());
-  std::uint64_t steady_bytes = 0;
-  const std::uint64_t faults = this->stream(f, 1200, 400, steady_bytes);
-  const std::uint64_t pages = steady_bytes / 4096;
-  std::printf("[ copies ] %llu minor faults over %llu pages written after the warm-up\n",
-              static_cast<unsigned long long>(faults), static_cast<unsigned long long>(pages));
-  EXPECT_LT(faults, pages / 16);
-  EXPECT_TRUE(f.close().ok());
 }
 
 // The budget bounds what the pool keeps: bursts of four classes, each burst more copies in

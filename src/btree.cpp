@@ -482,10 +482,13 @@ void TreeCore::op_io_done(const Step& s, StepSink& sink) {
     }
   }
   if (next != nullptr) issue_sync(*next, sink);
-  if (redirty) {
-    // Phase 2: a visit of every cached block (maintain() makes unsynced ranges dirty again);
-    // the operation completes when the last of them finishes (op_step_done).
-    op.phase_ = 2;
+  // Phase 2 after a failure: a visit of every cached block (maintain() makes unsynced ranges
+  // dirty again). Phase 3 after a success while the quota is over its clean budget: a visit
+  // that frees the clean blocks this sync covered (release_synced_block). Either way the
+  // operation completes when the last of the visit's steps finishes (op_step_done).
+  const bool release = !redirty && s.io_result >= 0 && quota_.over_clean_budget();
+  if (redirty || release) {
+    op.phase_ = redirty ? 2 : 3;
     op.pending_.store(1, std::memory_order_relaxed);
     Step r;
     r.tree = this;
@@ -743,6 +746,11 @@ void TreeCore::note_lost(std::uint64_t epoch, std::uint64_t affected_from) noexc
   const std::uint64_t failed = epochs_.failed.load(std::memory_order_seq_cst);
   if (failed != 0 && affected_from <= failed && stamp > epochs_.synced.load(std::memory_order_seq_cst))
     epochs_.lost_affected.store(true, std::memory_order_seq_cst);
+}
+
+void TreeCore::release_synced_block(Node& n) noexcept {
+  if (!n.dirty.empty() || unsynced_live(n) || !quota_.over_clean_budget()) return;
+  free_block(n);
 }
 
 void TreeCore::redirty_block(Node& n) noexcept {

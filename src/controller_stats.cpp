@@ -119,6 +119,9 @@ std::string ControllerStats::table() const {
   row("write copy bytes", write_copy_bytes);
   row("write copy budget", write_copy_budget);
   row("write copy waits", write_copy_waits);
+  row("write copy pooled", write_copy_pooled);
+  row("write copy reuses", write_copy_reuses);
+  row("write copy allocations", write_copy_allocations);
   row("rounds normal", rounds_normal);
   row("rounds recycle", rounds_recycle);
   row("rounds flush", rounds_flush);

@@ -347,6 +347,10 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
       redirty_block(n);
       return finished(s, sink);
     }
+    if (releasing(op)) {  // the clean budget after a good sync (tai/btree.hpp, "Clean budget")
+      release_synced_block(n);
+      return finished(s, sink);
+    }
     if (op.kind == TreeOp::evict && (n.depth != op.evict_depth || n.block_seq != op.evict_seq))
       return finished(s, sink);  // a newer block than the record: it has its own record
     if (!n.dirty.empty()) return write_back_next(s, sink);
@@ -358,8 +362,12 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   }
   if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
   if (n.child_count == 0) return finished(s, sink);
-  // A redirty looks for blocks with unsynced bytes, dirty or clean: it cannot skip clean subtrees.
-  const bool wants_dirty = op.kind != TreeOp::drop && op.kind != TreeOp::evict && !collect && !redirtying(op);
+  // The release phase stops descending once the budget holds again.
+  if (releasing(op) && !quota_.over_clean_budget()) return finished(s, sink);
+  // A redirty looks for blocks with unsynced bytes, dirty or clean, and a release for clean
+  // blocks: neither can skip clean subtrees.
+  const bool wants_dirty =
+      op.kind != TreeOp::drop && op.kind != TreeOp::evict && !collect && !redirtying(op) && !releasing(op);
   const unsigned cs = kShift[n.depth + 1];
   const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
   std::vector<detail::Node*> targets;
@@ -383,7 +391,7 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
   if (targets.size() > 1) op_add(op, targets.size() - 1);
   // Each target holds one count of the operation, whether a step of its own carries it or a
   // gathered write's io_done step for it does.
-  const bool gather = options_.gather_bytes != 0 && targets.size() > 1 && !redirtying(op) &&
+  const bool gather = options_.gather_bytes != 0 && targets.size() > 1 && !redirtying(op) && !releasing(op) &&
                       (op.kind == TreeOp::write_back || op.kind == TreeOp::fsync ||
                        op.kind == TreeOp::fdatasync || op.kind == TreeOp::drop);
   for (std::size_t i = 0; i < targets.size();) {
@@ -396,8 +404,8 @@ bool BTree<Bits...>::maintain(const Step& s, StepSink& sink) {
       }
     }
     detail::Node* c = targets[i++];
-    // max: a redirty belongs to an older operation than those that may have passed since (every
-    // other visit arrives in start order, so for it this is op.seq()).
+    // max: a redirty or release belongs to an older operation than those that may have passed
+    // since (every other visit arrives in start order, so for it this is op.seq()).
     c->last_seq = std::max(c->last_seq, op.seq());
     Step cs_step = s;
     cs_step.node = c;
@@ -490,8 +498,11 @@ void BTree<Bits...>::io_done(const Step& s, StepSink& sink) {
         break;
       }
       // Clean budget (tai/btree.hpp): a block the write-back left clean while the quota holds
-      // more clean bytes than the budget goes back to the quota's pool now.
-      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict || quota_.over_clean_budget()) {
+      // more clean bytes than the budget goes back to the quota's pool now if every byte of it
+      // is synced; one with unsynced bytes stays for a failed sync's redirty, and the release
+      // phase of the sync that covers it frees it.
+      if (op.kind == TreeOp::drop || op.kind == TreeOp::evict ||
+          (quota_.over_clean_budget() && !unsynced_live(n))) {
         note_block_leaving(n);
         free_block(n);
       }

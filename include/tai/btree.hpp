@@ -118,14 +118,21 @@
 //    above), so order holds; the write is stamped with the sync epoch like every uncached
 //    write, so durability and the failed-sync rules hold. Smaller writes are still cached (the
 //    merging and gathering are where caching pays).
-//  * Clean budget (ControllerOptions::clean_budget, tai/quota.hpp): when a block's write-back
-//    leaves it clean while the quota holds more clean bytes (used() - dirty()) than the budget,
-//    the block goes back to the quota's pool at once, so the next blocks reuse its memory
-//    instead of first-touching fresh pages, and clean copies of data already written back do
-//    not fill the cache up to the weak limit. Within the budget they stay (reads hit them).
-//    A block released this way has bytes not yet synced: if the next engine sync fails, the
-//    tree cannot redirty them and keeps the error (the "no longer held" case below, as for an
-//    evicted block).
+//  * Clean budget (ControllerOptions::clean_budget, tai/quota.hpp): while the quota holds more
+//    clean bytes (used() - dirty()) than the budget, clean blocks whose bytes are all synced go
+//    back to the quota's pool, so the next blocks reuse their memory instead of first-touching
+//    fresh pages, and clean copies of data already written and synced do not fill the cache up
+//    to the weak limit. Within the budget they stay (reads hit them). Only synced blocks: a
+//    block with unsynced ranges is what a failed sync's redirty writes again (below), so
+//    releasing it would make such a failure permanent. So a write-back that leaves a block clean
+//    releases it only if it has no live unsynced ranges (rare: the write-back itself adds
+//    some), and an fsync/fdatasync whose engine sync succeeded, while the quota is still over
+//    the budget, visits the cached blocks once more (its release phase, before it completes)
+//    and frees the clean ones that sync covered, until the quota is back within the budget.
+//    With regular fsyncs, clean bytes are therefore back within the budget after each one;
+//    without fsyncs, written-back blocks stay cached until the weak quota's recycling evicts
+//    them, and the strict quota bounds them as it bounds every block (an evicted block with
+//    unsynced bytes is the "no longer held" case below).
 //  * Failed engine syncs ("fsyncgate": after a failed fsync the kernel may have dropped the
 //    pages it could not write, and a later fsync of the same data reports success). Every engine
 //    write is stamped with the tree's sync epoch, which each engine sync of an fsync operation
@@ -485,6 +492,12 @@ class TreeCore {
   void redirty_block(Node& n) noexcept;
   /// Is `op` (an fsync/fdatasync) in its redirty phase?
   static bool redirtying(const Operation& op) noexcept { return op.phase_ == 2; }
+  /// Is `op` (an fsync/fdatasync whose sync succeeded) in its release phase (the clean budget's
+  /// visit of the blocks that sync made releasable)?
+  static bool releasing(const Operation& op) noexcept { return op.phase_ == 3; }
+  /// The release phase at n's block: frees it if it is clean and synced while the quota holds
+  /// more clean bytes than its budget.
+  void release_synced_block(Node& n) noexcept;
   /// Is n's `unsynced` list live (not yet covered by a good sync)?
   bool unsynced_live(const Node& n) const noexcept {
     return !n.unsynced.empty() && n.unsynced_epoch > epochs_.synced.load(std::memory_order_acquire);

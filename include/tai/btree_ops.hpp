@@ -55,7 +55,7 @@ class Operation {
   // on pending_ above).
   std::atomic<std::int32_t> first_error_{0};
   std::atomic<bool> done_{false};
-  std::uint8_t phase_ = 0;  // fsync: 0 = writing back, 1 = engine sync in flight, 2 = redirty
+  std::uint8_t phase_ = 0;  // fsync: 0 = writing back, 1 = engine sync in flight, 2 = redirty, 3 = release
 
  public:
   using Callback = void (*)(Operation& op, void* context);

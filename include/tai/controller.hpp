@@ -60,8 +60,8 @@ struct ControllerOptions {
   std::uint64_t weak_quota = std::uint64_t{256} << 20;
   std::uint64_t strict_quota = std::uint64_t{512} << 20;
   /// Clean budget (tai/quota.hpp): while the cache holds more than this many bytes of clean
-  /// blocks, a block that its write-back leaves clean goes back to the quota's pool at once, and
-  /// the next blocks reuse its memory. Quota::kUnlimited: clean blocks stay until the weak limit.
+  /// blocks, clean blocks whose bytes are synced go back to the quota's pool (at each good fsync),
+  /// and the next blocks reuse their memory. Quota::kUnlimited: clean blocks stay to the weak limit.
   /// Measured in docs/results/cache-cost.md ("Clean budget and huge-page chunks").
   std::uint64_t clean_budget = std::uint64_t{16} << 20;
   /// Carve cache blocks of 4 KiB to 1 MiB from 2 MiB chunks advised for transparent huge pages
@@ -103,7 +103,10 @@ struct ControllerOptions {
   /// pass the budget waits in File::write (spin, then sleep) until finished writes make room.
   /// A write is always admitted when nothing is held (a write larger than the budget goes
   /// alone); a worker thread of this controller never waits (it would hold up the rounds that
-  /// make room). 0 admits one write at a time. stats(): write_copy_bytes, write_copy_waits.
+  /// make room). 0 admits one write at a time. The copies of finished writes above 64 KiB are
+  /// kept for the next large writes (their pages stay resident: no fault per write) while the
+  /// kept bytes plus those of unfinished writes fit this budget. stats(): write_copy_bytes,
+  /// write_copy_waits, write_copy_pooled, write_copy_reuses, write_copy_allocations.
   /// Why 32 MiB: docs/controller_options.md.
   std::uint64_t write_copy_budget = std::uint64_t{32} << 20;
   /// Keep per-kind latency histograms (two clock reads per timed request).

@@ -73,6 +73,9 @@ struct ControllerStats {
   std::uint64_t write_copy_bytes = 0;   ///< now: bytes of write data held for unfinished writes
   std::uint64_t write_copy_budget = 0;  ///< the option's value
   std::uint64_t write_copy_waits = 0;   ///< writes whose submitter had to wait for room
+  std::uint64_t write_copy_pooled = 0;  ///< now: bytes of large copies kept for reuse (pooled + in flight <= budget)
+  std::uint64_t write_copy_reuses = 0;  ///< large copies (above 64 KiB) taken from the pool
+  std::uint64_t write_copy_allocations = 0;  ///< large copies the pool had to allocate
 
   // Rounds and workers.
   std::uint64_t rounds_normal = 0, rounds_recycle = 0, rounds_flush = 0, rounds_idle = 0, rounds_close = 0;

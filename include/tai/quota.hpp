@@ -45,10 +45,10 @@
 //
 // Clean budget. The trees report their dirty bytes here (note_dirty), so the quota knows the
 // clean bytes it holds: used() - dirty(). over_clean_budget() says when they pass the budget (the
-// constructor's clean_budget): a tree then releases a block as soon as its write-back leaves it
-// clean (tai/btree.hpp, "Clean budget"), so a stream of writes reuses the blocks of data already
-// written back instead of filling the weak limit with clean copies (every one a first touch of
-// fresh memory).
+// constructor's clean_budget): a tree then releases its clean blocks whose bytes are synced
+// (tai/btree.hpp, "Clean budget": at the next successful fsync), so a stream of writes reuses
+// the blocks of data already written instead of filling the weak limit with clean copies (every
+// one a first touch of fresh memory).
 //
 // Thread-safety: every member function is thread-safe. The counters are exact (atomic
 // read-modify-write), and their memory order is relaxed: no other data is published through them.

@@ -33,19 +33,28 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
   // that saw the receipt finish then sees the count without this write's bytes.
   if (const std::uint64_t bytes = t.copy_charge) {
     t.copy_charge = 0;
+    const bool own = on_own_worker();
+    // The write is over (its bytes are in the cache or at the engine), so its copy goes now, not
+    // when the last receipt does: a program that holds its receipts until a batch ends would
+    // otherwise hold every copy of the batch, past the budget. A small copy stays for the task's
+    // reuse (Task::recycle keeps up to kKeepDataBytes); a large one goes to the pool, which
+    // keeps it for the next large write while pooled plus in-flight bytes fit the budget. Before
+    // the bytes are uncounted, so that the in-flight count includes this copy: the copies this
+    // worker finished but has not yet given back (below) are not in flight any more.
+    // Nothing reads `data` of a finished write.
+    if (t.data.size() > Task::kKeepDataBytes) {
+      const std::uint64_t held = copies.held();
+      const std::uint64_t finished = own ? t_worker->copy_release : 0;
+      copy_pool.give(std::move(t.data), held > finished ? held - finished : 0);
+    }
     // A worker of this controller gives the bytes back once per round part (Worker::part), not
     // per write: the counter's cache line would otherwise move from the submitting thread to the
     // worker and back for every write (about 28 ns per request with the Null engine). The count
     // stays high for the rest of the part, which only delays a waiting submitter by that much.
-    if (on_own_worker())
+    if (own)
       t_worker->copy_release += bytes;
     else
       copies.release(bytes);
-    // The write is over (its bytes are in the cache or at the engine), so its copy goes now, not
-    // when the last receipt does: a program that holds its receipts until a batch ends would
-    // otherwise hold every copy of the batch, past the budget. A small copy stays for the task's
-    // reuse (Task::recycle keeps up to kKeepDataBytes). Nothing reads `data` of a finished write.
-    if (t.data.size() > Task::kKeepDataBytes) t.data.reset();
   }
   finish_task(t, s, error, reason);
 }

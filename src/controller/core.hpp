@@ -407,6 +407,53 @@ class CopyBudget {
   std::condition_variable cv_;
 };
 
+/// Large write copies kept for the next writes (ControllerOptions::write_copy_budget): a copy
+/// above Task::kKeepDataBytes used to be allocated for its write and freed when the write ended,
+/// and the allocator returned its pages to the kernel, so every large write faulted its copy in
+/// afresh (about one fault per 4 KiB written). The pool keeps finished copies by size class and
+/// hands them to the next writes of that class, while the pooled bytes plus the copies of
+/// unfinished writes stay within the budget (checked at each give and at each miss of take,
+/// which frees pooled copies of other classes to make room; writes submitted or finishing at
+/// that moment on other threads can pass it by their own copies): memory is bounded as before,
+/// and a steady stream of large writes reuses the same resident pages. What the pool keeps
+/// stays until the controller is destroyed or a miss needs the room.
+///
+/// Classes: sizes above kKeepDataBytes rounded up to a quarter of their power of two (80, 96,
+/// 112, 128, 160 KiB, ...): at most 25 % of a copy is slack, and writes of varying sizes
+/// (encoded images, records) fall into few classes. take() also tries the next class up.
+/// Thread-safety: every member is safe from any thread (one mutex, held for a list operation
+/// only, never across an allocation or a copy); the statistics are snapshots.
+class CopyPool {
+ public:
+  explicit CopyPool(std::uint64_t budget) noexcept : budget_(budget) {}
+  /// A buffer of at least n bytes (n > Task::kKeepDataBytes), page-aligned: a pooled one of n's
+  /// class or the next, else a new allocation of the class size (pooled copies of other classes
+  /// are freed first while pooled + in_flight + the new copy would pass the budget); empty when
+  /// memory is out. in_flight: the copy bytes of unfinished writes.
+  AlignedBuffer take(std::size_t n, std::uint64_t in_flight) noexcept;
+  /// Keeps b for reuse when its class is poolable and pooled + in_flight stays within the
+  /// budget, else frees it. in_flight: the copy bytes of unfinished writes, b's own included.
+  void give(AlignedBuffer&& b, std::uint64_t in_flight) noexcept;
+  /// The size a copy of n bytes is allocated with (n rounded up to its class).
+  static std::size_t class_size(std::size_t n) noexcept;
+  std::uint64_t pooled_bytes() const noexcept { return pooled_.load(std::memory_order_relaxed); }
+  std::uint64_t reuses() const noexcept { return reuses_.load(std::memory_order_relaxed); }
+  std::uint64_t allocations() const noexcept { return allocations_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::size_t kClasses = 4 * 40;  // 64 KiB .. 2^56 bytes, four per doubling
+  static std::size_t class_of(std::size_t class_bytes) noexcept;
+  const std::uint64_t budget_;
+  std::mutex mu_;
+  std::array<std::vector<AlignedBuffer>, kClasses> free_;  // under mu_
+  // Statistics. pooled_ is written under mu_ and read without it; reuses_ and allocations_ are
+  // counters. All relaxed: snapshots for stats() and the tests, nothing is published through
+  // them (the buffers move under mu_).
+  std::atomic<std::uint64_t> pooled_{0};
+  std::atomic<std::uint64_t> reuses_{0};
+  std::atomic<std::uint64_t> allocations_{0};
+};
+
 // ---------------------------------------------------------------------------------------------
 // The controller
 
@@ -458,6 +505,7 @@ class ControllerCore {
   // round (a miss per round for the submitting thread when they shared a line).
   alignas(64) Doorbell doorbell;
   CopyBudget copies;
+  CopyPool copy_pool;  // large write copies for reuse, within the same budget
 
   // --- shutdown ---
   std::atomic<bool> accepting{true};  // acquire loads by submitters, release store by shutdown()

@@ -42,7 +42,8 @@ ControllerOptions corrected_options(const ControllerOptions& o) {
 ControllerCore::ControllerCore(const ControllerOptions& o)
     : opt(corrected_options(o)),
       quota(opt.weak_quota, opt.strict_quota, 1u << 14, Quota::kDefaultPoolLimit, opt.clean_budget, opt.huge_pages),
-      copies(opt.write_copy_budget, opt.spin_ns) {
+      copies(opt.write_copy_budget, opt.spin_ns),
+      copy_pool(opt.write_copy_budget) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
   lanes = n * std::max(1u, opt.lanes_per_worker);
   rounds.lane_claim = std::make_unique<std::atomic<std::uint64_t>[]>(lanes);
@@ -228,6 +229,9 @@ ControllerStats ControllerCore::stats() const {
   s.write_copy_bytes = copies.held();
   s.write_copy_budget = copies.budget();
   s.write_copy_waits = copies.waits();
+  s.write_copy_pooled = copy_pool.pooled_bytes();
+  s.write_copy_reuses = copy_pool.reuses();
+  s.write_copy_allocations = copy_pool.allocations();
   s.rounds_normal = rounds_normal.get();
   s.rounds_recycle = rounds_recycle.get();
   s.rounds_flush = rounds_flush.get();

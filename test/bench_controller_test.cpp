@@ -78,6 +78,14 @@ TEST(BenchController, OverheadTinyHasEveryConfigurationTheTargetsAndCsv) {
                            R"( / glibc AIO request rate: [0-9.]+x \(target >= [0-9.]+x\): (met|MISSED))");
     EXPECT_TRUE(std::regex_search(r.output, ratio)) << tree << ":\n" << r.output;
   }
+  // Against the plain pwrite loop of the same rounds.
+  const std::regex null_vs_pwrite(
+      R"(null engine, BTreeTrivial, [12] thread\(s\): CPU per request [0-9]+\.[0-9]{3}x a 512 B page-cache pwrite's \(target <= 0\.10x\): (met|MISSED))");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), null_vs_pwrite), std::sregex_iterator()), 2)
+      << r.output;
+  const std::regex posix_vs_pwrite(
+      R"(TAI posix Trivial / plain pwrite loop request rate: [0-9]+\.[0-9]{2}x \(target >= 0\.9x\): (met|MISSED))");
+  EXPECT_TRUE(std::regex_search(r.output, posix_vs_pwrite)) << r.output;
 
   const auto lines = lines_of(csv);
   ASSERT_EQ(lines.size(), 7u) << "header + 6 configurations";

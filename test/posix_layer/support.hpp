@@ -30,9 +30,8 @@ inline posix::detail::Settings layer_settings(bool trivial = false) {
   // Write-through off: these tests look at the cache, and a file synced after a few bytes would
   // leave it (through_test.cpp tests write-through).
   s.sync_through_bytes = 0;
-  // Write-around off (the controller's default tree options turn it on; the layer's settings
-  // from the environment too): these tests look at what the cache holds; write-around has its
-  // own cases.
+  // Write-around off (the layer's settings from the environment turn it on): these tests look
+  // at what the cache holds; write-around has its own cases.
   s.options.tree_options.write_around_bytes = 0;
   return s;
 }

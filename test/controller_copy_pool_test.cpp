@@ -1,5 +1,5 @@
 // Large write copies are reused (the controller's copy pool, src/controller/core.hpp CopyPool):
-// a write above 64 KiB (Task::kKeepDataBytes) copies its bytes into a buffer that the pool hands
+// a write above 16 KiB (Task::kKeepDataBytes) copies its bytes into a buffer that the pool hands
 // back to a later large write once the write finished, instead of a fresh allocation whose
 // pages the allocator returns to the kernel and the next write faults in again. The pool keeps
 // what fits the write-copy budget next to the copies in flight, and never more than the budget.

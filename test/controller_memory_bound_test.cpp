@@ -10,7 +10,7 @@
 //   strict quota + write_copy_budget + kSlack.
 // kSlack (16 MiB) is what the controller holds besides cached blocks and counted copies, each
 // bounded by a constant or by the cache, none by the bytes written:
-//  * recycled tasks keep their copy buffer (up to 64 KiB, Task::kKeepDataBytes) for the next
+//  * recycled tasks keep their copy buffer (up to 16 KiB, Task::kKeepDataBytes) for the next
 //    write: the submitting thread's task cache (64 tasks, 4 MiB), the workers' caches (8 each)
 //    and the shared pool's batches in transit (32) hold about 7-8 MiB of buffers no write counts;
 //  * the tree's nodes and the quota's block records, bounded by the cached blocks;

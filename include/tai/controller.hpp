@@ -103,7 +103,7 @@ struct ControllerOptions {
   /// pass the budget waits in File::write (spin, then sleep) until finished writes make room.
   /// A write is always admitted when nothing is held (a write larger than the budget goes
   /// alone); a worker thread of this controller never waits (it would hold up the rounds that
-  /// make room). 0 admits one write at a time. The copies of finished writes above 64 KiB are
+  /// make room). 0 admits one write at a time. The copies of finished writes above 16 KiB are
   /// kept for the next large writes (their pages stay resident: no fault per write) while the
   /// kept bytes plus those of unfinished writes fit this budget. stats(): write_copy_bytes,
   /// write_copy_waits, write_copy_pooled, write_copy_reuses, write_copy_allocations.

@@ -74,7 +74,7 @@ struct ControllerStats {
   std::uint64_t write_copy_budget = 0;  ///< the option's value
   std::uint64_t write_copy_waits = 0;   ///< writes whose submitter had to wait for room
   std::uint64_t write_copy_pooled = 0;  ///< now: bytes of large copies kept for reuse (pooled + in flight <= budget)
-  std::uint64_t write_copy_reuses = 0;  ///< large copies (above 64 KiB) taken from the pool
+  std::uint64_t write_copy_reuses = 0;  ///< large copies (above 16 KiB) taken from the pool
   std::uint64_t write_copy_allocations = 0;  ///< large copies the pool had to allocate
 
   // Rounds and workers.

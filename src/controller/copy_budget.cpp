@@ -84,8 +84,8 @@ std::size_t CopyPool::class_size(std::size_t n) noexcept {
 std::size_t CopyPool::class_of(std::size_t class_bytes) noexcept {
   const unsigned k = 63u - static_cast<unsigned>(__builtin_clzll(static_cast<unsigned long long>(class_bytes - 1)));
   const std::size_t q = std::size_t{1} << (k - 2);
-  // k >= 16 (class_bytes > 64 KiB); class_bytes / q is 5..8 within a doubling.
-  return (k - 16) * 4 + (class_bytes / q - 5);
+  // k >= kFirstShift (class_bytes > kKeepDataBytes); class_bytes / q is 5..8 within a doubling.
+  return (k - kFirstShift) * 4 + (class_bytes / q - 5);
 }
 
 AlignedBuffer CopyPool::take(std::size_t n, std::uint64_t in_flight) noexcept {

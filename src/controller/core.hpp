@@ -441,7 +441,10 @@ class CopyPool {
   std::uint64_t allocations() const noexcept { return allocations_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr std::size_t kClasses = 4 * 40;  // 64 KiB .. 2^56 bytes, four per doubling
+  // log2 of Task::kKeepDataBytes: the first doubling the pool serves starts there.
+  static constexpr unsigned kFirstShift = static_cast<unsigned>(__builtin_ctzll(Task::kKeepDataBytes));
+  static_assert((std::size_t{1} << kFirstShift) == Task::kKeepDataBytes, "kKeepDataBytes must be a power of two");
+  static constexpr std::size_t kClasses = 4 * (56 - kFirstShift);  // kKeepDataBytes .. 2^56 bytes, four per doubling
   static std::size_t class_of(std::size_t class_bytes) noexcept;
   const std::uint64_t budget_;
   std::mutex mu_;

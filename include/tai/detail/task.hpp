@@ -59,7 +59,11 @@ enum class TaskKind : std::uint8_t {
 struct alignas(64) Task {
   static constexpr std::uint32_t kFinished = 1;  // futex word bits
   static constexpr std::uint32_t kWaiter = 2;
-  static constexpr std::size_t kKeepDataBytes = 64 * 1024;
+  // The largest copy buffer a recycled task keeps; larger copies go through the controller's
+  // copy pool, bounded by write_copy_budget. Why 16 KiB and not more: what free tasks keep is
+  // outside the budget, and at 64 KiB the image workload's tasks kept about 38 MB of copies at
+  // its peak, whose first touches were half of its page faults (docs/results/cache-cost.md).
+  static constexpr std::size_t kKeepDataBytes = 16 * 1024;
 
   // --- line 0 ---
   // Reference count: +1 per Receipt, +1 for the controller while in flight. acq_rel on release

@@ -57,6 +57,30 @@ SharedPool& shared_pool() {
 }
 std::atomic<std::uint64_t> g_allocated{0};  // relaxed: a statistic
 
+// Small copies kept by finished tasks that receipts still hold (keep_finished_copy), in bytes,
+// process-wide: the tasks are not the controller's any more and may outlive it. Each thread adds
+// and subtracts into its own delta and publishes it past kKeptCopyFlush either way, so a program
+// that waits for every write does not move this line between the worker that finishes the write
+// and the thread that recycles the task for every request. The count is then off by at most
+// kKeptCopyFlush per thread, which only moves the point where copies start to be freed. Relaxed
+// throughout: a count, nothing is published through it.
+constexpr std::int64_t kKeptCopyLimit = std::int64_t{4} << 20;
+constexpr std::int64_t kKeptCopyFlush = std::int64_t{256} << 10;
+std::atomic<std::int64_t> g_kept_copy_bytes{0};
+struct KeptCopyDelta {
+  std::int64_t bytes = 0;
+  void add(std::int64_t n) noexcept {
+    bytes += n;
+    if (bytes >= kKeptCopyFlush || bytes <= -kKeptCopyFlush) flush();
+  }
+  void flush() noexcept {
+    if (bytes != 0) g_kept_copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    bytes = 0;
+  }
+  ~KeptCopyDelta() { flush(); }  // a thread that ends leaves its count right
+};
+thread_local KeptCopyDelta t_kept_copy_delta;
+
 struct LocalCache {
   Task* head = nullptr;
   std::size_t count = 0;
@@ -106,7 +130,19 @@ void Task::recycle() noexcept {
   part_error.store(0, std::memory_order_relaxed);
   fn.reset();
   then.reset();
+  if (keeps_copy) {
+    keeps_copy = false;
+    t_kept_copy_delta.add(-static_cast<std::int64_t>(data.size()));
+  }
   if (data.size() > kKeepDataBytes) data.reset();
+}
+
+bool keep_finished_copy(std::size_t bytes) noexcept {
+  const auto n = static_cast<std::int64_t>(bytes);
+  KeptCopyDelta& d = t_kept_copy_delta;
+  if (g_kept_copy_bytes.load(std::memory_order_relaxed) + d.bytes + n > kKeptCopyLimit) return false;
+  d.add(n);
+  return true;
 }
 
 Task* acquire_task() {

@@ -33,6 +33,15 @@ std::uint64_t tasks_allocated() noexcept;
 /// submitting threads (through the shared list) instead of idling in their caches.
 void set_worker_task_cache() noexcept;
 
+/// A write finished while a receipt still holds its task, which is then not recycled until the
+/// program lets the receipt go: may the task keep its small copy (at most Task::kKeepDataBytes)
+/// for its next write? Yes while the copies so kept, process-wide, stay within a few MiB; the
+/// caller frees the copy otherwise. Keeping it spares a program that waits for each request
+/// (or a short window) an allocation per write; freeing it bounds a program that holds every
+/// receipt of a long batch (each finished task would keep its copy, outside write_copy_budget).
+/// On yes the caller sets t.keeps_copy; recycling the task uncounts it. Thread-safe.
+bool keep_finished_copy(std::size_t bytes) noexcept;
+
 /// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
 /// Called once per task, by the controller.
 void finish_task(Task& t, TaskState final_state, int error = 0, const char* reason = nullptr) noexcept;

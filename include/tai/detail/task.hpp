@@ -84,6 +84,9 @@ struct alignas(64) Task {
   TaskState final_state = TaskState::done;  // valid once word has kFinished
   bool returns_buffer = false;              // read(offset, n): the data goes to the receipt
   bool timed = false;                       // submit_ns holds the submission time (sampled)
+  // The controller finished this write while a receipt held it and let it keep its small copy
+  // (keep_finished_copy in src/detail/task_pool.hpp counts it until the task is recycled).
+  bool keeps_copy = false;
   std::int64_t result = 0;                  // bytes transferred (read/write)
   Operation op;                             // tree_op, barrier, close, write_back, evict
 

@@ -5,8 +5,10 @@
 #                                    engines/common/, which are not installed wholesale
 #   include/tai/engines/<name>/*.hpp the headers of the engines this build contains, and of
 #                                    engines/common what engine headers and users' engines need
+#   include/tai/testing/*.hpp        the rigs of tai::testing (src/testing), when it is built
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
-#   lib/libtai_testing.a             the test engines fault, recording and crashsim (TAI_BUILD_TESTING_ENGINES)
+#   lib/libtai_testing.a             the test engines fault, recording and crashsim and the rigs
+#                                    (TAI_BUILD_TESTING_ENGINES)
 #   lib/cmake/tai/                   find_package(tai) -> tai::tai, and tai::testing when built
 #                                    (find_package(tai COMPONENTS testing) requires it)
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
@@ -38,6 +40,11 @@ endforeach()
 # (open(2) flags, the completion backlog, the kernel-probe test seam) are private to the engines.
 install(FILES engines/common/wrapper_engine.hpp engines/common/alignment.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines/common)
+# The rigs of tai::testing, which include the test engines' headers and the controller's.
+if(TARGET tai_testing)
+  install(DIRECTORY src/testing/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/testing
+          FILES_MATCHING PATTERN "*.hpp")
+endif()
 
 # CMake package. It asks for what a consumer of libtai needs and nothing more: no installed
 # header includes a header of libaio, liburing, Boost or PAPI, and libtai calls no PAPI function.

@@ -21,9 +21,9 @@
 #include <thread>
 
 #include "src/detail/lockfree_queue.hpp"
-#include "src/detail/timespec.hpp"
+#include "engines/common/timespec.hpp"
 #include "tai/engine_selector.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai {
 

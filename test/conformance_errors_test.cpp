@@ -5,7 +5,7 @@
 //    returns EBADF);
 //  * a write to a read-only file, a read of a write-only file (-EBADF);
 //  * an offset whose end passes 2^64, or the kernel's largest offset (-EOVERFLOW, what
-//    src/engine.cpp's validation answers), a missing buffer (-EFAULT);
+//    engines/engine.cpp's validation answers), a missing buffer (-EFAULT);
 //  * EIO, ENOSPC and short transfers injected by the fault engine wrapped around each
 //    configuration's engine, on reads, writes, fsync and fdatasync.
 #include <poll.h>
@@ -142,7 +142,7 @@ TEST_P(EngineErrors, ClosedHandleFailsWithEBADFAndClosingTwiceReturnsEBADF) {
   expect_result(r, run(r), 4096);
 }
 
-// src/engine.cpp validates the range: an end past 2^64 (the sum wraps) or past the largest
+// engines/engine.cpp validates the range: an end past 2^64 (the sum wraps) or past the largest
 // offset off_t can hold completes with -EOVERFLOW; a transfer without a buffer with -EFAULT.
 TEST_P(EngineErrors, OffsetPlusLengthPastTwoToThe64FailsWithEOVERFLOW) {
   const std::string path = scratch_.file("overflow");

@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "engines/crashsim/crash_checker.hpp"
 #include "engines/crashsim/crashsim_engine.hpp"
 #include "support/controller_support.hpp"
 #include "support/test_env.hpp"
+#include "tai/testing/crash_checker.hpp"
 #include "tai/controller.hpp"
 #include "tai/engine_selector.hpp"
 

@@ -1,4 +1,4 @@
-// The I/O-error loop (engines/fault/io_error_loop.hpp): every engine operation of a workload
+// The I/O-error loop (src/testing/io_error_loop.hpp): every engine operation of a workload
 // failed in turn (EIO, ENOSPC, short transfers; once and persistently), then every open and close
 // of its file (EIO, ENOSPC, EACCES, EMFILE; EIO, ENOSPC), through the whole controller, with the program's view checked after each run: no lost error, no sync success over
 // missing data, a usable controller, a clean shutdown.
@@ -15,7 +15,7 @@
 #include "support/controller_support.hpp"
 #include "support/tally.hpp"
 #include "support/test_env.hpp"
-#include "tai/engines/fault/io_error_loop.hpp"
+#include "tai/testing/io_error_loop.hpp"
 
 namespace tai::test {
 namespace {

@@ -1,6 +1,6 @@
 // bench/tai_bench/crash.cpp - `tai-bench crash`: the crash-state suite run
 // for longer than CI does. Workloads go through a controller on the crashsim engine
-// (engines/crashsim/), every crash state of each run's log is checked with TAI's oracle, and
+// (engines/crashsim/, driven by the rig of src/testing/), every crash state of each run's log is checked with TAI's oracle, and
 // the run stops once --states unique states have been checked (or at the first violation).
 //
 //     tai-bench crash --states 10000000 --seed 7
@@ -24,7 +24,7 @@
 #include "tai_bench/commands.hpp"
 
 #ifdef TAI_BENCH_HAVE_CRASHSIM
-#include "engines/crashsim/crash_workload.hpp"
+#include "tai/testing/crash_workload.hpp"
 #endif
 
 namespace tai::bench {

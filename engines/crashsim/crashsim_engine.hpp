@@ -1,7 +1,7 @@
 // engines/crashsim/crashsim_engine.hpp - the `crashsim` test engine: wraps any engine, keeps a
 // log of every write (offset and bytes) and every sync in completion order, plus user marks, so
 // that engines/crashsim/crash_states.hpp can enumerate the disk images a power cut could leave
-// and engines/crashsim/crash_checker.hpp can judge them.
+// and TAI's oracle (src/testing/crash_checker.hpp, above the controller) can judge them.
 //
 //     auto sim = tai::engines::make_crashsim(tai::make_engine("posix").value());
 //     tai::engines::CrashSimEngine* log = sim.get();

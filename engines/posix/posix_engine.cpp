@@ -9,7 +9,7 @@
 
 #include "engines/common/alignment.hpp"
 #include "engines/common/posix_open.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai::engines {
 namespace {

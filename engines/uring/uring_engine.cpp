@@ -29,7 +29,7 @@
 #include "engines/common/errno_text.hpp"
 #include "engines/common/posix_open.hpp"
 #include "engines/common/probe_overrides.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai::engines {
 namespace {

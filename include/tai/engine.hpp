@@ -11,7 +11,7 @@
 //     tai::Completion c;
 //     eng->reap(&c, 1, /*min=*/1);         // c.user_data == 7, c.result == bytes or -errno
 //
-// What the base class (src/engine.cpp) does for every engine, so that no engine repeats it:
+// What the base class (engines/engine.cpp) does for every engine, so that no engine repeats it:
 //  * validation: a null or closed file, a file of another engine, an offset whose end passes
 //    2^64, a write to a file not opened for writing, a read of a file not opened for reading:
 //    each completes at once with -EBADF / -EOVERFLOW / -EBADF ... on that request's completion.
@@ -48,7 +48,7 @@ namespace tai {
 class Engine;
 class EngineFile;
 namespace detail {
-struct EngineCore;  // the base-class state machine, private to src/engine.cpp
+struct EngineCore;  // the base-class state machine, private to engines/engine.cpp
 }
 
 // ---------------------------------------------------------------------------------------------

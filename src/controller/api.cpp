@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "src/controller/core.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai {
 

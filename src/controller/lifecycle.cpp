@@ -4,7 +4,7 @@
 
 #include "src/controller/core.hpp"
 #include "tai/engine_selector.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai::detail {
 

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "src/controller/core.hpp"
-#include "src/detail/timespec.hpp"
+#include "engines/common/timespec.hpp"
 
 #include <algorithm>
 #include <cstdint>

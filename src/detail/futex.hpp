@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <ctime>
 
-#include "src/detail/timespec.hpp"
+#include "engines/common/timespec.hpp"
 
 namespace tai::detail {
 

@@ -30,7 +30,7 @@
 #include <system_error>
 #include <utility>
 
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 #include "tai/posix.hpp"
 
 namespace tai::posix::detail {

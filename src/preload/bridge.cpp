@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 #include "src/posix/layer.hpp"
 #include "tai/posix.hpp"
 

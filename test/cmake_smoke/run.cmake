@@ -51,7 +51,7 @@ if(STEP STREQUAL "install")
   file(REMOVE_RECURSE ${PREFIX})
   step(${CMAKE_COMMAND} --install ${TAI_BINARY_DIR} --prefix ${PREFIX})
   foreach(expected IN ITEMS include/tai/engine.hpp include/tai/config.hpp include/tai/engines/posix/posix_engine.hpp
-                            include/tai/engines/fault/fault_engine.hpp
+                            include/tai/engines/fault/fault_engine.hpp include/tai/testing/crash_workload.hpp
                             ${LIBDIR}/cmake/tai/taiConfig.cmake ${LIBDIR}/pkgconfig/tai.pc
                             ${LIBDIR}/pkgconfig/tai-testing.pc)
     if(NOT EXISTS ${PREFIX}/${expected})

@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "posix_layer/support.hpp"
-#include "src/detail/own_descriptors.hpp"
+#include "engines/common/own_descriptors.hpp"
 
 namespace tai::test {
 namespace {

@@ -21,10 +21,10 @@
 
 #include "support/test_env.hpp"
 #include "tai/config.hpp"
-#include "tai/engines/crashsim/byte_pattern.hpp"
 #include "tai/engine_selector.hpp"
 #include "tai/controller.hpp"
 #include "tai/receipt.hpp"
+#include "tai/testing/byte_pattern.hpp"
 
 namespace tai::test {
 

@@ -1,9 +1,9 @@
 // Shared by the crash-simulation tests (test/crashsim_*_test.cpp): the workloads, configurations
-// and rig of engines/crashsim/crash_workload.hpp (which tai-bench crash uses too), under the
+// and rig of src/testing/crash_workload.hpp (which tai-bench crash uses too), under the
 // tests' namespace.
 #pragma once
 
-#include "engines/crashsim/crash_workload.hpp"
+#include "tai/testing/crash_workload.hpp"
 #include "support/controller_support.hpp"
 #include "support/engine_configs.hpp"
 

@@ -1,4 +1,4 @@
-// tai/engines/fault/io_error_loop.hpp - the I/O-error loop: every engine operation of a workload
+// tai/testing/io_error_loop.hpp - the I/O-error loop: every engine operation of a workload
 // failed in turn, in every way, and the program's view checked each time.
 //
 // SQLite's loop, over TAI: run a workload once to count its engine operations (n); then for every
@@ -43,8 +43,8 @@
 
 #include "tai/controller.hpp"
 #include "tai/engine_selector.hpp"
-#include "tai/engines/crashsim/crash_workload.hpp"
 #include "tai/engines/fault/fault_engine.hpp"
+#include "tai/testing/crash_workload.hpp"
 
 namespace tai::engines::ioerr {
 

@@ -1,4 +1,4 @@
-// engines/crashsim/crash_workload.hpp - workloads for crash simulation and the rig that runs
+// tai/testing/crash_workload.hpp - workloads for crash simulation and the rig that runs
 // them: Ace-style bounded sequences and random longer ones, the configurations (tree x engine x
 // quota) they run over, and CrashRig, which puts a workload through a tai::Controller on the
 // crashsim engine, enumerates the crash states of the log (crash_states.hpp) and checks them
@@ -35,10 +35,10 @@
 
 #include "tai/controller.hpp"
 #include "tai/engine_selector.hpp"
-#include "tai/engines/crashsim/crash_checker.hpp"
 #include "tai/engines/crashsim/crash_states.hpp"
-#include "tai/engines/crashsim/byte_pattern.hpp"
 #include "tai/engines/crashsim/crashsim_engine.hpp"
+#include "tai/testing/byte_pattern.hpp"
+#include "tai/testing/crash_checker.hpp"
 
 namespace tai::engines::crash {
 

@@ -1,4 +1,4 @@
-// src/detail/timespec.hpp - nanoseconds to a timespec, for the system calls that take one
+// engines/common/timespec.hpp - nanoseconds to a timespec, for the system calls that take one
 // (futex, futex_waitv, ppoll, io_getevents): one place that splits seconds and nanoseconds.
 #pragma once
 

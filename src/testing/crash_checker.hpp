@@ -1,4 +1,4 @@
-// engines/crashsim/crash_checker.hpp - what the program was told (ProgramLog) and TAI's oracle
+// tai/testing/crash_checker.hpp - what the program was told (ProgramLog) and TAI's oracle
 // (TaiCrashOracle), a CrashChecker for crash_states.hpp.
 //
 //     tai::engines::ProgramLog prog([sim] { return sim->tick(); });   // the crash log's clock

@@ -1,5 +1,5 @@
-// TAI's own descriptors and threads: see src/detail/own_descriptors.hpp.
-#include "src/detail/own_descriptors.hpp"
+// TAI's own descriptors and threads: see engines/common/own_descriptors.hpp.
+#include "engines/common/own_descriptors.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 // ProgramLog and TaiCrashOracle: see crash_checker.hpp.
-#include "engines/crashsim/crash_checker.hpp"
+#include "src/testing/crash_checker.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// src/detail/own_descriptors.hpp - TAI's own descriptors (engine files, eventfds, io_uring rings)
+// engines/common/own_descriptors.hpp - TAI's own descriptors (engine files, eventfds, io_uring rings)
 // kept out of the program's way, and TAI's own threads marked.
 //
 // Why: the drop-in layer and the preload library run inside programs that assume they own every

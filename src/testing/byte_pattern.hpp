@@ -1,4 +1,4 @@
-// tai/engines/crashsim/byte_pattern.hpp - the bytes crash and order tests write: a pattern that
+// tai/testing/byte_pattern.hpp - the bytes crash and order tests write: a pattern that
 // depends on a seed and on the position, so that a misplaced or stale byte shows.
 #pragma once
 

@@ -2,15 +2,16 @@
 # work; this file only chains the steps a new user or CI would otherwise type by hand.
 #
 #   make demo    install missing packages, build `tai-augment` (release), run the image workload
-#   make test    install missing packages, then the quick check: build + ctest the release, asan and
-#                tsan presets at reduced counts (under the sanitizers only the suites they check)
+#   make test    install missing packages, then the quick check: build + ctest the release preset at
+#                reduced counts, then ASan+UBSan and TSan builds of only the suites they run there
 #   make check   what CI runs: the API reference (make docs), every target and every test of the
-#                release preset at CI's counts, then the asan and tsan presets as `make test` runs
-#                them (the full sanitizer presets are part of `make soak`)
+#                release preset at CI's counts, then the asan and tsan presets over the suites CI
+#                checks under them (the full sanitizer presets are part of `make soak`)
 #
 # Other targets: deps, release, debug, asan, tsan, package, soak, fuzz, fuzz-merge, bench, slowdev, docs, clean, help.
 # Variables: JOBS (parallel build jobs, default `nproc`), TEST_PRESETS (make test's presets, default:
-# release asan tsan), CHECK_FULL_PRESETS (run in full by make check, default: release).
+# release asan tsan), CHECK_PRESETS (make check's, the same), CHECK_FULL_PRESETS (run in full by
+# make check, default: release).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := release
@@ -18,9 +19,13 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PRESETS := release debug asan tsan
 TEST_PRESETS ?= release asan tsan
-# make check: these presets in full; the others of TEST_PRESETS as make test runs them.
+CHECK_PRESETS ?= release asan tsan
+# make check: these presets in full; the others of CHECK_PRESETS over the suites CI checks under
+# them (test/run_presets.sh ci).
 CHECK_FULL_PRESETS ?= release
-CHECK_QUICK_PRESETS := $(filter-out $(CHECK_FULL_PRESETS),$(TEST_PRESETS))
+CHECK_CI_PRESETS := $(filter-out $(CHECK_FULL_PRESETS),$(CHECK_PRESETS))
+# make test's own sanitizer builds (CMakePresets.json), removed by make clean with the presets'.
+QUICK_BUILD_DIRS := asan-quick tsan-quick
 BENCH := build/release/bench/tai-bench
 AUGMENT := build/release/workloads/augment/tai-augment
 # The demo: the image-augmentation workload on its built-in synthetic images, 1 and 2 compute
@@ -67,8 +72,8 @@ DEPS_PACKAGES := build-essential cmake ninja-build pkg-config clang libomp-dev \
 
 help:
 	@echo "make demo      deps + release build of tai-augment + two runs: '$(AUGMENT) $(DEMO_ARGS)' and '... $(DEMO_SYNC_ARGS)'"
-	@echo "make test      deps + the quick check: release, asan and tsan at reduced counts (docs/testing.md gives its time)"
-	@echo "make check     deps + docs + every target and test of the release preset at CI's counts, then asan and tsan as make test runs them (what CI runs)"
+	@echo "make test      deps + the quick check: release at reduced counts, ASan+UBSan and TSan builds of the suites they run there (docs/testing.md gives its time)"
+	@echo "make check     deps + docs + every target and test of the release preset at CI's counts, then asan and tsan over the suites CI checks under them (what CI runs)"
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
@@ -80,7 +85,7 @@ help:
 	@echo "make docs      the API reference (Doxygen over include/tai) into build/docs/html; warnings fail"
 	@echo "make deps      apt-get install the missing Debian packages (idempotent)"
 	@echo "make release|debug|asan|tsan   configure + build that preset into build/<preset>"
-	@echo "make clean     remove build/<preset> for: $(PRESETS)"
+	@echo "make clean     remove build/<preset> for: $(PRESETS) $(QUICK_BUILD_DIRS)"
 	@echo "JOBS=$(JOBS) (override: make JOBS=4 test)"
 
 # deps: dpkg-query first (fast, no network), `apt-get update` + install only when something is
@@ -148,7 +153,8 @@ demo: deps
 # loop with each workload on two configurations (CI: one) and five times
 # CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines); then the
 # sanitizer presets in full: every target (the workloads and benchmarks too) and every test at
-# CI's counts (about another hour: make check runs them as make test does, to stay in CI's time).
+# CI's counts (about another hour: make check runs them over the suites CI checks under them, at
+# a quarter of the randomized counts, to stay in CI's time).
 # The sqlite3 kills under TAI_FSYNC=order (500 per journal test, half with a power cut) run the
 # test binary itself: ctest gives each kill test 120 s.
 soak: release
@@ -156,7 +162,7 @@ soak: release
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
 	TAI_ORDER_KILLS=500 build/release/test/kill/tai_kill_tests --gtest_filter='PreloadKill.Sqlite3*OrderMode*'
 	TAI_IOERR_SCALE=2 ctest --test-dir build/release -R 'IoErrorLoopSuite|^crashsim\.' -j2 --output-on-failure
-	test/run_presets.sh full $(JOBS) $(CHECK_QUICK_PRESETS)
+	test/run_presets.sh full $(JOBS) $(CHECK_CI_PRESETS)
 
 # libFuzzer (docs/testing.md): the fuzz preset builds the targets with clang and
 # -fsanitize=fuzzer,address,undefined (the library with fuzzer-no-link, for its coverage); each
@@ -224,21 +230,21 @@ docs: deps
 	@echo "docs: build/docs/html/index.html"
 
 # make test: a developer's check, meant to take at most 20 minutes on 2 cores from a fresh clone
-# (docs/testing.md gives what was measured): the release preset with every suite at a quarter of
-# its randomized counts (TAI_TEST_DEPTH=quick), ASan+UBSan over the library, the drop-in layer,
-# the reliability suites and the preload, and TSan over the concurrent suites (the ctest presets
-# <preset>-quick in CMakePresets.json).
+# (docs/testing.md gives what was measured): the release preset with its suites at a quarter of
+# their randomized counts (TAI_TEST_DEPTH=quick), then ASan+UBSan over the library's units, the
+# drop-in layer, the model suite and a dozen preload cases, and TSan over the concurrent suites,
+# each in a build of only those tests (the presets asan-quick and tsan-quick, CMakePresets.json).
 # make check: the run CI makes, within its 45 minutes: the API reference, every target of the
-# release preset and every test at CI's counts, then the sanitizer presets as make test runs them
-# (make soak runs those in full). Both stop at the first failure and print each step's time
-# (test/run_presets.sh).
+# release preset and every test at CI's counts, then the asan and tsan presets over the suites CI
+# checks under them (ctest presets asan-ci, tsan-ci; make soak runs those presets in full). Both
+# stop at the first failure and print each step's wall and CPU time (test/run_presets.sh).
 test: deps
 	test/run_presets.sh quick $(JOBS) $(TEST_PRESETS)
 
 check: deps docs
 	test/run_presets.sh full $(JOBS) $(CHECK_FULL_PRESETS)
-	$(if $(CHECK_QUICK_PRESETS),test/run_presets.sh quick $(JOBS) $(CHECK_QUICK_PRESETS))
+	$(if $(CHECK_CI_PRESETS),test/run_presets.sh ci $(JOBS) $(CHECK_CI_PRESETS))
 
 # Only the preset directories: other build/<name> directories belong to their owners.
 clean:
-	rm -rf $(addprefix build/,$(PRESETS))
+	rm -rf $(addprefix build/,$(PRESETS) $(QUICK_BUILD_DIRS))

@@ -16,10 +16,10 @@
 
 namespace tai::test {
 
-/// The depth of the run: `make test` (a developer's quick check) sets TAI_TEST_DEPTH=quick and
-/// the randomized suites run a quarter of their counts; `make check`, CI and a plain ctest run
-/// them in full (unset, or any other value). A suite that needs a minimum count to mean
-/// anything clamps to it after scaling.
+/// The depth of the run: `make test` (a developer's quick check) and the sanitizer steps of
+/// `make check` set TAI_TEST_DEPTH=quick and the randomized suites run a quarter of their counts;
+/// make check's release step and a plain ctest run them in full (unset, or any other value). A
+/// suite that needs a minimum count to mean anything clamps to it after scaling.
 inline double test_depth_factor() {
   const char* d = std::getenv("TAI_TEST_DEPTH");
   return d != nullptr && std::string(d) == "quick" ? 0.25 : 1.0;

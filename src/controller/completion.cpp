@@ -38,10 +38,10 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
     // when the last receipt does: a program that holds its receipts until a batch ends would
     // otherwise hold every copy of the batch, past the budget. A small copy stays for the task's
     // reuse (Task::recycle keeps up to kKeepDataBytes) unless a receipt holds the task (below); a
-    // large one goes to the pool, which
-    // keeps it for the next large write while pooled plus in-flight bytes fit the budget. Before
-    // the bytes are uncounted, so that the in-flight count includes this copy: the copies this
-    // worker finished but has not yet given back (below) are not in flight any more.
+    // large one goes to the pool, which keeps it for the next large write while pooled plus
+    // in-flight bytes fit the budget. Before the bytes are uncounted, so that the in-flight count
+    // includes this copy: the copies this worker finished but has not yet given back (below) are
+    // not in flight any more.
     // Nothing reads `data` of a finished write.
     if (t.data.size() > Task::kKeepDataBytes) {
       const std::uint64_t held = copies.held();

@@ -5,13 +5,17 @@
 // file system is shut down the way xfstests' "godown" does it (the shutdown ioctl, which ext4, XFS
 // and recent btrfs share: every later read, write and fsync fails with EIO, as on a dead disk).
 //
-// SmallLoopFs makes a sparse image file, runs mkfs.<type> on it and mounts it with `mount -o
-// loop`. XFS refuses file systems under 300 MB and btrfs under about 110 MB, so those are made at
+// SmallLoopFs makes a sparse image file, runs mkfs.<type> on it, attaches it to a loop device of
+// its own (`losetup --find`) and mounts that. The device stays attached until the destructor: with
+// `mount -o loop` the device is detached when the file system lets go of it, and the kernel does
+// that detach asynchronously, so a mount right after an unmount could find the old device still
+// attached, reuse it, and lose its backing file a moment later (every later access EIO). XFS refuses file systems under 300 MB and btrfs under about 110 MB, so those are made at
 // their minimum and then a ballast file (fallocate) takes all but `free_mib` of the space: every
 // type then fills after about the same number of bytes. Without root, the mkfs tool (Debian's
 // e2fsprogs, xfsprogs, btrfs-progs), a free loop device or a kernel that allows the mount (some
 // containers do not), mounted() is false and skip_reason() says which step failed, for
-// GTEST_SKIP(). The destructor unmounts (lazily when a file is still open) and removes the image.
+// GTEST_SKIP(). The destructor unmounts (lazily when a file is still open), detaches the device
+// and removes the image.
 #pragma once
 
 #include <sys/ioctl.h>
@@ -108,9 +112,15 @@ class SmallLoopFs {
       reason_ = tool + " on a " + std::to_string(mib) + " MiB image failed";
       return;
     }
+    device_ = output_of("losetup --find --show " + image_ + " 2>/dev/null");
+    if (device_.rfind("/dev/", 0) != 0) {
+      reason_ = "losetup --find --show " + image_ + " gave no loop device (none free, or loop devices are refused here)";
+      device_.clear();
+      return;
+    }
     if (!mount()) {
-      reason_ = "mount -o loop " + image_ + " " + mnt_ + " (" + name +
-                ") failed (no loop device, the kernel lacks " + name + ", or the mount is refused here)";
+      reason_ = "mount " + device_ + " " + mnt_ + " (" + name + ") failed (the kernel lacks " + name +
+                ", or the mount is refused here)";
       return;
     }
     if (type != FsType::ext4) {
@@ -124,6 +134,7 @@ class SmallLoopFs {
   }
   ~SmallLoopFs() {
     unmount();
+    if (!device_.empty()) (void)run("losetup -d " + device_ + " >/dev/null 2>&1");
     if (!image_.empty()) ::unlink(image_.c_str());
     if (!mnt_.empty()) ::rmdir(mnt_.c_str());
     if (!dir_.empty()) ::rmdir(dir_.c_str());
@@ -166,8 +177,10 @@ class SmallLoopFs {
   /// Unmounts and mounts the image again: after shut_down(), what the "disk" kept. "" or what
   /// went wrong.
   std::string remount() {
-    unmount();
-    return mount() ? std::string() : "mounting " + image_ + " again failed";
+    if (!unmount())
+      return "unmounting " + mnt_ + " failed for 10 s (a file on it still open?): mounting " + device_ +
+             " again would find the old, shut-down file system";
+    return mount() ? std::string() : "mounting " + device_ + " again failed";
   }
 
  private:
@@ -175,15 +188,34 @@ class SmallLoopFs {
     const int st = std::system(cmd.c_str());
     return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
+  // The first line a shell command prints, without its newline.
+  static std::string output_of(const std::string& cmd) {
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char line[256];
+      if (std::fgets(line, sizeof line, p)) out = line;
+      ::pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+    return out;
+  }
   bool mount() {
-    mounted_ = run("mount -o loop " + image_ + " " + mnt_ + " >/dev/null 2>&1");
+    mounted_ = run("mount " + device_ + " " + mnt_ + " >/dev/null 2>&1");
     return mounted_;
   }
-  void unmount() {
-    if (!mounted_) return;
-    // umount(8) also frees the loop device that mount -o loop set up (autoclear).
-    if (!run("umount " + mnt_ + " >/dev/null 2>&1")) (void)run("umount -l " + mnt_ + " >/dev/null 2>&1");
+  // True when the file system is gone. A process killed a moment ago may still hold a file on it
+  // (an io_uring instance is torn down by a kernel worker after its process has been reaped), so
+  // a busy unmount is tried again for up to 10 s before it is detached lazily (false then: the
+  // superblock lives on until its last file closes).
+  bool unmount() {
+    if (!mounted_) return true;
     mounted_ = false;
+    for (int i = 0; i < 200; ++i) {
+      if (run("umount " + mnt_ + " >/dev/null 2>&1")) return true;
+      ::usleep(50'000);
+    }
+    (void)run("umount -l " + mnt_ + " >/dev/null 2>&1");
+    return false;
   }
   // fallocate()s a ballast file over all the free space but `leave` bytes, and syncs it.
   std::string leave_free(std::uint64_t leave) const {
@@ -204,6 +236,7 @@ class SmallLoopFs {
 
   FsType type_;
   std::string dir_, image_, mnt_;
+  std::string device_;  ///< /dev/loopN, attached from construction to destruction
   std::string reason_;
   bool mounted_ = false;
 };

@@ -68,6 +68,7 @@ struct Fixture {
       : quota(q != nullptr ? *q : own_quota),
         tree(nullptr, quota, [&] {
           BTreeOptions o;
+          o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
           o.file_size = 0;
           o.gather_bytes = gather_bytes;
           o.vectored_write_back = C::vectored;

@@ -25,6 +25,7 @@ TEST(BTreeWriteBack, RangesOfAValidBlockGoInOneRequestWhenTheGapsAreSmall) {
   RecordingExecutor rec(mem);
   Quota quota;
   BTreeOptions o;
+  o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
   o.file_size = 0;
   BTreeDefault tree(nullptr, quota, o);
   SequentialDriver::Options d;
@@ -58,6 +59,7 @@ TEST(BTreeWriteBack, AFailedWriteBackStaysDirtyAndTheNextFsyncReportsIt) {
   MemoryFile mem;
   Quota quota;
   BTreeOptions o;
+  o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
   o.file_size = 0;
   BTreeDefault tree(nullptr, quota, o);
   SequentialDriver::Options d;
@@ -94,6 +96,7 @@ TEST(BTreeWriteBack, AFailedEngineSyncFailsTheFsync) {
   MemoryFile mem;
   Quota quota;
   BTreeOptions o;
+  o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
   o.file_size = 0;
   BTreeDefault tree(nullptr, quota, o);
   SequentialDriver::Options d;
@@ -111,6 +114,7 @@ TEST(BTreeWriteBack, FsyncWritesEverythingBackBeforeTheEngineSync) {
   RecordingExecutor rec(mem);
   Quota quota;
   BTreeOptions o;
+  o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
   o.file_size = 0;
   BTreeDefault tree(nullptr, quota, o);
   SequentialDriver::Options d;
@@ -148,7 +152,9 @@ TEST(BTreeWriteBack, ADirectFileGetsTheAlignedSupersetOfAValidBlock) {
   EngineExecutor inner;
   RecordingExecutor rec(inner);
   Quota quota;
-  BTreeDefault tree(file.get(), quota);
+  BTreeOptions cached_writes;
+  cached_writes.write_around_bytes = 0;  // the 8 KiB write must fill blocks, not go around them
+  BTreeDefault tree(file.get(), quota, cached_writes);
   SequentialDriver::Options d;
   d.executor = &rec;
   SequentialDriver driver(d);

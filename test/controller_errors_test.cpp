@@ -129,6 +129,39 @@ TEST_P(ControllerWriteErrors, UncachedWriteFailsOnItsReceipt) {
   EXPECT_OK(f.close());
 }
 
+/// quiet_options() with the tree options a program gets by default (write-around on).
+ControllerOptions default_tree_options() {
+  ControllerOptions o = quiet_options();
+  o.tree_options = ControllerOptions{}.tree_options;
+  return o;
+}
+
+// Under the default options a page written over a range the tree holds nothing of goes to the
+// engine uncached (write-around), so its error comes back on its own receipt, as BTreeTrivial's
+// does; a small write beside it is still cached, and both reach the file.
+TEST_P(ControllerWriteErrors, UnderTheDefaultOptionsAWriteAroundFailsOnItsReceipt) {
+  const int err = GetParam().err;
+  const std::string inner = GetParam().inner;
+  const std::uint64_t around = ControllerOptions{}.tree_options.write_around_bytes;
+  ASSERT_GT(around, 0u) << "write-around is off by default: this test has nothing to check";
+  ASSERT_LE(around, 4096u);
+  ScratchDir dir;
+  const std::string path = dir.file("around");
+  FaultyController fc("write:nth=1:errno=" + std::to_string(err) + ":once", inner, default_tree_options());
+  File f = fc.open<BTreeDefault>(path);
+  const auto page = pattern(4096, 1);
+  EXPECT_FAILS_WITH(f.write(0, page.data(), page.size()), err);
+  EXPECT_EQ(fc.fault->injections(0), 1u) << "the write did not reach the engine: it was cached";
+  EXPECT_EQ(f.write(0, page.data(), page.size()).bytes(), 4096) << "the next write (no fault) goes through";
+  const auto small = pattern(100, 2);
+  EXPECT_EQ(f.write(8192, small.data(), small.size()).bytes(), 100);
+  EXPECT_GE(fc.ctl->stats().write_arounds, 2u);
+  EXPECT_OK(f.fsync());
+  EXPECT_TRUE(file_holds(path, 0, page));
+  EXPECT_TRUE(file_holds(path, 8192, small));
+  EXPECT_OK(f.close());
+}
+
 TEST_P(ControllerWriteErrors, CachedWriteFailsTheNextFsyncUntilWrittenAgain) {
   const int err = GetParam().err;
   const std::string inner = GetParam().inner;
@@ -260,6 +293,28 @@ TEST_P(ControllerFaults, AFailedEngineFsyncAfterAnUncachedWriteStaysForTheLifeOf
   EXPECT_OK(again.write(0, data.data(), data.size()));
   EXPECT_OK(again.fsync());
   EXPECT_OK(again.close());
+}
+
+// A written-around page is not in the cache, so after a failed engine fsync TAI cannot write it
+// again: the error stays for the handle, as for BTreeTrivial, while cached data beside it would
+// have been recoverable. (The price of write-around, the kernel's own rule for such data.)
+TEST_P(ControllerFaults, UnderTheDefaultOptionsAFailedFsyncAfterAWriteAroundIsSticky) {
+  ScratchDir dir;
+  const std::string path = dir.file("around-sticky");
+  FaultyController fc("fsync:nth=1:errno=EIO:once", GetParam(), default_tree_options());
+  File f = fc.open<BTreeDefault>(path);
+  const auto data = pattern(8192, 5);
+  EXPECT_OK(f.write(0, data.data(), data.size()));
+  ASSERT_GE(fc.ctl->stats().write_arounds, 1u) << "the default options cached a write of two pages";
+  EXPECT_FAILS_WITH(f.fsync(), EIO);
+  EXPECT_EQ(f.status().sticky_error, errno_code(EIO));
+  EXPECT_FAILS_WITH(f.fsync(), EIO);
+  EXPECT_FAILS_WITH(f.close(), EIO);
+  File again = fc.open<BTreeDefault>(path);
+  EXPECT_OK(again.write(0, data.data(), data.size()));
+  EXPECT_OK(again.fsync());
+  EXPECT_OK(again.close());
+  EXPECT_TRUE(file_holds(path, 0, data));
 }
 
 TEST_P(ControllerFaults, ShutdownReportsAnUnrecoveredFsyncFailureAndNotARecoveredOne) {

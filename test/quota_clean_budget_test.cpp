@@ -28,6 +28,7 @@ struct CleanBudgetRig {
   explicit CleanBudgetRig(std::uint64_t clean_budget)
       : quota(Quota::kUnlimited, Quota::kUnlimited, 1u << 10, Quota::kDefaultPoolLimit, clean_budget) {
     BTreeOptions o;
+    o.write_around_bytes = 0;  // every write cached: the test is about what the cache does
     o.file_size = 0;
     o.gather_bytes = 0;  // one write-back per block: the budget is checked at each
     tree = std::make_unique<Tree>(nullptr, quota, o);

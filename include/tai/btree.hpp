@@ -105,8 +105,8 @@
 //    io_done step with its share of the result: a failed or short gathered write fails every
 //    block it covered (all stay dirty, the error is recorded), so the failure rules below hold
 //    per block exactly as for a write of its own.
-//  * Write-around (BTreeOptions::write_around_bytes, off unless set; the drop-in layer sets it
-//    to one page, TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
+//  * Write-around (BTreeOptions::write_around_bytes, one page by default, 0 turns it off; the
+//    drop-in layer's TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
 //    holds nothing (no block, no children: a range of the file this tree has not cached) goes
 //    to the engine as one uncached request for the node's piece, the path BTreeTrivial takes
 //    for every request, instead of allocating blocks, copying into them and copying them again
@@ -234,8 +234,9 @@ struct BTreeOptions {
   /// Write-around (see the header comment): a write of at least this many bytes whose piece
   /// reaches a node that holds no block and has no children goes to the engine uncached, as
   /// BTreeTrivial would send it, instead of allocating blocks for it. 0: off (every write is
-  /// cached when the quota allows).
-  std::uint64_t write_around_bytes = 0;
+  /// cached when the quota allows). Default one page: smaller writes are cached (merged,
+  /// gathered), a write of a page or more over a range the tree holds nothing of is not.
+  std::uint64_t write_around_bytes = 4096;
 };
 
 /// Introspection counters of one tree (a snapshot; exact when the tree is idle).

@@ -90,8 +90,9 @@ struct ControllerOptions {
     o.depth = 256;
     return o;
   }();
-  /// Tree options for open() calls that give none. (The drop-in layer turns the write-around
-  /// rule on, BTreeOptions::write_around_bytes; here it is off unless set.)
+  /// Tree options for open() calls that give none. Their write-around rule is on (a write of a
+  /// page or more over a range the tree holds nothing of goes to the engine uncached,
+  /// BTreeOptions::write_around_bytes); 0 there caches every write the quota allows.
   BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;

@@ -255,9 +255,11 @@ struct TreeOnMemory {
     driver_options.executor = &rec;
     driver = std::make_unique<SequentialDriver>(driver_options);
   }
+  // Every write cached (write-around off): these trees test what the cache does with writes.
   static BTreeOptions empty_file() {
     BTreeOptions o;
     o.file_size = 0;
+    o.write_around_bytes = 0;
     return o;
   }
   std::int64_t op(TreeOp kind, std::uint64_t offset, std::uint64_t length, void* buffer = nullptr) {
@@ -290,6 +292,7 @@ struct Config {
   std::uint64_t max_block = std::uint64_t{2} << 20;
   bool tiny_write_rule = true;
   std::uint64_t request_cost = std::uint64_t{16} << 10;  // BTreeOptions::request_cost_bytes
+  std::uint64_t write_around = 0;  // BTreeOptions::write_around_bytes (0: every write cached)
   std::uint64_t operations = 10000;
   std::uint64_t seed = 1;
   std::string scratch;  // directory for posix backends
@@ -386,6 +389,7 @@ class Harness {
     options.max_block_bytes = cfg_.max_block;
     options.tiny_write_rule = cfg_.tiny_write_rule;
     options.request_cost_bytes = cfg_.request_cost;
+    options.write_around_bytes = cfg_.write_around;
     EngineFile* file = nullptr;
     SequentialDriver::Options dopt;
     dopt.defer_io = cfg_.defer_io;
@@ -731,6 +735,7 @@ inline std::string run_fuzz_input(const std::uint8_t* data, std::size_t size) {
   c.min_block = (data[2] & 4) != 0 ? 1 : 512;
   c.max_block = (data[2] & 8) != 0 ? 65536 : std::uint64_t{2} << 20;
   c.request_cost = (data[2] & 16) != 0 ? 64 : std::uint64_t{16} << 10;
+  c.write_around = (data[2] & 32) != 0 ? 4096 : 0;
   c.seed = data[3];
   c.operations = 1000;
   BytesSource src(data + 4, size - 4);

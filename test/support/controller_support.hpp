@@ -68,11 +68,14 @@ inline Result<File> open_engine_and_tree(Controller& ctl, const EngineAndTree& p
   return std::get<1>(p) ? ctl.open<BTreeDefault>(path, flags, std::get<0>(p)) : ctl.open<BTreeTrivial>(path, flags, std::get<0>(p));
 }
 /// Options for tests of one behaviour: 2 workers, no idle flush rounds (write-back happens only
-/// where the test asks for it), on `engine` (empty: the default).
+/// where the test asks for it), every write cached (write-around off: a test's writes of a page
+/// or more reach the cache it examines; the rule's own tests turn it on), on `engine` (empty:
+/// the default).
 inline ControllerOptions two_quiet_workers(const std::string& engine = {}) {
   ControllerOptions o;
   o.workers = 2;
   o.flush_idle_ns = -1;
+  o.tree_options.write_around_bytes = 0;
   if (!engine.empty()) o.engine = engine;
   return o;
 }

@@ -798,7 +798,7 @@ bool TreeCore::write_at_idle_child(Node& c, const Step& piece) noexcept {
     // against available() first so that a refusal (the step then reroutes) is counted once.
     if (c.child_count != 0 || !bottom(c) || !cacheable(c.depth)) return false;
     // The write-around rule: c's own step sends the piece to the engine.
-    if (options_.write_around_bytes != 0 && piece.op->length >= options_.write_around_bytes) return false;
+    if (goes_around(piece)) return false;
     if (quota_.available() < block_size(c) || !allocate_block(c)) return false;
   }
   const std::uint64_t lo = piece.first - c.base, hi = piece.last - c.base + 1;

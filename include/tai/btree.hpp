@@ -108,7 +108,9 @@
 //  * Write-around (BTreeOptions::write_around_bytes, one page by default, 0 turns it off; the
 //    drop-in layer's TAI_WRITE_AROUND): a write of at least that many bytes whose step reaches a node that
 //    holds nothing (no block, no children: a range of the file this tree has not cached) goes
-//    to the engine as one uncached request for the node's piece, the path BTreeTrivial takes
+//    to the engine as one uncached request for the node's piece (on a direct-I/O file only a
+//    write aligned for direct I/O: an unaligned one is cached whole, its read-modify-write done
+//    once by the blocks for every overwrite instead of by the engine for each), the path BTreeTrivial takes
 //    for every request, instead of allocating blocks, copying into them and copying them again
 //    into a staging buffer at write-back. For such a write the cache buys nothing a bigger
 //    write does not already have (the engine request is as large as the caller's), and it
@@ -395,9 +397,17 @@ class TreeCore {
   /// a node with no block and no children (nothing cached in its range, nothing in flight below).
   bool writes_around(const Step& s) const noexcept {
     const Node& n = *s.node;
-    return options_.write_around_bytes != 0 && s.op->kind == TreeOp::write &&
-           s.op->length >= options_.write_around_bytes && n.block == nullptr && n.child_count == 0 &&
+    return s.op->kind == TreeOp::write && goes_around(s) && n.block == nullptr && n.child_count == 0 &&
            !(bottom(n) && !cacheable(n.depth));  // where no block can ever be, it is "uncached" as before
+  }
+  /// The size part of the write-around rule, for a piece of write `s.op`: the operation is big
+  /// enough and, on a direct-I/O file, aligned for direct I/O as a whole. An unaligned write sent
+  /// around would cost the engine a read-modify-write each time it is written, where cached
+  /// blocks merge the overwrites and write the aligned superset once; and its aligned middle
+  /// must not go around piece by piece beside its cached ends (one request per block).
+  bool goes_around(const Step& s) const noexcept {
+    return options_.write_around_bytes != 0 && s.op->length >= options_.write_around_bytes &&
+           (!direct_ || (s.op->offset % io_align_ == 0 && s.op->length % io_align_ == 0));
   }
   bool cacheable(unsigned depth) const noexcept {
     return shift_[depth] < 63 && (std::uint64_t{1} << shift_[depth]) <= max_block_;

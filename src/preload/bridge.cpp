@@ -160,6 +160,7 @@ void tai_bridge_order_point(void) {
   errno = saved;
 }
 int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
+int tai_bridge_nothing_cached(void) { return tai::posix::detail::nothing_cached() ? 1 : 0; }
 int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }
 int tai_bridge_sync_now(void) {
   const int saved = errno;

@@ -79,6 +79,10 @@ int tai_bridge_write_back_fd(int fd);
 void tai_bridge_order_point(void);
 /* Non-zero under TAI_FSYNC=order (one atomic load). */
 int tai_bridge_fsync_order(void);
+/* Non-zero when no routed file can have bytes in TAI's cache (every one is write-through, or
+ * none is routed) and the fsync mode is full: write-backs and size fixes have nothing to do.
+ * Two atomic loads, no lock: callable outside the layer's signal mask. */
+int tai_bridge_nothing_cached(void);
 /* Non-zero in the benchmark-only mode where every fsync is a no-op. */
 int tai_bridge_fsync_noop(void);
 /* Every routed write durable (order), or written back to the kernel (full): before sync/syncfs.

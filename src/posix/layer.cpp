@@ -1390,14 +1390,19 @@ bool proc_fd_available() noexcept {
 // Decides whether `fd` (just opened by the program's call with `flags`) is routed, and routes
 // it. Never fails the open: a file that cannot be routed passes through. Returns nullptr when
 // routed, else why not (a static string, for logs).
-const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0) {
+const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0,
+                        const struct stat* known = nullptr) {
   if (g_down.load(std::memory_order_acquire)) return "the layer is shut down (exit, exec or a forked child)";
   if (flags & O_PATH) return "O_PATH";
   if (flags & O_DIRECT) return "O_DIRECT (the program asked to bypass caches)";
   if (flags & O_DSYNC) return "O_SYNC/O_DSYNC (every write must be durable when it returns)";  // O_SYNC includes O_DSYNC's bit
   if (fd >= kMaxFd) return "descriptor number too high";
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
+  if (known)
+    st = *known;  // the caller's fstat of fd, made just now
+  else if (::fstat(fd, &st) != 0)
+    return "not a regular file";
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
   if (wants_write && !controller()) return "no controller";  // made here, before g_reg_mu (lock order: init, reg, inode)
@@ -1650,8 +1655,8 @@ int forget_descriptor(int fd) {
   return d ? release(d) : 0;
 }
 
-const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset) {
-  return maybe_route(fd, flags, path, offset);
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset, const struct stat* st) {
+  return maybe_route(fd, flags, path, offset, st);
 }
 
 namespace {

@@ -26,6 +26,7 @@
 // other's last write to reach the cache (one round of the controller).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -108,8 +109,10 @@ int forget_descriptor(int fd);
 /// Routes `fd`, which the caller has just opened with `flags` (the program's own open, done by
 /// the caller), when the layer's rules allow (tai/posix.hpp, "What is routed"); its offset
 /// starts at `offset`. nullptr when
-/// routed, else why not (a static string). Thread-safe.
-const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset = 0);
+/// routed, else why not (a static string). `st`, when given, is the caller's fstat of `fd`
+/// made just now (the layer's own is then spared). Thread-safe.
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset = 0,
+                             const struct stat* st = nullptr);
 
 /// Takes the file of routed `fd` out of the layer: its cached writes go to the kernel (written
 /// back, not synced), every routed descriptor of it gets its offset handed to the kernel and

@@ -29,6 +29,8 @@ int tai_bridge_route(int fd, int flags, const char* path, const char** why);
 /* The same, with the descriptor's offset starting at `offset` (a descriptor inherited across
  * exec: the kernel offset the previous image handed back). */
 int tai_bridge_route_at(int fd, int flags, const char* path, int64_t offset, const char** why);
+/* tai_bridge_route_at at offset 0 with the caller's fstat of fd (st, made just now). */
+int tai_bridge_route_stat(int fd, int flags, const char* path, const struct stat* st, const char** why);
 
 ssize_t tai_bridge_read(int fd, void* buf, size_t n);
 ssize_t tai_bridge_write(int fd, const void* buf, size_t n);

@@ -330,6 +330,14 @@ static void route_fd(int fd, int flags, const char* path, int64_t offset) {
 static int after_open(int fd, int flags) {
   if (fd < 3 || !engaged()) return fd;
   const int saved = errno;
+  /* Only regular files are routed, and fstat costs far less than the /proc lookup of the path:
+   * a directory (SQLite opens the database's to sync it, once per transaction) or a device stops
+   * here. The layer takes this fstat instead of making its own. */
+  struct stat st;
+  if (REAL(fstat)(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    errno = saved;
+    return fd;
+  }
   char path[PATH_MAX];
   if (!fd_path(fd, path, sizeof path) || path[0] != '/') {
     errno = saved;
@@ -342,7 +350,7 @@ static int after_open(int fd, int flags) {
   set_exclusive(fd, 1);
   const char* why = NULL;
   ENTER();
-  const int ok = tai_bridge_route_at(fd, flags, path, 0, &why);
+  const int ok = tai_bridge_route_stat(fd, flags, path, &st, &why);
   LEAVE();
   if (ok) atomic_store_explicit(&g_routed_ever, 1, memory_order_relaxed);
   if (ok)

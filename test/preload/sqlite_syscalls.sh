@@ -2,7 +2,8 @@
 # sqlite_syscalls.sh - what the preload library adds to SQLite's system calls once its files
 # are write-through (synced after little data, TAI_SYNC_THROUGH): SQLite's record locks go to
 # the kernel without the layer's signal mask (nothing is cached, so there is nothing to write
-# back first), and a routed open asks for /proc/self/fd at most once. Runs sqlite3 with
+# back first), a routed open asks for /proc/self/fd at most once, and the directory SQLite opens
+# to sync is not looked up in /proc. Runs sqlite3 with
 # autocommit inserts (rollback journal, synchronous=FULL) under strace and counts.
 #
 # Environment: PRELOAD_LIB (empty: skip), WORK (scratch root).
@@ -25,7 +26,7 @@ n=30
 } >"$work/load.sql"
 trace=$work/trace
 env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 \
-  strace -f -o "$trace" \
+  strace -f -s 512 -o "$trace" \
   sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
   echo "FAIL: sqlite3 under the preload library failed:"; cat "$work/log"; exit 1; }
 grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed:"; cat "$work/log"; exit 1; }
@@ -43,11 +44,15 @@ read -r locks masked < <(awk -v p="$main" '$1 == p {
     prev2 = prev; prev = $0 }
   END { print locks + 0, masked + 0 }' "$trace")
 proc=$(grep -c 'access("/proc/self/fd"' "$trace")
-echo "$n transactions: $locks record locks, $masked of them inside the layer's signal mask; $proc access(/proc/self/fd)"
+# The path of a new descriptor is read from /proc only for regular files (the journal, once per
+# transaction), not for the directory SQLite opens to sync it.
+dirlinks=$(awk -v p="$main" -v d="$work/db\"" '$1 == p && /readlink\("\/proc\/self\/fd\// && index($0, d) {++n} END {print n + 0}' "$trace")
+echo "$n transactions: $locks record locks, $masked of them inside the layer's signal mask; $proc access(/proc/self/fd); $dirlinks /proc lookups of the directory's path"
 fail=0
 [ "$locks" -ge "$n" ] || { echo "FAIL: expected at least one record lock per transaction"; fail=1; }
 # The first transactions run before the database went write-through; after that none.
 [ $((masked * 4)) -lt "$locks" ] || { echo "FAIL: record locks on write-through files still pass through the layer"; fail=1; }
+[ "$dirlinks" = 0 ] || { echo "FAIL: the directory's path was read from /proc $dirlinks times"; fail=1; }
 [ "$proc" -le 1 ] || { echo "FAIL: /proc/self/fd asked for $proc times (once is enough)"; fail=1; }
 [ "$fail" = 0 ] && rm -rf "$work"
 exit "$fail"

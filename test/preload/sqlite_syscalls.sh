@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # sqlite_syscalls.sh - what the preload library adds to SQLite's system calls once its files
-# are write-through (synced after little data, TAI_SYNC_THROUGH): SQLite's record locks go to
-# the kernel without the layer's signal mask (nothing is cached, so there is nothing to write
-# back first), a routed open asks for /proc/self/fd at most once, and the directory SQLite opens
-# to sync is not looked up in /proc. Runs sqlite3 with
-# autocommit inserts (rollback journal, synchronous=FULL) under strace and counts.
+# are write-through (synced after little data, TAI_SYNC_THROUGH): SQLite's record locks and its
+# fstat of the database go to the kernel without the layer's signal mask (nothing is cached, so
+# there is nothing to write back first and no cached size to add), a routed open asks for
+# /proc/self/fd at most once, and the directory SQLite opens to sync is not looked up in /proc.
+# Runs sqlite3 with autocommit inserts (rollback journal, synchronous=FULL) under strace and
+# counts.
 #
 # Environment: PRELOAD_LIB (empty: skip), WORK (scratch root).
 # Exit: 0 pass, 1 fail, 77 skip (no library, no sqlite3, no strace, or ptrace not permitted).
@@ -43,15 +44,21 @@ read -r locks masked < <(awk -v p="$main" '$1 == p {
     }
     prev2 = prev; prev = $0 }
   END { print locks + 0, masked + 0 }' "$trace")
+# fstat of a routed descriptor (the database, once per transaction) inside the mask: the layer's.
+read -r fstats fmasked < <(awk -v p="$main" '$1 == p {
+    if ($0 ~ /newfstatat\([0-9]+, "", .*AT_EMPTY_PATH/) { ++fstats; if (prev ~ /rt_sigprocmask\(SIG_BLOCK/) ++fmasked }
+    prev = $0 }
+  END { print fstats + 0, fmasked + 0 }' "$trace")
 proc=$(grep -c 'access("/proc/self/fd"' "$trace")
 # The path of a new descriptor is read from /proc only for regular files (the journal, once per
 # transaction), not for the directory SQLite opens to sync it.
 dirlinks=$(awk -v p="$main" -v d="$work/db\"" '$1 == p && /readlink\("\/proc\/self\/fd\// && index($0, d) {++n} END {print n + 0}' "$trace")
-echo "$n transactions: $locks record locks, $masked of them inside the layer's signal mask; $proc access(/proc/self/fd); $dirlinks /proc lookups of the directory's path"
+echo "$n transactions: $locks record locks, $masked of them inside the layer's signal mask; $fstats fstat of a descriptor, $fmasked of them inside the mask; $proc access(/proc/self/fd); $dirlinks /proc lookups of the directory's path"
 fail=0
 [ "$locks" -ge "$n" ] || { echo "FAIL: expected at least one record lock per transaction"; fail=1; }
 # The first transactions run before the database went write-through; after that none.
 [ $((masked * 4)) -lt "$locks" ] || { echo "FAIL: record locks on write-through files still pass through the layer"; fail=1; }
+[ $((fmasked * 4)) -lt "$fstats" ] || { echo "FAIL: fstat of write-through files still passes through the layer"; fail=1; }
 [ "$dirlinks" = 0 ] || { echo "FAIL: the directory's path was read from /proc $dirlinks times"; fail=1; }
 [ "$proc" -le 1 ] || { echo "FAIL: /proc/self/fd asked for $proc times (once is enough)"; fail=1; }
 [ "$fail" = 0 ] && rm -rf "$work"

@@ -69,6 +69,26 @@ int adopt_own_descriptor(int fd) noexcept {
   return use;
 }
 
+int dup_own_descriptor(int fd) noexcept {
+  if (fd < 0) {
+    errno = EBADF;
+    return -1;
+  }
+  const int saved = errno;
+  // One system call where adopt_own_descriptor after a dup takes three (dup, dup high, close):
+  // the preload library makes one such duplicate per routed open, SQLite one per transaction.
+  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, own_descriptor_base());
+  if (high >= 0) {
+    set_bit(high, true);
+    errno = saved;
+    return high;
+  }
+  const int low = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (low < 0) return -1;
+  errno = saved;
+  return adopt_own_descriptor(low);
+}
+
 int make_own_eventfd() noexcept {
   const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return fd < 0 ? fd : adopt_own_descriptor(fd);

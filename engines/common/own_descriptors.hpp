@@ -19,6 +19,12 @@ namespace tai::detail {
 /// Thread-safe (lock-free).
 int adopt_own_descriptor(int fd) noexcept;
 
+/// A duplicate of `fd` (a descriptor of the program's) as one of TAI's own: at the lowest free
+/// number >= own_descriptor_base() with FD_CLOEXEC set, in one fcntl, else wherever the kernel
+/// puts it, as adopt_own_descriptor would. -1 with errno on failure (errno kept otherwise).
+/// Thread-safe (lock-free).
+int dup_own_descriptor(int fd) noexcept;
+
 /// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), adopted. -1 with errno on failure. Thread-safe.
 int make_own_eventfd() noexcept;
 

@@ -299,6 +299,21 @@ void note_dirty() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Inodes
 
+// Registered inodes that are not write-through: the only ones whose bytes the cache may hold
+// (a write-through file's bytes are all in the kernel, see Inode::through). While it is 0, in
+// the full fsync mode, a write-back of every file has nothing to do and the kernel's size of
+// every file is its logical size, so nothing_cached() lets the preload library skip the
+// layer for record locks and stat calls (SQLite makes about a dozen of them per transaction,
+// and each call into the layer costs two rt_sigprocmask calls). Incremented before a file can
+// take a cached write (under its mutex, or before the inode is published), decremented after
+// its cache was made durable (a sync before write-through) or written back and closed (the
+// last close): a thread that reads 0 has every write it happened-after in the kernel, and a
+// write of another thread racing with the read is one made after the call, as with libc.
+std::atomic<long> g_cached_files{0};
+
+struct Inode;
+void count_cached_locked(Inode& ino, bool cached) noexcept;
+
 struct Inode {
   dev_t dev = 0;
   ino_t ino = 0;
@@ -335,6 +350,8 @@ struct Inode {
   // cache_used is set and they are dropped on the way back) or be closed (a file opened
   // write-through is given its engine file only when it goes back to the cache).
   bool through = false;
+  // Under mu (or before the inode is published): counted in g_cached_files (see there).
+  bool counted_cached = false;
   std::uint64_t bytes_since_sync = 0;  // under mu: written since the last sync (or the open)
   // TAI_FSYNC=order (see "The order mode" below): writes of this file held back in the layer
   // behind an epoch not yet durable (reads wait for them to reach the cache), and whether the
@@ -379,6 +396,12 @@ void order(Inode& ino) noexcept {
     if (ino.last.valid()) ino.last.wait();
     ino.last_tid = me;
   }
+}
+
+void count_cached_locked(Inode& ino, bool cached) noexcept {
+  if (ino.counted_cached == cached) return;
+  ino.counted_cached = cached;
+  g_cached_files.fetch_add(cached ? 1 : -1, std::memory_order_seq_cst);
 }
 
 struct InodeKey {
@@ -434,6 +457,7 @@ int inode_release_open(Inode* ino) noexcept {
   {
     std::lock_guard<std::mutex> lock(ino->mu);
     err = close_file_locked(*ino);
+    count_cached_locked(*ino, false);  // written back (or its error kept in err), unregistered
   }
   if (err) logf("close of %s: write-back failed: %s", ino->name.c_str(), std::strerror(err));
   inode_unref(ino);
@@ -532,6 +556,7 @@ bool leave_through_locked(Inode& ino, int fd) noexcept {
       return false;
     }
   }
+  count_cached_locked(ino, true);  // before the write that made it leave reaches the cache
   ino.through = false;
   remember_through_path(ino.name, false);
   logf("%s: back to the cache (more than %" PRIu64 " bytes between syncs)", ino.name.c_str(),
@@ -1331,6 +1356,7 @@ int sync_routed(Description& d, int fd, bool data_only) {
     if (!ino.through && ino.file.is_open() && ino.writes_submitted.load(std::memory_order_relaxed) == target &&
         ino.write_error.load(std::memory_order_acquire) == 0 && (!ino.last_sync.valid() || ino.last_sync.finished())) {
       ino.through = true;
+      count_cached_locked(ino, false);  // this sync made every cached write of it durable
       remember_through_path(ino.name, true);
       logf("%s: write-through (synced after at most %" PRIu64 " bytes)", ino.name.c_str(),
            g_sync_through.load(std::memory_order_relaxed));
@@ -1354,17 +1380,29 @@ T finish(T ret, int saved) {
 
 void start_keeper() noexcept;
 
+// Whether /proc/self/fd exists, asked once: /proc is mounted for the life of a process, and
+// SQLite routes a new journal per transaction (an access() each before).
+bool proc_fd_available() noexcept {
+  static const bool available = ::access("/proc/self/fd", F_OK) == 0;
+  return available;
+}
+
 // Decides whether `fd` (just opened by the program's call with `flags`) is routed, and routes
 // it. Never fails the open: a file that cannot be routed passes through. Returns nullptr when
 // routed, else why not (a static string, for logs).
-const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0) {
+const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0,
+                        const struct stat* known = nullptr) {
   if (g_down.load(std::memory_order_acquire)) return "the layer is shut down (exit, exec or a forked child)";
   if (flags & O_PATH) return "O_PATH";
   if (flags & O_DIRECT) return "O_DIRECT (the program asked to bypass caches)";
   if (flags & O_DSYNC) return "O_SYNC/O_DSYNC (every write must be durable when it returns)";  // O_SYNC includes O_DSYNC's bit
   if (fd >= kMaxFd) return "descriptor number too high";
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a regular file";
+  if (known)
+    st = *known;  // the caller's fstat of fd, made just now
+  else if (::fstat(fd, &st) != 0)
+    return "not a regular file";
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
   if (wants_write && !controller()) return "no controller";  // made here, before g_reg_mu (lock order: init, reg, inode)
@@ -1380,7 +1418,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
       owned->dev = st.st_dev;
       owned->ino = st.st_ino;
       owned->name = path;
-      owned->via_proc = ::access("/proc/self/fd", F_OK) == 0;  // else the path (no /proc)
+      owned->via_proc = proc_fd_available();  // else the path (no /proc)
       if (g_sync_through.load(std::memory_order_relaxed) != 0 && !order_mode() && through_path_known(owned->name)) {
         // Made again under the name of a file that went write-through: it starts so, and gets
         // its engine file only if it goes back to the cache (leave_through_locked).
@@ -1399,10 +1437,10 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
         owned->file = std::move(f.value());
       }
       if (g_start_writeback.load(std::memory_order_relaxed) != 0) {
-        const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        owned->writeback_fd = dup < 0 ? -1 : tai::detail::adopt_own_descriptor(dup);
+        owned->writeback_fd = tai::detail::dup_own_descriptor(fd);
       }
       owned->size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_relaxed);
+      if (!owned->through) count_cached_locked(*owned, true);  // not published yet: no lock needed
       ino = owned.release();
       registry()[InodeKey{st.st_dev, st.st_ino}] = ino;
       fresh = true;
@@ -1617,8 +1655,8 @@ int forget_descriptor(int fd) {
   return d ? release(d) : 0;
 }
 
-const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset) {
-  return maybe_route(fd, flags, path, offset);
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset, const struct stat* st) {
+  return maybe_route(fd, flags, path, offset, st);
 }
 
 namespace {
@@ -1908,6 +1946,12 @@ void hold_order_thread_for_testing(bool hold) {
 }
 
 bool fsync_is_noop() noexcept { return g_fsync_none.load(std::memory_order_relaxed); }
+
+bool nothing_cached() noexcept {
+  // The order mode holds writes back behind epochs (and never makes a file write-through): a
+  // write-back there always has its drain to do.
+  return !order_mode() && g_cached_files.load(std::memory_order_seq_cst) == 0;
+}
 
 namespace {
 // full mode: a durable sync of every routed file, all submitted, then all waited for.

@@ -26,6 +26,7 @@
 // other's last write to reach the cache (one round of the controller).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -108,8 +109,10 @@ int forget_descriptor(int fd);
 /// Routes `fd`, which the caller has just opened with `flags` (the program's own open, done by
 /// the caller), when the layer's rules allow (tai/posix.hpp, "What is routed"); its offset
 /// starts at `offset`. nullptr when
-/// routed, else why not (a static string). Thread-safe.
-const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset = 0);
+/// routed, else why not (a static string). `st`, when given, is the caller's fstat of `fd`
+/// made just now (the layer's own is then spared). Thread-safe.
+const char* route_descriptor(int fd, int flags, const char* path, std::uint64_t offset = 0,
+                             const struct stat* st = nullptr);
 
 /// Takes the file of routed `fd` out of the layer: its cached writes go to the kernel (written
 /// back, not synced), every routed descriptor of it gets its offset handed to the kernel and
@@ -173,6 +176,14 @@ void hold_order_thread_for_testing(bool hold);
 int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.
 bool fsync_is_noop() noexcept;
+/// Lock-free (two atomic loads, callable from anywhere): true when no routed file can have
+/// bytes in the cache (every routed file is write-through, or none is routed) and the fsync
+/// mode is `full`. Then write_back_all, write_back_inode and write_back_fd have nothing to do
+/// and cached_size never raises the kernel's size, so the preload library skips them (and
+/// their signal masking) for record locks, stat and metadata calls. A write another thread
+/// makes concurrently may make it false the next moment, as it may land after the caller's
+/// call with libc.
+bool nothing_cached() noexcept;
 
 /// The logical size (cached writes included) of routed file (dev, ino); false when not routed.
 bool cached_size(dev_t dev, ino_t ino, std::uint64_t* size);

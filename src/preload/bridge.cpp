@@ -66,6 +66,14 @@ int tai_bridge_route_at(int fd, int flags, const char* path, int64_t offset, con
   return reason == nullptr ? 1 : 0;
 }
 
+int tai_bridge_route_stat(int fd, int flags, const char* path, const struct stat* st, const char** why) {
+  const int saved = errno;
+  const char* reason = tai::posix::detail::route_descriptor(fd, flags, path, 0, st);
+  errno = saved;
+  if (why) *why = reason;
+  return reason == nullptr ? 1 : 0;
+}
+
 ssize_t tai_bridge_read(int fd, void* buf, size_t n) { return tai::posix::read(fd, buf, n); }
 ssize_t tai_bridge_write(int fd, const void* buf, size_t n) { return tai::posix::write(fd, buf, n); }
 ssize_t tai_bridge_pread(int fd, void* buf, size_t n, off_t off) { return tai::posix::pread(fd, buf, n, off); }
@@ -160,6 +168,7 @@ void tai_bridge_order_point(void) {
   errno = saved;
 }
 int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
+int tai_bridge_nothing_cached(void) { return tai::posix::detail::nothing_cached() ? 1 : 0; }
 int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }
 int tai_bridge_sync_now(void) {
   const int saved = errno;

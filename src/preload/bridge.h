@@ -29,6 +29,8 @@ int tai_bridge_route(int fd, int flags, const char* path, const char** why);
 /* The same, with the descriptor's offset starting at `offset` (a descriptor inherited across
  * exec: the kernel offset the previous image handed back). */
 int tai_bridge_route_at(int fd, int flags, const char* path, int64_t offset, const char** why);
+/* tai_bridge_route_at at offset 0 with the caller's fstat of fd (st, made just now). */
+int tai_bridge_route_stat(int fd, int flags, const char* path, const struct stat* st, const char** why);
 
 ssize_t tai_bridge_read(int fd, void* buf, size_t n);
 ssize_t tai_bridge_write(int fd, const void* buf, size_t n);
@@ -79,6 +81,10 @@ int tai_bridge_write_back_fd(int fd);
 void tai_bridge_order_point(void);
 /* Non-zero under TAI_FSYNC=order (one atomic load). */
 int tai_bridge_fsync_order(void);
+/* Non-zero when no routed file can have bytes in TAI's cache (every one is write-through, or
+ * none is routed) and the fsync mode is full: write-backs and size fixes have nothing to do.
+ * Two atomic loads, no lock: callable outside the layer's signal mask. */
+int tai_bridge_nothing_cached(void);
 /* Non-zero in the benchmark-only mode where every fsync is a no-op. */
 int tai_bridge_fsync_noop(void);
 /* Every routed write durable (order), or written back to the kernel (full): before sync/syncfs.

@@ -330,6 +330,14 @@ static void route_fd(int fd, int flags, const char* path, int64_t offset) {
 static int after_open(int fd, int flags) {
   if (fd < 3 || !engaged()) return fd;
   const int saved = errno;
+  /* Only regular files are routed, and fstat costs far less than the /proc lookup of the path:
+   * a directory (SQLite opens the database's to sync it, once per transaction) or a device stops
+   * here. The layer takes this fstat instead of making its own. */
+  struct stat st;
+  if (REAL(fstat)(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    errno = saved;
+    return fd;
+  }
   char path[PATH_MAX];
   if (!fd_path(fd, path, sizeof path) || path[0] != '/') {
     errno = saved;
@@ -342,7 +350,7 @@ static int after_open(int fd, int flags) {
   set_exclusive(fd, 1);
   const char* why = NULL;
   ENTER();
-  const int ok = tai_bridge_route_at(fd, flags, path, 0, &why);
+  const int ok = tai_bridge_route_stat(fd, flags, path, &st, &why);
   LEAVE();
   if (ok) atomic_store_explicit(&g_routed_ever, 1, memory_order_relaxed);
   if (ok)
@@ -382,8 +390,12 @@ static void unroute_for(int fd, const char* call) {
   errno = saved;
 }
 
+/* Each skip below on tai_bridge_nothing_cached() (every routed file write-through, full fsync
+ * mode: the kernel has every byte) saves the layer's two rt_sigprocmask calls, and the fstatat of
+ * a path: SQLite takes and drops record locks and stats its files about a dozen times per
+ * transaction, and its files are write-through after their first small fsyncs. */
 static void write_back_for(const char* call) {
-  if (!engaged()) return;
+  if (!engaged() || tai_bridge_nothing_cached()) return;
   const int saved = errno;
   ENTER();
   const int err = tai_bridge_write_back_all();
@@ -673,7 +685,7 @@ FTRUNCATE_WRAPPER(ftruncate64, off64_t)
 /* stat: the size includes cached writes                                                      */
 
 static void fix_stat(int rc, struct stat* st) {
-  if (rc != 0 || !st || !S_ISREG(st->st_mode) || !engaged()) return;
+  if (rc != 0 || !st || !S_ISREG(st->st_mode) || !engaged() || tai_bridge_nothing_cached()) return;
   int64_t size = st->st_size;
   ENTER();
   tai_bridge_fix_size(st->st_dev, st->st_ino, &size);
@@ -683,6 +695,9 @@ static void fix_stat(int rc, struct stat* st) {
 
 EXPORT int fstat(int fd, struct stat* st) {
   if (routed(fd)) {
+    /* Nothing cached (see write_back_for): the kernel's size is the file's, and the layer would
+     * only add it to what the kernel says. SQLite stats its database once per transaction. */
+    if (st && tai_bridge_nothing_cached()) return REAL(fstat)(fd, st);
     ENTER();
     const int r = tai_bridge_fstat(fd, st);
     LEAVE();
@@ -723,7 +738,7 @@ EXPORT int newfstatat(int dirfd, const char* path, struct stat* st, int flags) {
 EXPORT int statx(int dirfd, const char* path, int flags, unsigned mask, struct statx* stx) {
   const int rc = REAL(statx)(dirfd, path, flags, mask, stx);
   if (rc == 0 && (stx->stx_mask & STATX_SIZE) && (stx->stx_mask & STATX_INO) && S_ISREG(stx->stx_mode) &&
-      engaged()) {
+      engaged() && !tai_bridge_nothing_cached()) {
     int64_t size = (int64_t)stx->stx_size;
     ENTER();
     tai_bridge_fix_size(makedev(stx->stx_dev_major, stx->stx_dev_minor), (ino_t)stx->stx_ino, &size);
@@ -1751,7 +1766,7 @@ static int anything_routed(void) {
 }
 
 static void write_back_fd_before(int fd, const char* call) {
-  if (!anything_routed() || !routed(fd)) return;
+  if (!anything_routed() || !routed(fd) || tai_bridge_nothing_cached()) return;
   const int saved = errno;
   ENTER();
   const int err = tai_bridge_write_back_fd(fd);
@@ -1763,7 +1778,7 @@ static void write_back_fd_before(int fd, const char* call) {
 /* flags: AT_SYMLINK_NOFOLLOW and AT_EMPTY_PATH as the call gives them (a path "" with
  * AT_EMPTY_PATH, or a null path for utimensat, names dirfd itself). */
 static void write_back_path_before(int dirfd, const char* path, int flags, const char* call) {
-  if (!anything_routed() || !engaged()) return;
+  if (!anything_routed() || !engaged() || tai_bridge_nothing_cached()) return;
   if (!path || (path[0] == '\0' && (flags & AT_EMPTY_PATH))) {
     write_back_fd_before(dirfd, call);
     return;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# sqlite_syscalls.sh - what the preload library adds to SQLite's system calls once its files
+# are write-through (synced after little data, TAI_SYNC_THROUGH): SQLite's record locks and its
+# fstat of the database go to the kernel without the layer's signal mask (nothing is cached, so
+# there is nothing to write back first and no cached size to add), a routed open asks for
+# /proc/self/fd at most once, and the directory SQLite opens to sync is not looked up in /proc.
+# Runs sqlite3 with autocommit inserts (rollback journal, synchronous=FULL) under strace and
+# counts.
+#
+# Environment: PRELOAD_LIB (empty: skip), WORK (scratch root).
+# Exit: 0 pass, 1 fail, 77 skip (no library, no sqlite3, no strace, or ptrace not permitted).
+set -u -o pipefail
+lib=${PRELOAD_LIB:-}
+work=${WORK:-/tmp/tai-preload-work}/sqlite_syscalls
+[ -n "$lib" ] && [ -f "$lib" ] || { echo "skip: no preload library in this build"; exit 77; }
+command -v sqlite3 >/dev/null || { echo "skip: sqlite3 not installed"; exit 77; }
+command -v strace >/dev/null || { echo "skip: strace not installed"; exit 77; }
+if ! strace -f -o /dev/null true 2>/dev/null; then echo "skip: strace cannot trace here (ptrace not permitted)"; exit 77; fi
+
+rm -rf "$work" && mkdir -p "$work/db"
+n=30
+{
+  echo "PRAGMA journal_mode=DELETE;"
+  echo "PRAGMA synchronous=FULL;"
+  echo "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL);"
+  for ((i = 1; i <= n; ++i)); do echo "INSERT INTO t(x) VALUES($i);"; done
+} >"$work/load.sql"
+trace=$work/trace
+env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 \
+  strace -f -s 512 -o "$trace" \
+  sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
+  echo "FAIL: sqlite3 under the preload library failed:"; cat "$work/log"; exit 1; }
+grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed:"; cat "$work/log"; exit 1; }
+got=$(sqlite3 "$work/db/t.db" "SELECT count(*), sum(x) FROM t;")
+[ "$got" = "$n|$((n * (n + 1) / 2))" ] || { echo "FAIL: the table holds $got"; exit 1; }
+
+main=$(awk 'NR == 1 {print $1; exit}' "$trace")
+# A record lock right after the layer blocked signals and restored the mask with no system call
+# in between (a write-back of every file that found nothing to do) went through the layer.
+read -r locks masked < <(awk -v p="$main" '$1 == p {
+    if ($0 ~ /fcntl\([0-9]+, F_(OFD_)?SETLKW?,/) {
+      ++locks
+      if (prev ~ /rt_sigprocmask\(SIG_SETMASK/ && prev2 ~ /rt_sigprocmask\(SIG_BLOCK/) ++masked
+    }
+    prev2 = prev; prev = $0 }
+  END { print locks + 0, masked + 0 }' "$trace")
+# fstat of a routed descriptor (the database, once per transaction) inside the mask: the layer's.
+read -r fstats fmasked < <(awk -v p="$main" '$1 == p {
+    if ($0 ~ /newfstatat\([0-9]+, "", .*AT_EMPTY_PATH/) { ++fstats; if (prev ~ /rt_sigprocmask\(SIG_BLOCK/) ++fmasked }
+    prev = $0 }
+  END { print fstats + 0, fmasked + 0 }' "$trace")
+proc=$(grep -c 'access("/proc/self/fd"' "$trace")
+# The path of a new descriptor is read from /proc only for regular files (the journal, once per
+# transaction), not for the directory SQLite opens to sync it.
+dirlinks=$(awk -v p="$main" -v d="$work/db\"" '$1 == p && /readlink\("\/proc\/self\/fd\// && index($0, d) {++n} END {print n + 0}' "$trace")
+echo "$n transactions: $locks record locks, $masked of them inside the layer's signal mask; $fstats fstat of a descriptor, $fmasked of them inside the mask; $proc access(/proc/self/fd); $dirlinks /proc lookups of the directory's path"
+fail=0
+[ "$locks" -ge "$n" ] || { echo "FAIL: expected at least one record lock per transaction"; fail=1; }
+# The first transactions run before the database went write-through; after that none.
+[ $((masked * 4)) -lt "$locks" ] || { echo "FAIL: record locks on write-through files still pass through the layer"; fail=1; }
+[ $((fmasked * 4)) -lt "$fstats" ] || { echo "FAIL: fstat of write-through files still passes through the layer"; fail=1; }
+[ "$dirlinks" = 0 ] || { echo "FAIL: the directory's path was read from /proc $dirlinks times"; fail=1; }
+[ "$proc" -le 1 ] || { echo "FAIL: /proc/self/fd asked for $proc times (once is enough)"; fail=1; }
+[ "$fail" = 0 ] && rm -rf "$work"
+exit "$fail"

@@ -446,6 +446,12 @@ TEST_P(FaultOver, AnInjectedErrorBreaksALinkChain) {
   EXPECT_EQ(fault_->matches(0), 1u) << "cancelled requests never ran";
 }
 
+// The file of ChunkyEngine and StingyEngine below: nothing but its path and mode.
+class BareFile final : public EngineFile {
+ public:
+  BareFile(Engine& e, std::string path, OpenMode mode) : EngineFile(e, std::move(path), mode, FileCapabilities{}) {}
+};
+
 // ---------------------------------------------------------------------------------------------
 // Genuine short transfers of the inner engine are continued (the base does not, for a fault
 // engine), injected ones are not. The inner engine here moves at most 1000 bytes per call.
@@ -458,12 +464,8 @@ class ChunkyEngine final : public SyncEngine {
   std::uint64_t calls = 0;
 
  protected:
-  class File final : public EngineFile {
-   public:
-    File(Engine& e, std::string path, OpenMode mode) : EngineFile(e, std::move(path), mode, FileCapabilities{}) {}
-  };
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override {
-    return std::unique_ptr<EngineFile>(std::make_unique<File>(*this, path, mode));
+    return std::unique_ptr<EngineFile>(std::make_unique<BareFile>(*this, path, mode));
   }
   std::error_code do_close(EngineFile&) override { return {}; }
   std::int64_t transfer(const Request& r) override {
@@ -511,12 +513,8 @@ class StingyEngine final : public Engine {
   std::uint64_t native_submits = 0;
 
  protected:
-  class File final : public EngineFile {
-   public:
-    File(Engine& e, std::string path, OpenMode mode) : EngineFile(e, std::move(path), mode, FileCapabilities{}) {}
-  };
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override {
-    return std::unique_ptr<EngineFile>(std::make_unique<File>(*this, path, mode));
+    return std::unique_ptr<EngineFile>(std::make_unique<BareFile>(*this, path, mode));
   }
   std::error_code do_close(EngineFile&) override { return {}; }
   std::size_t do_submit(const Request* r, std::size_t n) override {

@@ -31,18 +31,8 @@ using tai::EngineFile;
 using tai::Open;
 using tai::Op;
 using tai::Request;
+using tai::test::kernel_view;
 using tai::test::run_request;
-
-std::string kernel_view(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "<open failed>";
-  std::string s;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return s;
-}
 
 mode_t current_umask() {
   const mode_t m = ::umask(0);

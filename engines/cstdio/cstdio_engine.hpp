@@ -36,16 +36,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/stream_file.hpp"
 
 namespace tai::engines {
 
 /// A file of the cstdio engine. Thread-safety: fd() is safe from any thread; every stream
 /// operation (CstdioEngine::transfer, close) runs under the file's mutex.
-class CstdioFile final : public EngineFile {
+class CstdioFile final : public StreamFile {
  public:
   CstdioFile(Engine& engine, std::string path, OpenMode mode, FileCapabilities caps, std::FILE* stream,
              std::unique_ptr<char[]> stream_buffer);
@@ -56,35 +56,26 @@ class CstdioFile final : public EngineFile {
   int fd() const noexcept override { return fd_.load(std::memory_order_relaxed); }
 
  private:
-  friend class CstdioEngine;
-  static constexpr std::uint64_t kUnknownPosition = ~std::uint64_t{0};
-  enum class LastOp { none, read, write };
+  // StreamFile's hooks (stream_file.hpp), on the FILE*.
+  bool stream_closed() const noexcept override { return stream_ == nullptr; }
+  int sync_descriptor() const noexcept override { return fd(); }
+  int seek_stream(std::uint64_t offset, LastOp op) override;
+  std::size_t read_stream(void* buffer, std::uint64_t length, int& err) override;
+  int write_stream(const void* buffer, std::uint64_t length) override;
+  std::size_t pending() const override;
+  int flush_stream() override;
+  void drop_buffered() noexcept override;
+  int close_stream() override;
 
-  std::int64_t read_locked(void* buffer, std::uint64_t offset, std::uint64_t length);
-  std::int64_t write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length);
-  std::int64_t sync_locked(bool data_only);
-  std::error_code close_locked();
-  /// Positions the stream at `offset` for `op`, skipping the fseeko when a same-direction
-  /// transfer continues where the last one stopped (so sequential writes stay buffered).
-  int seek_locked(std::uint64_t offset, LastOp op);
-  /// After a failed flush (the bytes it held are gone): remembers `err` for the next sync when
-  /// `completed_writes_lost` (bytes of writes already reported complete were among them), purges
-  /// the buffer, clears the stream's error flag and forgets the position.
-  void flush_failed_locked(int err, bool completed_writes_lost) noexcept;
-
-  std::mutex mutex_;  // guards everything below
-  std::FILE* stream_;
+  std::FILE* stream_;  // guarded by mutex_
   std::unique_ptr<char[]> stream_buffer_;  // setvbuf's buffer: must outlive the stream
-  std::uint64_t position_ = kUnknownPosition;
-  LastOp last_op_ = LastOp::none;
-  int unreported_error_ = 0;  // first failed flush that dropped completed writes; cleared by the sync that reports it
   // Relaxed: a plain value for fd(); written under mutex_ at close only.
   std::atomic<int> fd_;
 };
 
 /// The cstdio engine. Thread-safety: as tai::SyncEngine; requests on one file serialize on its
 /// mutex, requests on different files run in parallel.
-class CstdioEngine final : public SyncEngine {
+class CstdioEngine final : public StreamEngine {
  public:
   explicit CstdioEngine(EngineOptions options);
 
@@ -93,8 +84,6 @@ class CstdioEngine final : public SyncEngine {
 
  protected:
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
-  std::error_code do_close(EngineFile& file) override;
-  std::int64_t transfer(const Request& request) override;
 };
 
 /// Creates a cstdio engine. Never fails.

@@ -1,4 +1,5 @@
-// The fstream engine: see fstream_engine.hpp.
+// The fstream engine: see fstream_engine.hpp. What it shares with the cstdio engine (the request
+// flow, the position, the failed-flush bookkeeping) is in engines/common/stream_file.cpp.
 #include "engines/fstream/fstream_engine.hpp"
 
 #include <fcntl.h>
@@ -11,19 +12,9 @@
 #include <utility>
 
 #include "engines/common/posix_open.hpp"
-#include "engines/common/segments.hpp"
 
 namespace tai::engines {
 namespace {
-
-Capabilities fstream_capabilities() {
-  Capabilities c;
-  c.vectored_writes = true;
-  c.asynchronous = false;
-  c.direct_io = false;
-  c.durable_sync = true;  // through the kept descriptor, see the header
-  return c;
-}
 
 constexpr std::uint64_t kLargestOffset = static_cast<std::uint64_t>(std::numeric_limits<std::streamoff>::max());
 
@@ -36,7 +27,9 @@ int errno_or_eio() noexcept { return errno != 0 ? errno : EIO; }
 
 FstreamFile::FstreamFile(Engine& engine, std::string path, OpenMode mode, FileCapabilities caps, int sync_fd,
                          std::unique_ptr<char[]> stream_buffer)
-    : EngineFile(engine, std::move(path), mode, caps), stream_buffer_(std::move(stream_buffer)), sync_fd_(sync_fd) {}
+    : StreamFile(engine, std::move(path), mode, caps, kLargestOffset),
+      stream_buffer_(std::move(stream_buffer)),
+      sync_fd_(sync_fd) {}
 
 FstreamFile::~FstreamFile() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -51,36 +44,25 @@ int FstreamFile::open_stream(std::ios::openmode how) {
   return 0;
 }
 
-void FstreamFile::flush_failed_locked(int err, bool completed_writes_lost) {
-  if (completed_writes_lost && unreported_error_ == 0) unreported_error_ = err;
+void FstreamFile::drop_buffered() noexcept {
   // The filebuf still holds the bytes it could not write, and the descriptor stands where the
-  // written part ended: dropped here, a later flush cannot write them there. The next transfer
-  // seeks.
+  // written part ended: dropped here, a later flush cannot write them there.
   filebuf_.discard_pending();
   stream_.clear();
-  position_ = kUnknownPosition;
-  last_op_ = LastOp::none;
 }
 
-int FstreamFile::flush_locked(bool completed_writes_lost) {
+int FstreamFile::flush_stream() {
   if (filebuf_.pending() == 0) return 0;
   stream_.clear();  // flush() does nothing on a stream whose state is not good()
   errno = 0;
   stream_.flush();
-  if (stream_.bad()) {
-    const int err = errno_or_eio();
-    flush_failed_locked(err, completed_writes_lost);
-    return err;
-  }
-  return 0;
+  return stream_.bad() ? errno_or_eio() : 0;
 }
 
-int FstreamFile::seek_locked(std::uint64_t offset, LastOp op) {
-  if (last_op_ == op && position_ == offset) return 0;
-  if (offset > kLargestOffset) return EINVAL;
+int FstreamFile::seek_stream(std::uint64_t offset, LastOp op) {
   // Flush pending output explicitly first: a seek would do it too, but then its error could
   // not be told apart from a bad offset.
-  if (last_op_ == LastOp::write) {
+  if (last_op_locked() == LastOp::write) {
     // The bytes pending are those of writes already reported complete.
     if (int err = flush_locked(/*completed_writes_lost=*/true)) return err;
   }
@@ -94,81 +76,40 @@ int FstreamFile::seek_locked(std::uint64_t offset, LastOp op) {
   if (stream_.fail()) {
     const int err = errno_or_eio();
     stream_.clear();
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
+    forget_position_locked();
     return err;
   }
-  position_ = offset;
-  last_op_ = op;
   return 0;
 }
 
-std::int64_t FstreamFile::read_locked(void* buffer, std::uint64_t offset, std::uint64_t length) {
-  if (int err = seek_locked(offset, LastOp::read)) return -err;
+std::size_t FstreamFile::read_stream(void* buffer, std::uint64_t length, int& err) {
   errno = 0;
   stream_.read(static_cast<char*>(buffer), static_cast<std::streamsize>(length));
-  const auto n = static_cast<std::uint64_t>(stream_.gcount());
-  if (stream_.bad()) {
-    // libstdc++ sets badbit when the filebuf's read(2) fails (underflow error).
-    const int err = errno_or_eio();
-    stream_.clear();
-    position_ = kUnknownPosition;
-    last_op_ = LastOp::none;
-    return n == 0 ? -err : static_cast<std::int64_t>(n);
-  }
+  const auto n = static_cast<std::size_t>(stream_.gcount());
+  // libstdc++ sets badbit when the filebuf's read(2) fails (underflow error).
+  if (stream_.bad()) err = errno_or_eio();
   stream_.clear();  // eof + fail at end of file: a short read, and the file may grow
-  position_ = offset + n;
-  if (n > 0 && has(mode().flags, Open::dontneed)) detail::apply_dontneed(sync_fd_, offset, n);
-  return static_cast<std::int64_t>(n);
+  return n;
 }
 
-std::int64_t FstreamFile::write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length) {
-  if (int err = seek_locked(offset, LastOp::write)) return -err;
-  // Bytes of earlier writes, already reported complete, that a flush inside this write may drop.
-  const bool earlier_bytes_buffered = filebuf_.pending() > 0;
+int FstreamFile::write_stream(const void* buffer, std::uint64_t length) {
   errno = 0;
   stream_.write(static_cast<const char*>(buffer), static_cast<std::streamsize>(length));
-  if (stream_.bad()) {
-    // ostream::write does not say how much went out: the whole request failed, and the file's
-    // contents in its range are unknown.
-    const int err = errno_or_eio();
-    flush_failed_locked(err, earlier_bytes_buffered);
-    return -err;
-  }
-  position_ = offset + length;
-  if (has(mode().flags, Open::dsync)) {
-    // Emulated O_DSYNC: the stream cannot carry the flag, so flush and fdatasync each write.
-    // Every earlier write was flushed and synced when it completed: a failure here loses only
-    // this write's bytes, and fails only this write.
-    if (int err = flush_locked(/*completed_writes_lost=*/false)) return -err;
-    int rc;
-    do {
-      rc = ::fdatasync(sync_fd_);
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) return -errno;
-    if (has(mode().flags, Open::dontneed)) detail::apply_dontneed(sync_fd_, offset, length);
-  }
-  return static_cast<std::int64_t>(length);
+  // ostream::write does not say how much went out: the whole request failed, and the file's
+  // contents in its range are unknown.
+  return stream_.bad() ? errno_or_eio() : 0;
 }
 
-std::int64_t FstreamFile::sync_locked(bool data_only) {
-  (void)flush_locked(/*completed_writes_lost=*/true);  // its error is remembered, and reported below
+int FstreamFile::complete_dsync() {
+  // The stream cannot carry O_DSYNC: the flushed bytes are made durable here.
   int rc;
   do {
-    rc = data_only ? ::fdatasync(sync_fd_) : ::fsync(sync_fd_);
+    rc = ::fdatasync(sync_fd_);
   } while (rc != 0 && errno == EINTR);
-  const int sync_err = rc != 0 ? errno : 0;
-  // Reported once, as the kernel reports a write-back error to one fsync: this failure tells the
-  // caller to write again everything since its last good sync (TAI's tree does, from its cache).
-  // Keeping it would fail every later sync, even after that rewrite succeeded, for the life of
-  // the stream (a disk that was full and then freed could never be synced again).
-  const int err = unreported_error_ ? unreported_error_ : sync_err;
-  unreported_error_ = 0;
-  return -err;
+  return rc != 0 ? errno : 0;
 }
 
-std::error_code FstreamFile::close_locked() {
-  if (closed_) return std::error_code(EBADF, std::generic_category());
+int FstreamFile::close_stream() {
   closed_ = true;
   int err = 0;
   if (filebuf_.is_open()) {
@@ -182,16 +123,13 @@ std::error_code FstreamFile::close_locked() {
     if (::close(sync_fd_) != 0 && err == 0 && errno != EINTR) err = errno;
     sync_fd_ = -1;
   }
-  // A failed flush that no sync reported: its bytes are lost, and this is the last chance to say so.
-  if (unreported_error_ != 0) err = unreported_error_;
-  unreported_error_ = 0;
-  return err ? std::error_code(err, std::generic_category()) : std::error_code();
+  return err;
 }
 
 // ---------------------------------------------------------------------------------------------
 // FstreamEngine
 
-FstreamEngine::FstreamEngine(EngineOptions options) : SyncEngine("fstream", fstream_capabilities(), options) {}
+FstreamEngine::FstreamEngine(EngineOptions options) : StreamEngine("fstream", options) {}
 
 Result<std::unique_ptr<EngineFile>> FstreamEngine::do_open(const std::string& path, OpenMode mode) {
   if (auto refused = detail::refuse_direct(path, mode.flags, "fstream", "std::filebuf")) return *refused;
@@ -204,10 +142,7 @@ Result<std::unique_ptr<EngineFile>> FstreamEngine::do_open(const std::string& pa
   if (!fd) return fd.error();
   if (has(mode.flags, Open::willneed)) (void)::posix_fadvise(*fd, 0, 0, POSIX_FADV_WILLNEED);
 
-  FileCapabilities caps;
-  caps.engine = capabilities();
-  caps.direct = false;
-  caps.dsync = has(mode.flags, Open::dsync);
+  const FileCapabilities caps = file_capabilities(mode.flags);
 
   std::unique_ptr<FstreamFile> file;
   try {
@@ -236,38 +171,6 @@ Result<std::unique_ptr<EngineFile>> FstreamEngine::do_open(const std::string& pa
                  "engine 'fstream': open '" + path + "': the path was renamed or replaced while it was being opened"};
   }
   return std::unique_ptr<EngineFile>(std::move(file));
-}
-
-std::error_code FstreamEngine::do_close(EngineFile& file) {
-  auto& f = static_cast<FstreamFile&>(file);
-  std::lock_guard<std::mutex> lock(f.mutex_);
-  return f.close_locked();
-}
-
-
-std::int64_t FstreamEngine::transfer(const Request& request) {
-  auto& f = static_cast<FstreamFile&>(*request.file);
-  std::lock_guard<std::mutex> lock(f.mutex_);
-  if (f.closed_) return -EBADF;
-  try {
-    switch (request.op) {
-      case Op::read:
-        return f.read_locked(request.buffer, request.offset, request.length);
-      case Op::write:
-        return request.iov_count != 0
-                   ? detail::write_segments(request, [&f](const void* b, std::uint64_t o, std::uint64_t n) {
-                       return f.write_locked(b, o, n);
-                     })
-                                     : f.write_locked(request.buffer, request.offset, request.length);
-      case Op::fsync:
-        return f.sync_locked(false);
-      case Op::fdatasync:
-        return f.sync_locked(true);
-    }
-  } catch (const std::bad_alloc&) {  // a filebuf without our buffer allocates its own
-    return -ENOMEM;
-  }
-  return -EINVAL;
 }
 
 std::unique_ptr<Engine> make_fstream(const EngineOptions& options) {

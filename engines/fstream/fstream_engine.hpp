@@ -37,16 +37,16 @@
 #include <fstream>
 #include <istream>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/stream_file.hpp"
 
 namespace tai::engines {
 
 /// A file of the fstream engine. Thread-safety: every stream operation (transfer, close) runs
 /// under the file's mutex; the EngineFile accessors are safe from any thread.
-class FstreamFile final : public EngineFile {
+class FstreamFile final : public StreamFile {
  public:
   FstreamFile(Engine& engine, std::string path, OpenMode mode, FileCapabilities caps, int sync_fd,
               std::unique_ptr<char[]> stream_buffer);
@@ -54,8 +54,6 @@ class FstreamFile final : public EngineFile {
 
  private:
   friend class FstreamEngine;
-  static constexpr std::uint64_t kUnknownPosition = ~std::uint64_t{0};
-  enum class LastOp { none, read, write };
 
   /// std::filebuf, and what the standard keeps protected: the bytes waiting in the put area, and
   /// dropping them after a failed flush (so that no later flush writes them at the wrong offset).
@@ -68,36 +66,32 @@ class FstreamFile final : public EngineFile {
   /// Opens the stream on path() with `how`, in place (the filebuf's buffer is set before open).
   /// Returns 0 or an errno value. Called once, by FstreamEngine::do_open, before publication.
   int open_stream(std::ios::openmode how);
-  std::int64_t read_locked(void* buffer, std::uint64_t offset, std::uint64_t length);
-  std::int64_t write_locked(const void* buffer, std::uint64_t offset, std::uint64_t length);
-  std::int64_t sync_locked(bool data_only);
-  std::error_code close_locked();
-  /// Positions the stream (seekg for reads, seekp for writes: one position in a filebuf),
-  /// skipping the seek when a same-direction transfer continues where the last one stopped.
-  /// Returns 0 or an errno value.
-  int seek_locked(std::uint64_t offset, LastOp op);
-  /// flush() of pending output; 0 or an errno value. `completed_writes_lost`: whether the
-  /// pending bytes belong to writes already reported complete (see flush_failed_locked).
-  int flush_locked(bool completed_writes_lost);
-  /// After a failed flush or write: remembers `err` for the next sync when
-  /// `completed_writes_lost`, drops the put area's bytes, clears the stream's state and forgets
-  /// the position.
-  void flush_failed_locked(int err, bool completed_writes_lost);
 
-  std::mutex mutex_;  // guards everything below
+  // StreamFile's hooks (stream_file.hpp), on the filebuf and the kept descriptor.
+  bool stream_closed() const noexcept override { return closed_; }
+  int sync_descriptor() const noexcept override { return sync_fd_; }
+  /// seekg for reads, seekp for writes: one position in a filebuf.
+  int seek_stream(std::uint64_t offset, LastOp op) override;
+  std::size_t read_stream(void* buffer, std::uint64_t length, int& err) override;
+  int write_stream(const void* buffer, std::uint64_t length) override;
+  std::size_t pending() const override { return filebuf_.pending(); }
+  int flush_stream() override;
+  void drop_buffered() noexcept override;
+  /// Emulated O_DSYNC: fdatasync of the kept descriptor.
+  int complete_dsync() override;
+  int close_stream() override;
+
+  // Guarded by mutex_.
   std::unique_ptr<char[]> stream_buffer_;  // the filebuf's buffer: declared first, outlives filebuf_
   Filebuf filebuf_;
   std::iostream stream_{&filebuf_};  // formatted-free access to filebuf_: write, read, seekp, flush
   int sync_fd_;  // the open(2) descriptor kept for fsync/fdatasync/fadvise; -1 once closed
   bool closed_ = false;
-  std::uint64_t position_ = kUnknownPosition;
-  LastOp last_op_ = LastOp::none;
-  int unreported_error_ = 0;  // first failed flush that dropped completed writes; cleared by the sync that reports it
 };
 
 /// The fstream engine. Thread-safety: as tai::SyncEngine; requests on one file serialize on its
 /// mutex, requests on different files run in parallel.
-class FstreamEngine final : public SyncEngine {
+class FstreamEngine final : public StreamEngine {
  public:
   explicit FstreamEngine(EngineOptions options);
 
@@ -106,8 +100,6 @@ class FstreamEngine final : public SyncEngine {
 
  protected:
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
-  std::error_code do_close(EngineFile& file) override;
-  std::int64_t transfer(const Request& request) override;
 };
 
 /// Creates an fstream engine. Never fails.

@@ -41,17 +41,6 @@ struct FstreamKind {
   static std::unique_ptr<Engine> make() { return engines::make_fstream({}); }
 };
 
-std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
-  std::string s;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return s;
-}
-
 std::string pattern(std::size_t n, unsigned seed) {
   std::string s(n, '\0');
   std::uint32_t x = 2463534242u ^ seed;
@@ -114,7 +103,7 @@ TYPED_TEST(EngineFullDisk, ReportsENOSPCAsPosixDoesKeepsWhatWasSyncedAndRecovers
                                       << (s < 0 ? std::strerror(static_cast<int>(-s)) : "") << ")";
   EXPECT_TRUE(w == -ENOSPC || s == -ENOSPC)
       << engine->name() << ": 1 MiB into 64 KiB of free space, and neither the write nor the fsync reported ENOSPC";
-  EXPECT_EQ(read_file(path).substr(0, first.size()), first) << engine->name() << ": the bytes synced before the disk filled changed";
+  EXPECT_EQ(kernel_view(path).substr(0, first.size()), first) << engine->name() << ": the bytes synced before the disk filled changed";
 
   // Space again: the same handle writes it all and syncs, the file is exactly what was written.
   ASSERT_EQ(::unlink(fs.file("filler").c_str()), 0);
@@ -123,7 +112,7 @@ TYPED_TEST(EngineFullDisk, ReportsENOSPCAsPosixDoesKeepsWhatWasSyncedAndRecovers
       << engine->name() << ": the write after space was freed failed";
   EXPECT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0)
       << engine->name() << ": the handle stayed failed after space was freed and everything was written again";
-  EXPECT_TRUE(read_file(path) == first + big) << engine->name() << ": the file lacks data or holds it at the wrong offset";
+  EXPECT_TRUE(kernel_view(path) == first + big) << engine->name() << ": the file lacks data or holds it at the wrong offset";
   EXPECT_FALSE(engine->close(**f)) << engine->name() << ": close after the recovery failed";
 }
 
@@ -162,7 +151,7 @@ TYPED_TEST(EngineFullDisk, SmallBufferedWritesReportENOSPCAtTheLatestOnTheFsyncA
         << engine->name() << ": write " << i << " after space was freed failed";
   EXPECT_EQ(run_request(*engine, Op::fsync, f->get(), nullptr, 0, 0).result, 0)
       << engine->name() << ": the handle stayed failed after space was freed and everything was written again";
-  EXPECT_TRUE(read_file(path) == data) << engine->name() << ": the file lacks data or holds it at the wrong offset";
+  EXPECT_TRUE(kernel_view(path) == data) << engine->name() << ": the file lacks data or holds it at the wrong offset";
   EXPECT_FALSE(engine->close(**f)) << engine->name() << ": close after the recovery failed";
 }
 

@@ -1,6 +1,7 @@
 // test/support/engine_test_support.hpp - what the per-engine tests (posix, cstdio, fstream,
-// null, libaio, uring) share: one request run to completion, the page cache and eventfd probes,
-// and the "create the engine or skip" macro for engines the kernel may refuse.
+// null, libaio, uring) share: one request run to completion, a file as the kernel has it, the
+// page cache and eventfd probes, and the "create the engine or skip" macro for engines the kernel
+// may refuse.
 #pragma once
 
 #include <fcntl.h>
@@ -94,6 +95,19 @@ inline std::string page_cache_not_droppable_reason(const std::string& dir) {
            " stay cached after POSIX_FADV_DONTNEED (tmpfs or ramfs: the page cache is the file's only copy); "
            "set TAI_TEST_DIR to a directory on a disk file system";
   return "";
+}
+
+/// The file's bytes as a new descriptor sees them: what the kernel has, not what a stream
+/// engine still buffers. "<open failed: reason>" when it cannot be opened. Thread-safe.
+inline std::string kernel_view(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<open failed: " + std::string(std::strerror(errno)) + ">";
+  std::string s;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return s;
 }
 
 /// True when `e` carries one of `codes` (errno values). Thread-safe.

@@ -31,9 +31,12 @@ class TaiMethod final : public Method {
     if (const char* b = std::getenv("TAI_CLEAN_BUDGET"); b && *b) opts.clean_budget = std::strtoull(b, nullptr, 10);
     if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) opts.huge_pages = h[0] == '1';
     // Writes of at least this many bytes over ranges the tree holds nothing of go to the engine
-    // uncached (the drop-in layer's default is 4096; the File API's is off).
+    // uncached (default 4096, as in the drop-in layer; 0 caches every write).
     if (const char* w = std::getenv("TAI_WRITE_AROUND"); w && *w)
       opts.tree_options.write_around_bytes = std::strtoull(w, nullptr, 10);
+    // How long waiting workers and receipts spin before they sleep (ControllerOptions::spin_ns),
+    // for measuring what spinning costs when the compute threads fill every core.
+    if (const char* sp = std::getenv("TAI_SPIN_NS"); sp && *sp) opts.spin_ns = std::strtoll(sp, nullptr, 10);
     ctl_ = std::make_unique<tai::Controller>(opts);
     if (!config.fault_rules.empty()) {
 #if TAI_AUGMENT_FAULT_ENGINE

@@ -92,7 +92,10 @@ struct ControllerOptions {
   }();
   /// Tree options for open() calls that give none. Their write-around rule is on (a write of a
   /// page or more over a range the tree holds nothing of goes to the engine uncached,
-  /// BTreeOptions::write_around_bytes); 0 there caches every write the quota allows.
+  /// BTreeOptions::write_around_bytes); 0 there caches every write the quota allows. A write
+  /// sent around is in the kernel, not in TAI: its engine error comes back on its own receipt,
+  /// and after a failed fsync TAI has no copy to write again, so the file's later fsyncs fail
+  /// (as they would without TAI); cached data is written again and can recover.
   BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;

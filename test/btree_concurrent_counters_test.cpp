@@ -9,6 +9,7 @@
 #include "btree_fuzz/btree_harness.hpp"
 #include "tai/btree.hpp"
 #include "tai/btree_driver.hpp"
+#include "src/btree/node.hpp"  // lane() reads a step's node
 
 namespace tai::test::btree {
 namespace {

@@ -1,7 +1,7 @@
 // tai::detail::DirtyRanges: coalescing, bridging the smallest gap, clean gaps for fills.
 #include <gtest/gtest.h>
 
-#include "tai/detail/btree_dirty.hpp"
+#include "src/btree/dirty.hpp"
 
 namespace tai::detail {
 namespace {

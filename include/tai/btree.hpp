@@ -199,8 +199,6 @@
 #include <vector>
 
 #include "tai/btree_ops.hpp"
-#include "tai/detail/btree_dirty.hpp"
-#include "tai/detail/btree_node.hpp"
 #include "tai/engine.hpp"
 #include "tai/quota.hpp"
 
@@ -300,38 +298,7 @@ inline BTreeStats& BTreeStats::operator+=(const BTreeStats& o) noexcept {
 
 namespace detail {
 
-/// The sink a tree's run() hands to its step handlers: forwards emit/io to the runner's sink and
-/// collects the operations whose step finished, so that run() completes them only after the
-/// step is done touching its node (a completed operation lets the parent's next step delete an
-/// idle node, see TreeCore::done_up_to).
-class RunContext final : public StepSink {
- public:
-  explicit RunContext(StepSink& outer) noexcept : outer_(outer) {}
-  void emit(const Step& s) override { outer_.emit(s); }
-  void io(const Request& r, const Step& c) override { outer_.io(r, c); }
-  void finish_later(Operation& op) {
-    if (count_ < kInline) {
-      inline_[count_++] = &op;
-    } else {
-      if (!more_) more_ = std::make_unique<std::vector<Operation*>>();  // a long drain only
-      more_->push_back(&op);
-    }
-  }
-  template <class Fn>
-  void for_each_finished(Fn&& fn) {
-    for (std::size_t i = 0; i < count_; ++i) fn(*inline_[i]);
-    if (more_)
-      for (Operation* op : *more_) fn(*op);
-  }
-  StepSink& outer() noexcept { return outer_; }
-
- private:
-  static constexpr std::size_t kInline = 8;
-  StepSink& outer_;
-  Operation* inline_[kInline];
-  std::size_t count_ = 0;
-  std::unique_ptr<std::vector<Operation*>> more_;
-};
+class RunContext;
 
 /// The shape-independent part of every BTree: options, quota, counters, shared helpers.
 class TreeCore {
@@ -345,7 +312,7 @@ class TreeCore {
   void start(Operation& op, StepSink& sink);
 
   /// Runs one step of this tree (Step::run calls it).
-  virtual void run(const Step& step, StepSink& sink) = 0;
+  void run(const Step& step, StepSink& sink);
 
   BTreeStats stats() const noexcept;
   /// Unique per process; BlockRecord::tree_id names the tree with it.
@@ -385,6 +352,10 @@ class TreeCore {
   TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits, EngineFile* file, Quota& quota,
            const BTreeOptions& options);
 
+  // Everything below is the algorithm's own: the step handlers and their helpers are defined in
+  // src/btree/ (inline ones that need a node's fields in src/btree/tree_core.hpp), so that
+  // this header needs neither the node nor the dirty ranges.
+ private:
   static constexpr std::uint32_t kEntry = 1;  // Step::aux of a root visit not yet through enter()
 
   // --- helpers for the step algorithms. Each touches only the node it is given (plus atomics
@@ -392,14 +363,10 @@ class TreeCore {
   std::uint64_t node_mask(unsigned depth) const noexcept {
     return shift_[depth] >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << shift_[depth]) - 1;
   }
-  std::uint64_t node_last(const Node& n) const noexcept { return n.base + node_mask(n.depth); }
+  std::uint64_t node_last(const Node& n) const noexcept;
   /// The write-around rule (see the header comment): a write step of a big enough operation at
   /// a node with no block and no children (nothing cached in its range, nothing in flight below).
-  bool writes_around(const Step& s) const noexcept {
-    const Node& n = *s.node;
-    return s.op->kind == TreeOp::write && goes_around(s) && n.block == nullptr && n.child_count == 0 &&
-           !(bottom(n) && !cacheable(n.depth));  // where no block can ever be, it is "uncached" as before
-  }
+  bool writes_around(const Step& s) const noexcept;
   /// The size part of the write-around rule, for a piece of write `s.op`: the operation is big
   /// enough and, on a direct-I/O file, aligned for direct I/O as a whole. An unaligned write sent
   /// around would cost the engine a read-modify-write each time it is written, where cached
@@ -412,7 +379,7 @@ class TreeCore {
   bool cacheable(unsigned depth) const noexcept {
     return shift_[depth] < 63 && (std::uint64_t{1} << shift_[depth]) <= max_block_;
   }
-  bool bottom(const Node& n) const noexcept { return n.depth + 1u >= levels_ || node_mask(n.depth) < min_block_; }
+  bool bottom(const Node& n) const noexcept;
 
   // Completion order. Every operation gets a sequence number in start() (start order); the
   // prefix is the highest number up to which every operation has completed. A node whose
@@ -432,14 +399,7 @@ class TreeCore {
   /// One step of `op` finished; completes the operation (or starts its fsync) when it was the last.
   void op_step_done(Operation& op, StepSink& sink);
   /// From a step handler: op_step_done once the step has returned (`sink` is the RunContext).
-  static void step_done(Operation& op, StepSink& sink) { static_cast<RunContext&>(sink).finish_later(op); }
-  /// Runs a handler with a RunContext, then finishes what it finished.
-  template <class Fn>
-  void run_step(StepSink& sink, Fn&& handler) {
-    RunContext ctx(sink);
-    handler(ctx);
-    ctx.for_each_finished([&](Operation& op) { op_step_done(op, sink); });
-  }
+  static void step_done(Operation& op, StepSink& sink);
   void op_io_done(const Step& step, StepSink& sink);
   /// An fsync operation's engine sync: its epoch (under sync_mu_), then the request.
   void take_sync_epoch(Operation& op) noexcept;
@@ -465,7 +425,7 @@ class TreeCore {
   void propagate_dirty(Node& n, std::int64_t delta) noexcept;
   /// After n.dirty changed from `before_bytes` / `was_dirty`: fixes the dirty counters.
   void dirty_changed(Node& n, std::uint64_t before_bytes, bool was_dirty) noexcept;
-  std::uint64_t block_size(const Node& n) const noexcept { return node_mask(n.depth) + 1; }
+  std::uint64_t block_size(const Node& n) const noexcept;
   /// How many bytes of n's block lie before the logical end of file (rounded up to the direct-I/O
   /// alignment; the whole block when the size is unknown).
   std::uint64_t fill_limit(const Node& n) const noexcept;
@@ -510,9 +470,8 @@ class TreeCore {
   /// more clean bytes than its budget.
   void release_synced_block(Node& n) noexcept;
   /// Is n's `unsynced` list live (not yet covered by a good sync)?
-  bool unsynced_live(const Node& n) const noexcept {
-    return !n.unsynced.empty() && n.unsynced_epoch > epochs_.synced.load(std::memory_order_acquire);
-  }
+  bool unsynced_live(const Node& n) const noexcept;
+
 
   // Parking and uncached requests.
   static void park_back(Node& n, const Step& s);
@@ -539,12 +498,8 @@ class TreeCore {
   /// May a write-back step at n's parent write back n's first group itself? n is idle (no
   /// operation is still in it, so no step of n runs or waits: the parent's step may touch it),
   /// holds a dirty block and nothing keeps it busy.
-  bool gatherable(const Node& n) const noexcept {
-    // done_up_to first: until it holds, n's own fields may be changing under n's steps (its
-    // acquire load makes their last writes visible once it does).
-    return done_up_to(n.last_seq) && n.block != nullptr && !n.dirty.empty() && !n.busy && !n.has_parked() &&
-           n.direct_count == 0;
-  }
+  bool gatherable(const Node& n) const noexcept;
+
   /// How many of targets[i..] (children of one parent in index order, each holding one count
   /// of `op`) one engine write can carry: consecutive blocks whose first write-back groups
   /// meet at the block boundaries, at most options_.gather_bytes in all. 0 or 1: no gather.
@@ -615,7 +570,7 @@ class TreeCore {
   std::atomic<std::uint64_t> collect_threshold_{kCollectFloorBytes};
   std::atomic<std::uint64_t> collects_{0};
   std::atomic<bool> collecting_{false};
-  std::uint64_t array_bytes(const Node& n) const noexcept { return (std::uint64_t{1} << bits_[n.depth]) * sizeof(Node*); }
+  std::uint64_t array_bytes(const Node& n) const noexcept;
   void collect_done() noexcept;
 
   // Logical size: written by root steps only, read by fills and write-backs of any node.
@@ -697,9 +652,8 @@ class TreeCore {
   std::uint64_t refresh_size(std::uint64_t known_end) noexcept;
   /// n's block (valid or not) holds the file's bytes [0, hi) outside its dirty ranges: it is
   /// valid and was filled past hi, or up to what is now the end of file.
-  bool mirrors(const Node& n, std::uint64_t hi) const noexcept {
-    return n.valid && (hi <= n.fill_end || n.fill_end >= fill_limit(n));
-  }
+  bool mirrors(const Node& n, std::uint64_t hi) const noexcept;
+
   /// Copies [lo, hi) of n's block from `src` and merges it into the dirty ranges (the caller
   /// has checked that the ranges can take it: a whole block, or at most kMax ranges after).
   void absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const std::byte* src, bool exclusive) noexcept;
@@ -711,8 +665,29 @@ class TreeCore {
   std::int64_t direct_outcome(TreeOp kind, std::int64_t result, std::byte* data, std::uint64_t len,
                               bool exclusive) noexcept;
 
- private:
-  /// The inline path of start() (see src/btree.cpp): true when it did the whole operation.
+  // The step handlers (src/btree/steps.cpp). One runs one step at one node; it ends the step
+  // with finished() or keeps it alive (parked, waiting for engine I/O, or handed to the child
+  // steps it emitted).
+  void visit(const Step& s, StepSink& sink);
+  bool process(Step s, StepSink& sink);
+  bool transfer(const Step& s, StepSink& sink);
+  bool at_leaf(const Step& s, StepSink& sink);
+  bool at_block(const Step& s, StepSink& sink);
+  bool overwrite(const Step& s, StepSink& sink);
+  bool descend(const Step& s, StepSink& sink);
+  bool maintain(const Step& s, StepSink& sink);
+  bool go_direct(const Step& s, StepSink& sink);
+  bool fill_from(const Step& s, std::uint64_t from, StepSink& sink);
+  bool serve_read(const Step& s, StepSink& sink);
+  bool write_into_block(const Step& s, StepSink& sink);
+  bool write_back_next(const Step& s, StepSink& sink);
+  void io_done(const Step& s, StepSink& sink);
+  void resume(const Step& s, StepSink& sink);
+  void quiesce(const Step& s, StepSink& sink);
+  void drain(Node& n, StepSink& sink);
+  bool finished(const Step& s, StepSink& sink);
+
+  /// The inline path of start() (see src/btree/): true when it did the whole operation.
   bool try_inline(Operation& op, StepSink& sink) noexcept;
   /// try_inline() for a request no block can hold (the node `n` is a leaf that is never cached).
   bool inline_uncached(Operation& op, Node& n, std::uint64_t first, std::uint64_t last, StepSink& sink) noexcept;
@@ -721,26 +696,6 @@ class TreeCore {
   void complete(Operation& op) noexcept;
   void delete_node(Node* n) noexcept;
 };
-
-template <class Fn>
-void TreeCore::for_each_child(Node& n, std::uint64_t i0, std::uint64_t i1, Fn&& fn) {
-  // erase_child() frees the table with the last child: re-check it after every call.
-  if (n.sparse) {
-    if (n.map == nullptr) return;
-    auto it = n.map->lower_bound(i0);
-    while (it != n.map->end() && it->first <= i1) {
-      auto next = std::next(it);
-      fn(it->first, it->second);  // may erase `it`
-      if (n.map == nullptr) return;
-      it = next;
-    }
-  } else {
-    for (std::uint64_t i = i0; n.array != nullptr; ++i) {
-      if (n.array[i] != nullptr) fn(i, n.array[i]);
-      if (i == i1) break;
-    }
-  }
-}
 
 template <unsigned... Bits>
 struct BitList {};
@@ -783,31 +738,6 @@ class BTree final : public detail::TreeCore {
   /// engine file), allocating blocks from `quota` (which must outlive the tree).
   BTree(EngineFile* file, Quota& quota, const BTreeOptions& options = {});
   ~BTree() override;
-
-  void run(const Step& step, StepSink& sink) override;
-
- private:
-  void visit(const Step& s, StepSink& sink);
-  bool process(Step s, StepSink& sink);
-  bool transfer(const Step& s, StepSink& sink);
-  bool at_leaf(const Step& s, StepSink& sink);
-  bool at_block(const Step& s, StepSink& sink);
-  bool overwrite(const Step& s, StepSink& sink);
-  bool descend(const Step& s, StepSink& sink);
-  bool maintain(const Step& s, StepSink& sink);
-  bool go_direct(const Step& s, StepSink& sink);
-  bool fill_from(const Step& s, std::uint64_t from, StepSink& sink);
-  bool serve_read(const Step& s, StepSink& sink);
-  bool write_into_block(const Step& s, StepSink& sink);
-  bool write_back_next(const Step& s, StepSink& sink);
-  void io_done(const Step& s, StepSink& sink);
-  void resume(const Step& s, StepSink& sink);
-  void quiesce(const Step& s, StepSink& sink);
-  void drain(detail::Node& n, StepSink& sink);
-  bool finished(const Step& s, StepSink& sink) {
-    step_done(*s.op, sink);
-    return true;
-  }
 };
 
 namespace detail {
@@ -822,7 +752,7 @@ using BTreeTrivial = BTree<64>;
 /// A binary tree: a 2 then 62 ones (63 levels), for measuring the step pipeline.
 using BTreeBinary = decltype(detail::binary_tree(std::make_index_sequence<62>{}));
 
-// The predefined trees are compiled once, in src/btree.cpp.
+// The predefined trees are compiled once, in src/btree/instantiations.cpp.
 #define TAI_BTREE_ONES_62                                                                                    \
   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, \
       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1

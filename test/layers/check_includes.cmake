@@ -26,6 +26,7 @@ set(rules
     "src/preload/|include/tai/ engines/common/ src/detail/ src/posix/ src/preload/"
     "src/posix/|include/tai/ engines/common/ src/detail/ src/posix/"
     "src/controller/|include/tai/ engines/common/ src/detail/ src/controller/"
+    "src/btree/|include/tai/ engines/common/ src/detail/ src/btree/"
     "src/|include/tai/ engines/common/ src/detail/")
 
 if(SELF_TEST)

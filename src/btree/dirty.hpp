@@ -1,4 +1,4 @@
-// tai/detail/btree_dirty.hpp - the dirty byte ranges of one cache block.
+// src/btree/dirty.hpp - the dirty byte ranges of one cache block.
 //
 // A block keeps up to kMax disjoint, sorted, non-touching ranges [begin, end) of bytes that are
 // newer than the file (block-relative offsets). Adding a range coalesces it with every range it

@@ -1,4 +1,4 @@
-// tai/detail/btree_node.hpp - one node of a tai::BTree (shape-independent).
+// src/btree/node.hpp - one node of a tai::BTree (shape-independent).
 //
 // A node covers an aligned power-of-two range of the file's address space. It is either
 //  * a leaf: no children; it may hold one cache block covering its whole range, or
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tai/btree_ops.hpp"
-#include "tai/detail/btree_dirty.hpp"
+#include "src/btree/dirty.hpp"
 
 namespace tai::detail {
 

@@ -1,6 +1,7 @@
-// The shape-independent part of tai::BTree and the explicit instantiations of the predefined
-// trees (see include/tai/btree.hpp). The sequential driver is in src/btree_driver.cpp.
-#include "tai/btree.hpp"
+// The shape-independent part of tai::BTree (see include/tai/btree.hpp) beside the step handlers
+// (steps.cpp) and the explicit instantiations of the predefined trees (instantiations.cpp). The
+// sequential driver is in src/btree_driver.cpp.
+#include "src/btree/tree_core.hpp"
 
 #include <sys/stat.h>
 
@@ -12,11 +13,6 @@
 #include <vector>
 
 namespace tai {
-
-// The predefined trees, compiled once here (declared extern template in the header).
-template class BTree<34, 9, 9, 12>;
-template class BTree<64>;
-template class BTree<2, TAI_BTREE_ONES_62>;
 
 const char* to_string(TreeOp op) noexcept {
   switch (op) {

@@ -6,13 +6,13 @@
 // finished() (one step of the operation is done), or it keeps the step alive: parked at the node,
 // waiting for an engine request (an io_done step continues it), or handed over to the child steps
 // it emitted (descend, maintain: the operation's count passes to them).
+#include "src/btree/tree_core.hpp"
+
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
 #include <vector>
-
-#include "src/btree/tree_core.hpp"
 
 namespace tai::detail {
 
@@ -307,105 +307,24 @@ bool TreeCore::descend(const Step& s, StepSink& sink) {
   return false;  // handed over
 }
 
-// write_back / fsync / fdatasync / drop / evict at n.
-bool TreeCore::maintain(const Step& s, StepSink& sink) {
-  Node& n = *s.node;
-  Operation& op = *s.op;
-  const bool collect = op.kind == TreeOp::collect;
-  if (n.block != nullptr) {
-    if (collect) return finished(s, sink);  // a block: nothing to free here
-    if (redirtying(op)) {  // a failed sync's redirty (tai/btree.hpp, "Failed engine syncs")
-      redirty_block(n);
-      return finished(s, sink);
-    }
-    if (releasing(op)) {  // the clean budget after a good sync (tai/btree.hpp, "Clean budget")
-      release_synced_block(n);
-      return finished(s, sink);
-    }
-    if (op.kind == TreeOp::evict && (n.depth != op.evict_depth || n.block_seq != op.evict_seq))
-      return finished(s, sink);  // a newer block than the record: it has its own record
-    if (!n.dirty.empty()) return write_back_next(s, sink);
-    if (op.kind == TreeOp::drop || op.kind == TreeOp::evict) {
-      note_block_leaving(n);
-      free_block(n);
-    }
-    return finished(s, sink);
+bool TreeCore::write_at_idle_child(Node& c, const Step& piece) noexcept {
+  // Idle: every operation that went into c has completed, so no step of c is queued, parked or
+  // waiting for I/O (done_up_to; its acquire load makes their effects visible here), and c's
+  // later steps come from later steps of this parent: this step may act as c's own.
+  if (!done_up_to(c.last_seq) || c.busy || c.has_parked() || c.direct_count != 0) return false;
+  if (c.block == nullptr) {
+    // A leaf for every request that has no block yet: at_leaf() would allocate one. Checked
+    // against available() first so that a refusal (the step then reroutes) is counted once.
+    if (c.child_count != 0 || !bottom(c) || !cacheable(c.depth)) return false;
+    // The write-around rule: c's own step sends the piece to the engine.
+    if (goes_around(piece)) return false;
+    if (quota_.available() < block_size(c) || !allocate_block(c)) return false;
   }
-  if (op.kind == TreeOp::evict && n.depth >= op.evict_depth) return finished(s, sink);
-  if (n.child_count == 0) return finished(s, sink);
-  // The release phase stops descending once the budget holds again.
-  if (releasing(op) && !quota_.over_clean_budget()) return finished(s, sink);
-  // A redirty looks for blocks with unsynced bytes, dirty or clean, and a release for clean
-  // blocks: neither can skip clean subtrees.
-  const bool wants_dirty =
-      op.kind != TreeOp::drop && op.kind != TreeOp::evict && !collect && !redirtying(op) && !releasing(op);
-  const unsigned cs = shift_[n.depth + 1];
-  const std::uint64_t i0 = (s.first - n.base) >> cs, i1 = (s.last - n.base) >> cs;
-  std::vector<Node*> targets;
-  for_each_child(n, i0, i1, [&](std::uint64_t i, Node* c) {
-    // A child an earlier operation may still be working in is visited whatever its counters
-    // say: that work may be about to cache or dirty it, and this step must come after it.
-    const bool quiet = done_up_to(c->last_seq);
-    if (quiet && c->cached_bytes.load(std::memory_order_relaxed) == 0) {
-      delete_subtree(c);  // idle and empty: garbage
-      erase_child(n, i);
-      return;
-    }
-    if (wants_dirty && done_up_to(c->last_write_seq) && c->dirty_blocks.load(std::memory_order_relaxed) == 0)
-      return;  // clean, and every write that went in has landed
-    // A collection descends only where blocks are (the garbage it looks for hangs beside them):
-    // an empty child that an operation is still in is left for the next one.
-    if (collect && c->cached_bytes.load(std::memory_order_relaxed) == 0) return;
-    targets.push_back(c);
-  });
-  if (targets.empty()) return finished(s, sink);
-  if (targets.size() > 1) op_add(op, targets.size() - 1);
-  // Each target holds one count of the operation, whether a step of its own carries it or a
-  // gathered write's io_done step for it does.
-  const bool gather = options_.gather_bytes != 0 && targets.size() > 1 && !redirtying(op) && !releasing(op) &&
-                      (op.kind == TreeOp::write_back || op.kind == TreeOp::fsync ||
-                       op.kind == TreeOp::fdatasync || op.kind == TreeOp::drop);
-  for (std::size_t i = 0; i < targets.size();) {
-    if (gather) {
-      // gather_run checks each member's last_seq before issue_gather raises it (below).
-      const std::size_t k = gather_run(targets.data() + i, targets.size() - i);
-      if (k > 1 && issue_gather(op, targets.data() + i, k, sink)) {
-        i += k;
-        continue;
-      }
-    }
-    Node* c = targets[i++];
-    // max: a redirty or release belongs to an older operation than those that may have passed
-    // since (every other visit arrives in start order, so for it this is op.seq()).
-    c->last_seq = std::max(c->last_seq, op.seq());
-    Step cs_step = s;
-    cs_step.node = c;
-    cs_step.first = std::max(s.first, c->base);
-    cs_step.last = std::min(s.last, node_last(*c));
-    cs_step.aux = 0;
-    sink.emit(cs_step);
-  }
-  return false;  // handed over
-}
-
-// Writes back the first group of n's dirty ranges (write_back_range). The continuation's
-// first/last hold the request's range.
-bool TreeCore::write_back_next(const Step& s, StepSink& sink) {
-  Node& n = *s.node;
-  int j = 1;
-  std::uint64_t b = 0, e = 0;
-  write_back_range(n, j, b, e);
-  n.busy = true;
-  Step c = s;
-  c.kind = StepKind::io_done;
-  c.purpose = IoPurpose::write_back;
-  c.aux = static_cast<std::uint32_t>(j);
-  c.first = n.base + b;
-  c.last = n.base + e - 1;
-  count(counters_.engine_writes);
-  n.write_issued = write_issued_now();  // before the request: see note_block_written
-  sink.io(make_request(Op::write, n.block + b, n.base + b, e - b), c);
-  return false;
+  const std::uint64_t lo = piece.first - c.base, hi = piece.last - c.base + 1;
+  // The tiny-write rule's case (write_into_block): the step decides, with its engine request.
+  if (!(lo == 0 && hi == block_size(c)) && c.dirty.count_after(lo, hi) > DirtyRanges::kMax) return false;
+  absorb_write(c, lo, hi, op_data(piece), false);
+  return true;
 }
 
 void TreeCore::io_done(const Step& s, StepSink& sink) {
@@ -493,6 +412,44 @@ void TreeCore::resume(const Step& s, StepSink& sink) {
   n.quiesced = true;  // every quiesce step has passed: nothing earlier is active below
   process(n.parked->pop_front(), sink);  // the overwrite that waited
   drain(n, sink);
+}
+
+void TreeCore::park_back(Node& n, const Step& s) {
+  if (n.parked == nullptr) n.parked = new ParkedSteps();
+  n.parked->push_back(s);
+}
+
+void TreeCore::park_front(Node& n, const Step& s) {
+  if (n.parked == nullptr) n.parked = new ParkedSteps();
+  n.parked->push_front(s);
+}
+
+bool TreeCore::conflicts_direct(const Node& n, const Step& s) noexcept {
+  if (n.direct == nullptr) return false;
+  const bool write = s.op->kind == TreeOp::write;
+  for (const DirectIo& d : *n.direct)
+    if ((write || d.write) && d.first <= s.last && s.first <= d.last) return true;
+  return false;
+}
+
+void TreeCore::add_direct(Node& n, const Step& s) {
+  if (n.direct == nullptr) n.direct = new std::vector<DirectIo>();
+  n.direct->push_back(DirectIo{s.first, s.last, s.op->kind == TreeOp::write});
+  ++n.direct_count;
+}
+
+void TreeCore::remove_direct(Node& n, const Step& s) noexcept {
+  const bool write = s.op->kind == TreeOp::write;
+  auto& v = *n.direct;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i].first == s.first && v[i].last == s.last && v[i].write == write) {
+      v[i] = v.back();
+      v.pop_back();
+      --n.direct_count;
+      return;
+    }
+  }
+  assert(false && "completion of an uncached request the node does not know");
 }
 
 }  // namespace tai::detail

@@ -1,5 +1,5 @@
 // engines/crashsim/crash_states.hpp - from a crash log (crashsim_engine.hpp), the disk images a
-// power cut could leave, one file at a time.
+// power cut could leave, one file at a time or every file at once.
 //
 //     tai::engines::CrashStateOptions opt;                  // any-subset, torn 512-byte sectors
 //     auto stats = tai::engines::enumerate_crash_states(log, file, opt, checker, visit);

@@ -895,8 +895,9 @@ OrderState& ord() {
   return *o;
 }
 // skip_epoch_syncs_for_testing: the order thread breaks the rule on purpose (the crash-state
-// suite's proof that it can see a broken order). Read once per epoch.
-std::atomic<bool> g_skip_epoch_syncs{false};
+// suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
+// skipped. Read once per epoch.
+std::atomic<unsigned> g_skip_epoch_syncs{0};
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0};
 
@@ -1017,6 +1018,8 @@ void order_thread_main() noexcept {
       std::vector<Deferred> writes = std::move(front.writes);
       std::vector<Inode*> files = std::move(front.dirty);
       const bool data_only = front.data_only;
+      const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
+      const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
       const std::uint64_t started = now_ns();
       o.front_started_ns = started;
       lk.unlock();
@@ -1026,7 +1029,7 @@ void order_thread_main() noexcept {
       } catch (const std::bad_alloc&) {
         err = ENOMEM;
       }
-      const int serr = g_skip_epoch_syncs.load(std::memory_order_relaxed) ? 0 : sync_files(files, data_only);
+      const int serr = skip_syncs ? 0 : sync_files(files, data_only);
       if (err == 0) err = serr;
       lk.lock();
       if (err != 0) {
@@ -1949,7 +1952,7 @@ void hold_order_thread_for_testing(bool hold) {
   o.cv.notify_all();
 }
 
-void skip_epoch_syncs_for_testing(bool skip) { g_skip_epoch_syncs.store(skip, std::memory_order_relaxed); }
+void skip_epoch_syncs_for_testing(unsigned every) { g_skip_epoch_syncs.store(every, std::memory_order_relaxed); }
 
 bool fsync_is_noop() noexcept { return g_fsync_none.load(std::memory_order_relaxed); }
 

@@ -356,7 +356,7 @@ void print_order_crash(const char* name, const OrderCrashTally& t, double second
 class FsyncOrderCrash : public LayerTest {
  protected:
   void TearDown() override {
-    posix::detail::skip_epoch_syncs_for_testing(false);
+    posix::detail::skip_epoch_syncs_for_testing(0);
     LayerTest::TearDown();
   }
 };
@@ -404,21 +404,34 @@ TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
   }
 }
 
-// The proof that the suite sees a broken order: the order thread told to skip the epochs' syncs
-// (a later epoch's writes then reach the engine while an earlier one's are not durable).
+// The proof that the suite sees a broken order: the order thread told to skip the syncs of every
+// epoch (overwrites of two files), or of every second one (the journal pattern: a database page
+// durable while the journal epoch before it is not, what would corrupt SQLite). A later epoch's
+// writes then reach the engine while an earlier one's are not durable.
 TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
   const std::string dir = file("");
-  for (bool busy : {false, true}) {
-    OrderCrashTally t;
-    posix::detail::skip_epoch_syncs_for_testing(true);
-    run_order_crash(dir, std::string("broken_") + (busy ? "busy_" : "quiet_"), busy, 7,
-                    [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 4); }, t);
-    posix::detail::skip_epoch_syncs_for_testing(false);
-    EXPECT_GT(t.stats.violations, 0u) << (busy ? "busy" : "quiet");
-    if (!t.violations.empty()) std::printf("[crashsim] order mode, syncs skipped (%s): %llu violations, e.g. %s\n",
-                                           busy ? "busy" : "quiet", static_cast<unsigned long long>(t.stats.violations),
-                                           t.violations.front().c_str());
-  }
+  struct Broken {
+    const char* name;
+    unsigned every;
+    std::function<void(OrderProgram&, std::mt19937_64&)> body;
+  };
+  const std::vector<Broken> cases = {
+      {"overwrite", 1, [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 4); }},
+      {"journal", 2, [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 3); }},
+  };
+  for (const Broken& b : cases)
+    for (bool busy : {false, true}) {
+      OrderCrashTally t;
+      posix::detail::skip_epoch_syncs_for_testing(b.every);
+      run_order_crash(dir, std::string("broken_") + b.name + (busy ? "_busy_" : "_quiet_"), busy, 7, b.body, t);
+      posix::detail::skip_epoch_syncs_for_testing(0);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(t.stats.violations, 0u) << b.name << ", every " << b.every << (busy ? ", busy" : ", quiet");
+      std::printf("[crashsim] order mode, the syncs of %s epoch skipped, %s (%s): %llu of %llu states rejected%s%s\n",
+                  b.every == 1 ? "every" : "every second", b.name, busy ? "busy" : "quiet",
+                  static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique),
+                  t.violations.empty() ? "" : ", e.g. ", t.violations.empty() ? "" : t.violations.front().c_str());
+    }
 }
 
 // --- the oracle on hand-made logs ------------------------------------------------------------

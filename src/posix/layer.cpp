@@ -855,9 +855,10 @@ void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
 // Unfinished: one device sync per epoch, one epoch at a time, is as many syncs as `full`; the
 // mode wins only the overlap of the program's work with the sync, and loses a hand-off per epoch
 // (docs/results/fsync-order.md). Fewer syncs than epochs needs a TAI-side log of epochs (not
-// started). The crash-state suite of the crash simulator does not host this mode yet (the test
-// checks the rule on the recording engine's log); the kill suite runs sqlite3 under this mode
-// (test/kill/preload_kill_test.cpp).
+// started). The rule is checked on the recording engine's log (test/posix_layer/fsync_order_test.cpp),
+// on every multi-file crash state of the crash simulator's log
+// (test/posix_layer/fsync_order_crash_test.cpp, docs/crashsim.md), and the kill suite runs sqlite3
+// under this mode (test/kill/preload_kill_test.cpp).
 
 struct Deferred {
   Inode* ino;  // holds a reference
@@ -893,6 +894,10 @@ OrderState& ord() {
   static auto* o = new OrderState;  // never destroyed: used by the exit handler
   return *o;
 }
+// skip_epoch_syncs_for_testing: the order thread breaks the rule on purpose (the crash-state
+// suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
+// skipped. Read once per epoch.
+std::atomic<unsigned> g_skip_epoch_syncs{0};
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0};
 
@@ -1013,6 +1018,8 @@ void order_thread_main() noexcept {
       std::vector<Deferred> writes = std::move(front.writes);
       std::vector<Inode*> files = std::move(front.dirty);
       const bool data_only = front.data_only;
+      const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
+      const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
       const std::uint64_t started = now_ns();
       o.front_started_ns = started;
       lk.unlock();
@@ -1022,7 +1029,7 @@ void order_thread_main() noexcept {
       } catch (const std::bad_alloc&) {
         err = ENOMEM;
       }
-      const int serr = sync_files(files, data_only);
+      const int serr = skip_syncs ? 0 : sync_files(files, data_only);
       if (err == 0) err = serr;
       lk.lock();
       if (err != 0) {
@@ -1944,6 +1951,8 @@ void hold_order_thread_for_testing(bool hold) {
   o.held = hold;
   o.cv.notify_all();
 }
+
+void skip_epoch_syncs_for_testing(unsigned every) { g_skip_epoch_syncs.store(every, std::memory_order_relaxed); }
 
 bool fsync_is_noop() noexcept { return g_fsync_none.load(std::memory_order_relaxed); }
 

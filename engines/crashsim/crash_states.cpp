@@ -34,6 +34,53 @@ void apply_piece(std::vector<unsigned char>& img, const CrashEvent& e, std::uint
   std::memcpy(img.data() + begin, e.data.data() + (begin - e.offset), end - begin);
 }
 
+// The units a crash may persist or drop independently: each candidate write torn at sector_size
+// (0: whole), a truncation whole. first_unit[c] is candidate c's first unit, with one entry more
+// at the end (units of one candidate are contiguous).
+void split_into_units(const std::vector<CrashEvent>& ev, const std::vector<std::size_t>& cands, std::uint64_t sector_size,
+                      std::vector<Unit>& units, std::vector<std::size_t>& first_unit) {
+  for (std::size_t i : cands) {
+    const CrashEvent& e = ev[i];
+    first_unit.push_back(units.size());
+    if (e.kind == CrashEvent::Kind::truncate || sector_size == 0 || e.data.empty()) {
+      units.push_back({i, e.offset, e.end(), 0});
+      continue;
+    }
+    for (std::uint64_t a = e.offset; a < e.end();) {
+      const std::uint64_t b = std::min(e.end(), (a / sector_size + 1) * sector_size);
+      units.push_back({i, a, b, static_cast<std::size_t>(a / sector_size)});
+      a = b;
+    }
+  }
+  first_unit.push_back(units.size());
+}
+
+// Any subset of the units persisted: every one of the 2^n choices when n <= bound, else none,
+// all, and `samples` seeded draws (then `sampled` is set). visit() sees each choice in `chosen`
+// and returns whether to go on; so does this.
+template <class Visit>
+bool visit_any_subset(std::vector<char>& chosen, std::size_t bound, unsigned samples, std::mt19937_64& rng,
+                      CrashStats& stats, bool& sampled, Visit&& visit) {
+  bool go_on = true;
+  const std::size_t n = chosen.size();
+  if (n <= bound) {
+    ++stats.exhaustive_points;
+    const std::uint64_t total = std::uint64_t{1} << n;
+    for (std::uint64_t m = 0; m < total && go_on; ++m) {
+      for (std::size_t b = 0; b < n; ++b) chosen[b] = static_cast<char>((m >> b) & 1);
+      go_on = visit();
+    }
+  } else {
+    ++stats.sampled_points;
+    sampled = true;
+    for (unsigned s = 0; s < samples + 2 && go_on; ++s) {
+      for (std::size_t b = 0; b < n; ++b) chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
+      go_on = visit();
+    }
+  }
+  return go_on;
+}
+
 }  // namespace
 
 const char* to_string(CrashStateOptions::Order order) noexcept {
@@ -122,21 +169,7 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
     // Units.
     std::vector<Unit> units;
     std::vector<std::size_t> first_unit;  // per candidate: its first unit (units of one candidate are contiguous)
-    for (std::size_t i : cands) {
-      const CrashEvent& e = ev[i];
-      first_unit.push_back(units.size());
-      if (e.kind == CrashEvent::Kind::truncate || opt.sector_size == 0 || e.data.empty()) {
-        units.push_back({i, e.offset, e.end(), 0});
-        continue;
-      }
-      const std::uint64_t s = opt.sector_size;
-      for (std::uint64_t a = e.offset; a < e.end();) {
-        const std::uint64_t b = std::min(e.end(), (a / s + 1) * s);
-        units.push_back({i, a, b, static_cast<std::size_t>(a / s)});
-        a = b;
-      }
-    }
-    first_unit.push_back(units.size());
+    split_into_units(ev, cands, opt.sector_size, units, first_unit);
     stats.max_units = std::max<std::uint64_t>(stats.max_units, units.size());
 
     std::vector<char> chosen(units.size(), 0);
@@ -202,22 +235,7 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
     std::mt19937_64 rng(mix64(opt.seed ^ mix64(k + 1) ^ (static_cast<std::uint64_t>(file) << 40)));
     bool go_on = true;
     if (opt.order == CrashStateOptions::Order::any_subset) {
-      if (units.size() <= bound) {
-        ++stats.exhaustive_points;
-        const std::uint64_t total = std::uint64_t{1} << units.size();
-        for (std::uint64_t m = 0; m < total && go_on; ++m) {
-          for (std::size_t b = 0; b < units.size(); ++b) chosen[b] = static_cast<char>((m >> b) & 1);
-          go_on = visit();
-        }
-      } else {
-        ++stats.sampled_points;
-        state.sampled = true;
-        for (unsigned s = 0; s < opt.samples + 2 && go_on; ++s) {
-          for (std::size_t b = 0; b < units.size(); ++b)
-            chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
-          go_on = visit();
-        }
-      }
+      go_on = visit_any_subset(chosen, bound, opt.samples, rng, stats, state.sampled, visit);
     } else {
       // Sequential: the first j candidates whole, then any subset of candidate j's units.
       std::uint64_t total = 1;  // j == cands.size(): everything
@@ -312,22 +330,8 @@ CrashStats enumerate_multi_crash_states(
         apply_piece(base[ev[i].file], ev[i], ev[i].offset, ev[i].end());
 
     std::vector<Unit> units;
-    std::vector<std::size_t> first_unit;
-    for (std::size_t i : cands) {
-      const CrashEvent& e = ev[i];
-      first_unit.push_back(units.size());
-      if (e.kind == CrashEvent::Kind::truncate || opt.sector_size == 0 || e.data.empty()) {
-        units.push_back({i, e.offset, e.end(), 0});
-        continue;
-      }
-      const std::uint64_t s = opt.sector_size;
-      for (std::uint64_t a = e.offset; a < e.end();) {
-        const std::uint64_t b = std::min(e.end(), (a / s + 1) * s);
-        units.push_back({i, a, b, static_cast<std::size_t>(a / s)});
-        a = b;
-      }
-    }
-    first_unit.push_back(units.size());
+    std::vector<std::size_t> first_unit;  // per candidate: its first unit (units of one candidate are contiguous)
+    split_into_units(ev, cands, opt.sector_size, units, first_unit);
     stats.max_units = std::max<std::uint64_t>(stats.max_units, units.size());
 
     std::vector<char> chosen(units.size(), 0);
@@ -392,21 +396,7 @@ CrashStats enumerate_multi_crash_states(
 
     std::mt19937_64 rng(mix64(opt.seed ^ mix64(k + 1) ^ 0x6D756C7469ull));
     bool go_on = true;
-    if (units.size() <= bound) {
-      ++stats.exhaustive_points;
-      const std::uint64_t total = std::uint64_t{1} << units.size();
-      for (std::uint64_t m = 0; m < total && go_on; ++m) {
-        for (std::size_t b = 0; b < units.size(); ++b) chosen[b] = static_cast<char>((m >> b) & 1);
-        go_on = visit();
-      }
-    } else {
-      ++stats.sampled_points;
-      state.sampled = true;
-      for (unsigned s = 0; s < opt.samples + 2 && go_on; ++s) {
-        for (std::size_t b = 0; b < units.size(); ++b) chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
-        go_on = visit();
-      }
-    }
+    go_on = visit_any_subset(chosen, bound, opt.samples, rng, stats, state.sampled, visit);
     if (!go_on) break;
   }
   return stats;

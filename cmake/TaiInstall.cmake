@@ -7,18 +7,20 @@
 #                                    engines/common what engine headers and users' engines need
 #   include/tai/testing/*.hpp        the rigs of tai::testing (src/testing), when it is built
 #   lib/libtai.a                     the library (libtai.so with -DBUILD_SHARED_LIBS=ON)
+#   lib/libtai_posix.a               the drop-in layer tai::posix (tai/posix.hpp)
 #   lib/libtai_testing.a             the test engines fault, recording and crashsim and the rigs
 #                                    (TAI_BUILD_TESTING_ENGINES)
-#   lib/cmake/tai/                   find_package(tai) -> tai::tai, and tai::testing when built
+#   lib/cmake/tai/                   find_package(tai) -> tai::tai, tai::posix, and tai::testing when built
 #                                    (find_package(tai COMPONENTS testing) requires it)
 #   lib/pkgconfig/tai.pc             pkg-config --cflags --libs tai
+#   lib/pkgconfig/tai-posix.pc       pkg-config --cflags --libs tai-posix (the drop-in layer)
 #   lib/pkgconfig/tai-testing.pc     pkg-config --cflags --libs tai-testing (with tai::testing)
 # test/cmake_smoke checks all three ways of consuming it.
 include(CMakePackageConfigHelpers)
 
 set(TAI_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tai)
 
-set(tai_installed_targets tai)
+set(tai_installed_targets tai tai_posix)
 if(TARGET tai_testing)
   list(APPEND tai_installed_targets tai_testing)
 endif()
@@ -99,6 +101,10 @@ file(RELATIVE_PATH TAI_PC_PREFIX_FROM_PCDIR
 string(REGEX REPLACE "/$" "" TAI_PC_PREFIX_FROM_PCDIR "${TAI_PC_PREFIX_FROM_PCDIR}")
 configure_file(cmake/tai.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tai.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tai.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# pkg-config for tai::posix: its own library, then libtai's flags (Requires).
+configure_file(cmake/tai-posix.pc.in ${CMAKE_CURRENT_BINARY_DIR}/tai-posix.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/tai-posix.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # pkg-config for tai::testing: its own library, then libtai's flags (Requires).
 if(TARGET tai_testing)

@@ -1,6 +1,6 @@
 # TaiPackage.cmake - Debian packages with CPack (`make package`, or `cpack` in a build directory).
 # One package per install component:
-#   libtai-dev  (component dev)    the headers, libtai.a and libtai_testing.a, the CMake package
+#   libtai-dev  (component dev)    the headers, libtai.a, libtai_posix.a and libtai_testing.a, the CMake package
 #                                  (find_package(tai)) and the pkg-config files
 #   tai-tools   (component tools)  tai-bench, tai-augment, tai-serial and libtai-preload.so
 # libtai is a static library unless BUILD_SHARED_LIBS=ON; then libtai.so goes to a runtime

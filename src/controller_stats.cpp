@@ -120,6 +120,7 @@ std::string ControllerStats::table() const {
   row("write copy budget", write_copy_budget);
   row("write copy waits", write_copy_waits);
   row("write copy pooled", write_copy_pooled);
+  row("write copy mapped", write_copy_mapped);
   row("write copy reuses", write_copy_reuses);
   row("write copy allocations", write_copy_allocations);
   row("rounds normal", rounds_normal);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "btree_fuzz/btree_harness.hpp"
+#include "support/direct_tree_rig.hpp"
 #include "support/test_env.hpp"
 #include "tai/btree.hpp"
 #include "tai/btree_driver.hpp"
@@ -59,20 +60,12 @@ TEST(BTreeWriteAround, APageOverNothingCachedGoesAroundAndSmallWritesAreCached) 
 
 TEST(BTreeWriteAround, OnADirectFileOnlyAlignedPiecesGoAround) {
   ScratchDir dir;
-  auto engine = engines::make_posix({});
-  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
-  auto opened = engine->open(dir.file("direct.bin"), OpenMode(Open::read | Open::write | Open::create | Open::direct));
-  ASSERT_TRUE(opened) << opened.error().message;
-  auto file = std::move(opened.value());
-  const std::uint64_t align = std::max(file->capabilities().alignment.offset, 1u);
-  if (align > 4096) GTEST_SKIP() << "direct-I/O alignment " << align << " above a 4 KiB block";
-  EngineExecutor inner;
-  RecordingExecutor rec(inner);
-  Quota quota;
-  BTreeDefault tree(file.get(), quota);  // the default options
-  SequentialDriver::Options d;
-  d.executor = &rec;
-  SequentialDriver driver(d);
+  std::string why;
+  auto rig = DirectTreeRig::make(dir, BTreeOptions{}, why);  // the default options
+  if (!rig) GTEST_SKIP() << why;
+  BTreeDefault& tree = *rig->tree;
+  SequentialDriver& driver = rig->driver;
+  RecordingExecutor& rec = rig->rec;
   auto aligned = filled(8192, 1);
   ASSERT_EQ(run_op(driver, tree, TreeOp::write, 0, aligned.size(), aligned.data()), 8192);
   EXPECT_GE(tree.stats().write_arounds, 1u) << "an aligned page on a direct file was cached";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "btree_fuzz/btree_harness.hpp"
+#include "support/direct_tree_rig.hpp"
 #include "support/test_env.hpp"
 #include "tai/btree.hpp"
 #include "tai/btree_driver.hpp"
@@ -142,22 +143,15 @@ TEST(BTreeWriteBack, FsyncWritesEverythingBackBeforeTheEngineSync) {
 
 TEST(BTreeWriteBack, ADirectFileGetsTheAlignedSupersetOfAValidBlock) {
   ScratchDir dir;
-  auto engine = engines::make_posix({});
-  TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
-  auto opened = engine->open(dir.file("direct.bin"), OpenMode(Open::read | Open::write | Open::create | Open::direct));
-  ASSERT_TRUE(opened) << opened.error().message;
-  auto file = std::move(opened.value());
-  const std::uint64_t align = std::max(file->capabilities().alignment.offset, 1u);
-  if (align > 4096) GTEST_SKIP() << "direct-I/O alignment " << align << " above a 4 KiB block";
-  EngineExecutor inner;
-  RecordingExecutor rec(inner);
-  Quota quota;
   BTreeOptions cached_writes;
   cached_writes.write_around_bytes = 0;  // the 8 KiB write must fill blocks, not go around them
-  BTreeDefault tree(file.get(), quota, cached_writes);
-  SequentialDriver::Options d;
-  d.executor = &rec;
-  SequentialDriver driver(d);
+  std::string why;
+  auto rig = DirectTreeRig::make(dir, cached_writes, why);
+  if (!rig) GTEST_SKIP() << why;
+  BTreeDefault& tree = *rig->tree;
+  SequentialDriver& driver = rig->driver;
+  RecordingExecutor& rec = rig->rec;
+  const std::uint64_t align = rig->align;
   auto full = bytes(8192, 1);
   ASSERT_EQ(run_op(driver, tree, TreeOp::write, 0, 8192, full.data()), 8192);
   ASSERT_EQ(run_op(driver, tree, TreeOp::fsync, 0, 0), 0);
@@ -179,7 +173,7 @@ TEST(BTreeWriteBack, ADirectFileGetsTheAlignedSupersetOfAValidBlock) {
   ASSERT_EQ(log.size(), 2u);
   EXPECT_EQ(log[0].offset, 8192u + 10);
   EXPECT_EQ(log[0].length, 20u);
-  (void)engine->close(*file);
+  (void)rig->engine->close(*rig->file);
   // The file holds exactly what was written, and is not longer.
   const int fd = ::open(dir.file("direct.bin").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);

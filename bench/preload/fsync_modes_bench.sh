@@ -10,13 +10,17 @@
 #                  `order` waits for the epochs before it)
 #   fdatasync      a loop of 4 KiB writes, each followed by fdatasync (a small C program)
 #   serial-1/-30   tai-serial --mode posix, --fsync-every 1 and 30 (if built)
+#   git            N commits of one small file each (git init, then add + commit per file, with
+#                  core.fsync=all: every object, index and ref write synced), checked by git fsck
+#                  and the tree of every commit
 # Interleaved (every workload and mode once per round, round after round), medians of the
 # rounds; each run starts from an empty directory, and every SQLite table is checked. The last
 # column is `order`'s gain as a fraction of `none`'s gain, both over `full`:
 # (full/order - 1) / (full/none - 1).
 #
 #   bench/preload/fsync_modes_bench.sh [--lib PATH] [--serial PATH] [--rounds 3] [--txns 2000]
-#                                      [--loops 2000] [--images 30] [--dir DIR] [--only LIST]
+#                                      [--loops 2000] [--images 30] [--commits 500] [--dir DIR]
+#                                      [--only LIST]
 set -euo pipefail
 lib=build/release/src/preload/libtai-preload.so
 serial=build/release/workloads/serial/tai-serial
@@ -24,8 +28,9 @@ rounds=3
 txns=2000
 loops=2000
 images=30
+commits=500
 dir=${TMPDIR:-/var/tmp}/tai-fsync-modes-bench
-only="sqlite-delete sqlite-wal sqlite-wal-excl fdatasync serial-1 serial-30"
+only="sqlite-delete sqlite-wal sqlite-wal-excl fdatasync serial-1 serial-30 git"
 while [ $# -gt 0 ]; do
   case "$1" in
     --lib) lib=$2; shift 2;;
@@ -34,9 +39,10 @@ while [ $# -gt 0 ]; do
     --txns) txns=$2; shift 2;;
     --loops) loops=$2; shift 2;;
     --images) images=$2; shift 2;;
+    --commits) commits=$2; shift 2;;
     --dir) dir=$2; shift 2;;
     --only) only=$2; shift 2;;
-    *) echo "usage: $0 [--lib PATH] [--serial PATH] [--rounds N] [--txns N] [--loops N] [--images N] [--dir DIR] [--only LIST]" >&2; exit 2;;
+    *) echo "usage: $0 [--lib PATH] [--serial PATH] [--rounds N] [--txns N] [--loops N] [--images N] [--commits N] [--dir DIR] [--only LIST]" >&2; exit 2;;
   esac
 done
 [ -f "$lib" ] || { echo "fsync_modes_bench: $lib not found: build it first (make release)" >&2; exit 1; }
@@ -47,6 +53,7 @@ for w in $only; do
     sqlite-*) command -v sqlite3 >/dev/null || { echo "fsync_modes_bench: sqlite3 not found: $w skipped" >&2; continue; } ;;
     serial-*) [ -x "$serial" ] || { echo "fsync_modes_bench: $serial not built: $w skipped" >&2; continue; } ;;
     fdatasync) command -v cc >/dev/null || { echo "fsync_modes_bench: no C compiler: $w skipped" >&2; continue; } ;;
+    git) command -v git >/dev/null || { echo "fsync_modes_bench: git not found: $w skipped" >&2; continue; } ;;
   esac
   workloads+=("$w")
 done
@@ -102,6 +109,15 @@ run() {  # workload mode -> seconds on stdout
     sqlite-wal-excl) timeout 1200 $pre sqlite3 -bail "$out/t.db" ".read '$dir/load-WAL-EXCL.sql'" >/dev/null 2>"$dir/err" ;;
     fdatasync) timeout 1200 $pre "$loop_bin" "$out/f.dat" "$loops" 2>"$dir/err" ;;
     serial-*) timeout 1200 $pre "$serial" --mode posix --images "$images" --fsync-every "${w#serial-}" --output "$out/s" >/dev/null 2>"$dir/err" ;;
+    git) timeout 1200 $pre bash -c '
+           set -e
+           git init -q "$1/repo" && cd "$1/repo"
+           git config core.fsync all && git config user.name bench && git config user.email bench@localhost
+           for ((i = 1; i <= $2; ++i)); do
+             echo "file $i" >"f$i.txt"
+             git add "f$i.txt"
+             git commit -q -m "commit $i"
+           done' git-bench "$out" "$commits" 2>"$dir/err" ;;
   esac
   t1=$(now)
   grep -v "benchmark-only mode" "$dir/err" >&2 || true
@@ -109,6 +125,7 @@ run() {  # workload mode -> seconds on stdout
     sqlite-*) got=$(sqlite3 "$out/t.db" "PRAGMA integrity_check; SELECT count(*), sum(x), total(length(y)) FROM t;" | tr '\n' ' ') ;;
     fdatasync) got=$(cksum <"$out/f.dat") ;;
     serial-*) got=$(cat "$out"/s/* 2>/dev/null | cksum) ;;
+    git) got=$(git -C "$out/repo" fsck --strict >/dev/null 2>&1 && git -C "$out/repo" log --format=%T | cksum) ;;
   esac
   if [ -z "${expect[$w]:-}" ]; then expect[$w]=$got; fi
   [ "$got" = "${expect[$w]}" ] || { echo "fsync_modes_bench: $w under $m: the output differs ($got, expected ${expect[$w]})" >&2; exit 1; }
@@ -124,7 +141,7 @@ for ((r = 0; r < rounds; ++r)); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
-echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images"
+echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"
 printf '%-14s %9s %9s %9s %10s %10s %12s\n' workload "full s" "order s" "none s" "full/order" "full/none" "order gain"
 for w in "${workloads[@]}"; do

@@ -34,6 +34,53 @@ void apply_piece(std::vector<unsigned char>& img, const CrashEvent& e, std::uint
   std::memcpy(img.data() + begin, e.data.data() + (begin - e.offset), end - begin);
 }
 
+// The units a crash may persist or drop independently: each candidate write torn at sector_size
+// (0: whole), a truncation whole. first_unit[c] is candidate c's first unit, with one entry more
+// at the end (units of one candidate are contiguous).
+void split_into_units(const std::vector<CrashEvent>& ev, const std::vector<std::size_t>& cands, std::uint64_t sector_size,
+                      std::vector<Unit>& units, std::vector<std::size_t>& first_unit) {
+  for (std::size_t i : cands) {
+    const CrashEvent& e = ev[i];
+    first_unit.push_back(units.size());
+    if (e.kind == CrashEvent::Kind::truncate || sector_size == 0 || e.data.empty()) {
+      units.push_back({i, e.offset, e.end(), 0});
+      continue;
+    }
+    for (std::uint64_t a = e.offset; a < e.end();) {
+      const std::uint64_t b = std::min(e.end(), (a / sector_size + 1) * sector_size);
+      units.push_back({i, a, b, static_cast<std::size_t>(a / sector_size)});
+      a = b;
+    }
+  }
+  first_unit.push_back(units.size());
+}
+
+// Any subset of the units persisted: every one of the 2^n choices when n <= bound, else none,
+// all, and `samples` seeded draws (then `sampled` is set). visit() sees each choice in `chosen`
+// and returns whether to go on; so does this.
+template <class Visit>
+bool visit_any_subset(std::vector<char>& chosen, std::size_t bound, unsigned samples, std::mt19937_64& rng,
+                      CrashStats& stats, bool& sampled, Visit&& visit) {
+  bool go_on = true;
+  const std::size_t n = chosen.size();
+  if (n <= bound) {
+    ++stats.exhaustive_points;
+    const std::uint64_t total = std::uint64_t{1} << n;
+    for (std::uint64_t m = 0; m < total && go_on; ++m) {
+      for (std::size_t b = 0; b < n; ++b) chosen[b] = static_cast<char>((m >> b) & 1);
+      go_on = visit();
+    }
+  } else {
+    ++stats.sampled_points;
+    sampled = true;
+    for (unsigned s = 0; s < samples + 2 && go_on; ++s) {
+      for (std::size_t b = 0; b < n; ++b) chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
+      go_on = visit();
+    }
+  }
+  return go_on;
+}
+
 }  // namespace
 
 const char* to_string(CrashStateOptions::Order order) noexcept {
@@ -122,21 +169,7 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
     // Units.
     std::vector<Unit> units;
     std::vector<std::size_t> first_unit;  // per candidate: its first unit (units of one candidate are contiguous)
-    for (std::size_t i : cands) {
-      const CrashEvent& e = ev[i];
-      first_unit.push_back(units.size());
-      if (e.kind == CrashEvent::Kind::truncate || opt.sector_size == 0 || e.data.empty()) {
-        units.push_back({i, e.offset, e.end(), 0});
-        continue;
-      }
-      const std::uint64_t s = opt.sector_size;
-      for (std::uint64_t a = e.offset; a < e.end();) {
-        const std::uint64_t b = std::min(e.end(), (a / s + 1) * s);
-        units.push_back({i, a, b, static_cast<std::size_t>(a / s)});
-        a = b;
-      }
-    }
-    first_unit.push_back(units.size());
+    split_into_units(ev, cands, opt.sector_size, units, first_unit);
     stats.max_units = std::max<std::uint64_t>(stats.max_units, units.size());
 
     std::vector<char> chosen(units.size(), 0);
@@ -202,22 +235,7 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
     std::mt19937_64 rng(mix64(opt.seed ^ mix64(k + 1) ^ (static_cast<std::uint64_t>(file) << 40)));
     bool go_on = true;
     if (opt.order == CrashStateOptions::Order::any_subset) {
-      if (units.size() <= bound) {
-        ++stats.exhaustive_points;
-        const std::uint64_t total = std::uint64_t{1} << units.size();
-        for (std::uint64_t m = 0; m < total && go_on; ++m) {
-          for (std::size_t b = 0; b < units.size(); ++b) chosen[b] = static_cast<char>((m >> b) & 1);
-          go_on = visit();
-        }
-      } else {
-        ++stats.sampled_points;
-        state.sampled = true;
-        for (unsigned s = 0; s < opt.samples + 2 && go_on; ++s) {
-          for (std::size_t b = 0; b < units.size(); ++b)
-            chosen[b] = s == 0 ? 0 : s == 1 ? 1 : static_cast<char>(rng() & 1);
-          go_on = visit();
-        }
-      }
+      go_on = visit_any_subset(chosen, bound, opt.samples, rng, stats, state.sampled, visit);
     } else {
       // Sequential: the first j candidates whole, then any subset of candidate j's units.
       std::uint64_t total = 1;  // j == cands.size(): everything
@@ -254,6 +272,131 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
         }
       }
     }
+    if (!go_on) break;
+  }
+  return stats;
+}
+
+std::uint64_t MultiCrashChecker::context(std::uint64_t) const { return 0; }
+
+CrashStats enumerate_multi_crash_states(
+    const CrashLog& log, const CrashStateOptions& opt, MultiCrashChecker& checker,
+    const std::function<void(const MultiCrashState&, const std::vector<std::string>&)>& on_violation) {
+  CrashStats stats;
+  const auto& ev = log.events;
+  const std::size_t n_events = ev.size();
+  const std::size_t n_files = log.paths.size();
+  const unsigned bound = std::min(opt.exhaustive_bound, 20u);
+  std::unordered_set<std::uint64_t> seen;
+  std::vector<std::vector<unsigned char>> images(n_files);
+  std::vector<std::string> lines;
+
+  auto is_data = [&](const CrashEvent& e) {
+    return e.file < n_files && (e.kind == CrashEvent::Kind::write || e.kind == CrashEvent::Kind::truncate);
+  };
+  std::vector<std::uint64_t> cut(n_files, 0);  // per file, as in enumerate_crash_states
+  std::uint64_t prev_signature = 0;
+  bool have_prev = false;
+
+  for (std::size_t k = 0; k <= n_events; ++k) {
+    const std::uint64_t c = k < n_events ? ev[k].complete_seq : std::numeric_limits<std::uint64_t>::max();
+    if (k > 0) {
+      const CrashEvent& prev = ev[k - 1];
+      if (prev.file < n_files && prev.kind == CrashEvent::Kind::sync && prev.ok())
+        cut[prev.file] = std::max(cut[prev.file], prev.submit_seq);
+    }
+    auto durable = [&](const CrashEvent& e) { return e.ok() && e.complete_seq < cut[e.file]; };
+
+    std::vector<std::size_t> cands;
+    for (std::size_t i = 0; i < n_events; ++i) {
+      const CrashEvent& e = ev[i];
+      if (!is_data(e) || e.submit_seq >= c) continue;
+      if (!durable(e)) cands.push_back(i);
+    }
+    const std::uint64_t context = checker.context(c);
+    std::uint64_t signature = mix64(context);
+    for (std::size_t f = 0; f < n_files; ++f) signature = mix64(signature ^ cut[f] ^ (f << 56));
+    for (std::size_t i : cands) signature = mix64(signature ^ i);
+    if (have_prev && signature == prev_signature) continue;
+    prev_signature = signature;
+    have_prev = true;
+
+    const std::size_t first = cands.empty() ? n_events : cands.front();
+    std::vector<std::vector<unsigned char>> base(n_files);
+    for (std::size_t f = 0; f < n_files; ++f)
+      if (f < log.initial.size()) base[f] = log.initial[f];
+    for (std::size_t i = 0; i < first && i < n_events; ++i)
+      if (is_data(ev[i]) && ev[i].submit_seq < c && durable(ev[i]))
+        apply_piece(base[ev[i].file], ev[i], ev[i].offset, ev[i].end());
+
+    std::vector<Unit> units;
+    std::vector<std::size_t> first_unit;  // per candidate: its first unit (units of one candidate are contiguous)
+    split_into_units(ev, cands, opt.sector_size, units, first_unit);
+    stats.max_units = std::max<std::uint64_t>(stats.max_units, units.size());
+
+    std::vector<char> chosen(units.size(), 0);
+    MultiCrashState state;
+    state.point = k;
+    state.seq = c;
+    state.images = &images;
+    state.describe = [&]() {
+      std::string s = "crash before event " + std::to_string(k) +
+                      (k < n_events ? " (" + ev[k].to_string() + ")" : std::string(" (after the last event)")) +
+                      "; durable cuts:";
+      for (std::size_t f = 0; f < n_files; ++f) s += " f" + std::to_string(f) + " seq " + std::to_string(cut[f]);
+      s += "; persisted beyond them:";
+      bool any = false;
+      for (std::size_t ci = 0; ci < cands.size(); ++ci) {
+        std::string sectors;
+        std::size_t count = 0;
+        for (std::size_t u = first_unit[ci]; u < first_unit[ci + 1]; ++u)
+          if (chosen[u]) sectors += (count++ ? "," : "") + std::to_string(units[u].sector);
+        if (!count) continue;
+        any = true;
+        s += " [" + ev[cands[ci]].to_string();
+        if (first_unit[ci + 1] - first_unit[ci] > 1)
+          s += (count == first_unit[ci + 1] - first_unit[ci] ? " all sectors" : " sectors {" + sectors + "}");
+        s += "]";
+      }
+      if (!any) s += " nothing";
+      return s;
+    };
+
+    bool counted_point = false;
+    auto visit = [&]() -> bool {
+      images = base;
+      std::size_t u = 0;
+      for (std::size_t i = first; i < n_events; ++i) {
+        const CrashEvent& e = ev[i];
+        if (!is_data(e) || e.submit_seq >= c) continue;
+        if (durable(e)) {
+          apply_piece(images[e.file], e, e.offset, e.end());
+          continue;
+        }
+        for (; u < units.size() && units[u].event == i; ++u)
+          if (chosen[u]) apply_piece(images[e.file], e, units[u].begin, units[u].end);
+      }
+      ++stats.generated;
+      std::uint64_t key = mix64(context);
+      for (std::size_t f = 0; f < n_files; ++f) key = mix64(key ^ hash_bytes(images[f].data(), images[f].size(), f));
+      if (!seen.insert(key).second) return true;
+      if (!counted_point) {
+        ++stats.points;
+        counted_point = true;
+      }
+      ++stats.unique;
+      lines.clear();
+      checker.check(state, lines);
+      if (!lines.empty()) {
+        stats.violations += lines.size();
+        if (on_violation) on_violation(state, lines);
+      }
+      return opt.max_states == 0 || stats.unique < opt.max_states;
+    };
+
+    std::mt19937_64 rng(mix64(opt.seed ^ mix64(k + 1) ^ 0x6D756C7469ull));
+    bool go_on = true;
+    go_on = visit_any_subset(chosen, bound, opt.samples, rng, stats, state.sampled, visit);
     if (!go_on) break;
   }
   return stats;

@@ -1,5 +1,5 @@
 // engines/crashsim/crash_states.hpp - from a crash log (crashsim_engine.hpp), the disk images a
-// power cut could leave, one file at a time.
+// power cut could leave, one file at a time or every file at once.
 //
 //     tai::engines::CrashStateOptions opt;                  // any-subset, torn 512-byte sectors
 //     auto stats = tai::engines::enumerate_crash_states(log, file, opt, checker, visit);
@@ -107,6 +107,41 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
                                   CrashChecker& checker,
                                   const std::function<void(const CrashState&, const std::vector<std::string>&)>&
                                       on_violation = {});
+
+// Every file at once (enumerate_multi_crash_states): one crash point, the same for all files,
+// and per file the durable image plus a subset of that file's candidates, as above (each file's
+// durable cut comes from its own syncs). The units of all files form one set: a point is
+// enumerated exhaustively when all of them together are at most exhaustive_bound, else sampled.
+// Only any_subset (a sequential device orders one queue of all files; not modelled). For
+// properties across files: the drop-in layer's TAI_FSYNC=order (test/posix_layer/).
+
+/// One multi-file state handed to the checker. Valid only during the call; not synchronised.
+struct MultiCrashState {
+  std::size_t point = 0;  ///< crash just before events[point] completes (== size: after all)
+  std::uint64_t seq = 0;  ///< the point's time (UINT64_MAX after all)
+  /// Per file of CrashLog::paths, the file as it would read after the crash.
+  const std::vector<std::vector<unsigned char>>* images = nullptr;
+  bool sampled = false;
+  /// The events persisted beyond the durable ones, per file (built on demand).
+  std::function<std::string()> describe;
+};
+
+/// What judges a multi-file state. The enumerator calls it from the calling thread only.
+class MultiCrashChecker {
+ public:
+  virtual ~MultiCrashChecker() = default;
+  /// A key of what the program knew at time `seq` (see CrashChecker::context). Default: 0.
+  virtual std::uint64_t context(std::uint64_t seq) const;
+  /// Appends one line per violation of `state` to `out`.
+  virtual void check(const MultiCrashState& state, std::vector<std::string>& out) = 0;
+};
+
+/// Enumerates the multi-file states of `log` (every file in CrashLog::paths; see above), hands
+/// each unique one (all images and the context hashed together) to `checker`. options.order must
+/// be any_subset. Thread-safe for distinct checkers.
+CrashStats enumerate_multi_crash_states(
+    const CrashLog& log, const CrashStateOptions& options, MultiCrashChecker& checker,
+    const std::function<void(const MultiCrashState&, const std::vector<std::string>&)>& on_violation = {});
 
 /// A 64-bit hash of bytes (for deduplication; not cryptographic). Thread-safe.
 std::uint64_t hash_bytes(const unsigned char* data, std::size_t n, std::uint64_t seed = 0) noexcept;

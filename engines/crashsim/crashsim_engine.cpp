@@ -54,6 +54,17 @@ std::uint64_t CrashSimEngine::mark(std::string label) {
   return seq;
 }
 
+std::uint64_t CrashSimEngine::log_truncate(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CrashEvent e;
+  e.kind = CrashEvent::Kind::truncate;
+  e.file = path_index_locked(path, false);
+  e.submit_seq = e.complete_seq = take_seq();
+  const std::uint64_t seq = e.complete_seq;
+  append_locked(std::move(e));
+  return seq;
+}
+
 CrashLog CrashSimEngine::snapshot() const {
   CrashLog copy;
   {

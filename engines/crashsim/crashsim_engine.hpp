@@ -118,6 +118,12 @@ class CrashSimEngine final : public WrapperEngine {
   /// Logs a persistence point of the program (e.g. "fsync receipt 4 ok"); returns its seq.
   /// Thread-safe.
   std::uint64_t mark(std::string label);
+  /// Logs a truncation of `path` to 0 bytes made behind this engine, which no request of it
+  /// carries: the drop-in layer's ftruncate runs on the program's descriptor (tai/posix.hpp).
+  /// The caller logs it after the truncation returned and before anything later reaches the
+  /// file; like a truncating open it needs a later sync of the path to be durable. Returns its
+  /// seq. Thread-safe.
+  std::uint64_t log_truncate(const std::string& path);
   /// A copy of the log (events sorted by complete_seq). Thread-safe.
   CrashLog snapshot() const;
   /// Events logged so far. Thread-safe.

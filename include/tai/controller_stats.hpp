@@ -73,9 +73,10 @@ struct ControllerStats {
   std::uint64_t write_copy_bytes = 0;   ///< now: bytes of write data held for unfinished writes
   std::uint64_t write_copy_budget = 0;  ///< the option's value
   std::uint64_t write_copy_waits = 0;   ///< writes whose submitter had to wait for room
-  std::uint64_t write_copy_pooled = 0;  ///< now: bytes of large copies kept for reuse (pooled + in flight <= budget)
-  std::uint64_t write_copy_reuses = 0;  ///< large copies (above 16 KiB) taken from the pool
-  std::uint64_t write_copy_allocations = 0;  ///< large copies the pool had to allocate
+  std::uint64_t write_copy_pooled = 0;  ///< now: bytes the copy arena has mapped and not lent (ready for reuse)
+  std::uint64_t write_copy_mapped = 0;  ///< now: bytes the copy arena has mapped (at most the budget; kept until the controller goes)
+  std::uint64_t write_copy_reuses = 0;  ///< large copies (above 16 KiB) from pages the arena had mapped already
+  std::uint64_t write_copy_allocations = 0;  ///< large copies that needed a new arena chunk or the allocator
 
   // Rounds and workers.
   std::uint64_t rounds_normal = 0, rounds_recycle = 0, rounds_flush = 0, rounds_idle = 0, rounds_close = 0;

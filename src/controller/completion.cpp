@@ -38,15 +38,10 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
     // when the last receipt does: a program that holds its receipts until a batch ends would
     // otherwise hold every copy of the batch, past the budget. A small copy stays for the task's
     // reuse (Task::recycle keeps up to kKeepDataBytes) unless a receipt holds the task (below); a
-    // large one goes to the pool, which keeps it for the next large write while pooled plus
-    // in-flight bytes fit the budget. Before the bytes are uncounted, so that the in-flight count
-    // includes this copy: the copies this worker finished but has not yet given back (below) are
-    // not in flight any more.
+    // large one goes back to the pool's arena for the next large write.
     // Nothing reads `data` of a finished write.
     if (t.data.size() > Task::kKeepDataBytes) {
-      const std::uint64_t held = copies.held();
-      const std::uint64_t finished = own ? t_worker->copy_release : 0;
-      copy_pool.give(std::move(t.data), held > finished ? held - finished : 0);
+      copy_pool.give(std::move(t.data));
     } else if (t.refs.load(std::memory_order_relaxed) > 1) {
       // A receipt still holds the task (the controller's reference is the other one), so the
       // task is not recycled until the program lets it go: a program that waits once per batch

@@ -73,72 +73,36 @@ void CopyBudget::wait_for_room(std::uint64_t n) {
 
 namespace tai::detail {
 
-std::size_t CopyPool::class_size(std::size_t n) noexcept {
-  if (n <= Task::kKeepDataBytes) return n;
-  // n lies in (2^k, 2^(k+1)]; a quarter of 2^k is the class step.
-  const unsigned k = 63u - static_cast<unsigned>(__builtin_clzll(static_cast<unsigned long long>(n - 1)));
-  const std::size_t q = std::size_t{1} << (k - 2);
-  return (n + q - 1) / q * q;
+CopyPool::CopyPool(std::uint64_t budget) {
+  try {
+    arena_ = CopyArena::create(budget);
+  } catch (const std::bad_alloc&) {
+    arena_ = nullptr;  // every large copy from the allocator
+  }
 }
 
-std::size_t CopyPool::class_of(std::size_t class_bytes) noexcept {
-  const unsigned k = 63u - static_cast<unsigned>(__builtin_clzll(static_cast<unsigned long long>(class_bytes - 1)));
-  const std::size_t q = std::size_t{1} << (k - 2);
-  // k >= kFirstShift (class_bytes > kKeepDataBytes); class_bytes / q is 5..8 within a doubling.
-  return (k - kFirstShift) * 4 + (class_bytes / q - 5);
+CopyPool::~CopyPool() {
+  if (arena_ != nullptr) arena_->drop();  // unmapped when the last lent copy comes back too
 }
 
-AlignedBuffer CopyPool::take(std::size_t n, std::uint64_t in_flight) noexcept {
-  const std::size_t size = class_size(n);
-  const std::size_t c = class_of(size);
-  std::vector<AlignedBuffer> evicted;  // freed after the lock
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (std::size_t i = c; i < c + 2 && i < kClasses; ++i) {
-      if (free_[i].empty()) continue;
-      AlignedBuffer b = std::move(free_[i].back());
-      free_[i].pop_back();
-      pooled_.store(pooled_.load(std::memory_order_relaxed) - b.size(), std::memory_order_relaxed);
-      reuses_.fetch_add(1, std::memory_order_relaxed);
+AlignedBuffer CopyPool::take(std::size_t n) noexcept {
+  if (arena_ != nullptr) {
+    bool mapped_new = false;
+    AlignedBuffer b = arena_->take(n, mapped_new);
+    if (!b.empty()) {
+      (mapped_new ? allocations_ : reuses_).fetch_add(1, std::memory_order_relaxed);
       return b;
     }
-    // A miss: the new copy joins the in-flight bytes, so pooled copies of other classes go until
-    // pooled + in flight + this copy fit the budget again (largest first: fewest frees).
-    std::uint64_t pooled = pooled_.load(std::memory_order_relaxed);
-    for (std::size_t i = kClasses; i-- > 0 && pooled != 0 && pooled + in_flight + size > budget_;) {
-      while (!free_[i].empty() && pooled + in_flight + size > budget_) {
-        pooled -= free_[i].back().size();
-        try {
-          evicted.push_back(std::move(free_[i].back()));
-        } catch (...) {
-          free_[i].back().reset();  // no memory for the list: freed under the lock instead
-        }
-        free_[i].pop_back();
-      }
-    }
-    pooled_.store(pooled, std::memory_order_relaxed);
   }
   allocations_.fetch_add(1, std::memory_order_relaxed);
-  // Page-aligned: the copy owns whole pages, and a large memcpy into it runs on page boundaries.
-  return AlignedBuffer::try_allocate(size, 4096);
+  // Page-aligned and page-rounded like the arena's: the copy owns whole pages, and a large
+  // memcpy into it runs on page boundaries.
+  return AlignedBuffer::try_allocate((n + CopyArena::kPage - 1) / CopyArena::kPage * CopyArena::kPage, CopyArena::kPage);
 }
 
-void CopyPool::give(AlignedBuffer&& b, std::uint64_t in_flight) noexcept {
-  AlignedBuffer held = std::move(b);  // freed on return unless pooled
-  const std::size_t size = held.size();
-  // Only buffers of a class's exact size (a moved-in Buffer of another size is freed as before).
-  if (size <= Task::kKeepDataBytes || class_size(size) != size) return;
-  const std::size_t c = class_of(size);
-  if (c >= kClasses) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::uint64_t pooled = pooled_.load(std::memory_order_relaxed);
-  if (in_flight > budget_ || pooled > budget_ - in_flight) return;  // the pool would pass the budget
-  try {
-    free_[c].push_back(std::move(held));
-  } catch (...) {
-    return;  // no memory for the list entry: the buffer is freed instead
-  }
-  pooled_.store(pooled + size, std::memory_order_relaxed);
-}
+void CopyPool::give(AlignedBuffer&& b) noexcept { AlignedBuffer gone = std::move(b); }
+
+std::uint64_t CopyPool::pooled_bytes() const noexcept { return arena_ != nullptr ? arena_->free_bytes() : 0; }
+std::uint64_t CopyPool::mapped_bytes() const noexcept { return arena_ != nullptr ? arena_->mapped_bytes() : 0; }
 
 }  // namespace tai::detail

@@ -53,6 +53,7 @@
 #include "tai/controller.hpp"
 #include "src/detail/futex.hpp"
 #include "src/detail/lockfree_queue.hpp"
+#include "src/controller/copy_arena.hpp"
 #include "src/detail/task_pool.hpp"
 
 namespace tai::detail {
@@ -407,54 +408,41 @@ class CopyBudget {
   std::condition_variable cv_;
 };
 
-/// Large write copies kept for the next writes (ControllerOptions::write_copy_budget): a copy
-/// above Task::kKeepDataBytes used to be allocated for its write and freed when the write ended,
-/// and the allocator returned its pages to the kernel, so every large write faulted its copy in
-/// afresh (about one fault per 4 KiB written). The pool keeps finished copies by size class and
-/// hands them to the next writes of that class, while the pooled bytes plus the copies of
-/// unfinished writes stay within the budget (checked at each give and at each miss of take,
-/// which frees pooled copies of other classes to make room; writes submitted or finishing at
-/// that moment on other threads can pass it by their own copies): memory is bounded as before,
-/// and a steady stream of large writes reuses the same resident pages. What the pool keeps
-/// stays until the controller is destroyed or a miss needs the room.
-///
-/// Classes: sizes above kKeepDataBytes rounded up to a quarter of their power of two (80, 96,
-/// 112, 128, 160 KiB, ...): at most 25 % of a copy is slack, and writes of varying sizes
-/// (encoded images, records) fall into few classes. take() also tries the next class up.
-/// Thread-safety: every member is safe from any thread (one mutex, held for a list operation
-/// only, never across an allocation or a copy); the statistics are snapshots.
+/// Large write copies (above Task::kKeepDataBytes), in pages the controller keeps
+/// (ControllerOptions::write_copy_budget). Through the allocator, a copy allocated for its write
+/// and freed when the write ended had its pages returned to the kernel and faulted in again
+/// (about one fault per 4 KiB written), and the churn made the allocator return the program's
+/// own pages too. The pool takes copies from a CopyArena (copy_arena.hpp): chunks mapped once,
+/// at most the budget in all, page runs carved best-fit and merged when given back, never
+/// returned to the kernel while the controller lives. A copy the arena cannot hold (larger than
+/// the budget, or no run fits while the budget is mapped) is allocated as before and freed when
+/// its write ends. Memory stays bounded as before: the arena's mapping by the budget, the copies
+/// in flight by the budget's back-pressure.
+/// Thread-safety: every member is safe from any thread; the statistics are snapshots.
 class CopyPool {
  public:
-  explicit CopyPool(std::uint64_t budget) noexcept : budget_(budget) {}
-  /// A buffer of at least n bytes (n > Task::kKeepDataBytes), page-aligned: a pooled one of n's
-  /// class or the next, else a new allocation of the class size (pooled copies of other classes
-  /// are freed first while pooled + in_flight + the new copy would pass the budget); empty when
-  /// memory is out. in_flight: the copy bytes of unfinished writes.
-  AlignedBuffer take(std::size_t n, std::uint64_t in_flight) noexcept;
-  /// Keeps b for reuse when its class is poolable and pooled + in_flight stays within the
-  /// budget, else frees it. in_flight: the copy bytes of unfinished writes, b's own included.
-  void give(AlignedBuffer&& b, std::uint64_t in_flight) noexcept;
-  /// The size a copy of n bytes is allocated with (n rounded up to its class).
-  static std::size_t class_size(std::size_t n) noexcept;
-  std::uint64_t pooled_bytes() const noexcept { return pooled_.load(std::memory_order_relaxed); }
+  explicit CopyPool(std::uint64_t budget);
+  ~CopyPool();
+  CopyPool(const CopyPool&) = delete;
+  CopyPool& operator=(const CopyPool&) = delete;
+  /// A page-aligned buffer of at least n bytes (n > Task::kKeepDataBytes), rounded up to whole
+  /// pages: from the arena, else from the allocator; empty when memory is out.
+  AlignedBuffer take(std::size_t n) noexcept;
+  /// Ends the use of a finished write's copy: the arena's pages go back to it, the allocator's
+  /// memory is freed.
+  void give(AlignedBuffer&& b) noexcept;
+  /// Bytes mapped by the arena and not lent (ready for the next copies).
+  std::uint64_t pooled_bytes() const noexcept;
+  /// Bytes the arena has mapped (at most the budget).
+  std::uint64_t mapped_bytes() const noexcept;
   std::uint64_t reuses() const noexcept { return reuses_.load(std::memory_order_relaxed); }
   std::uint64_t allocations() const noexcept { return allocations_.load(std::memory_order_relaxed); }
 
  private:
-  // log2 of Task::kKeepDataBytes: the first doubling the pool serves starts there.
-  static constexpr unsigned kFirstShift = static_cast<unsigned>(__builtin_ctzll(Task::kKeepDataBytes));
-  static_assert((std::size_t{1} << kFirstShift) == Task::kKeepDataBytes, "kKeepDataBytes must be a power of two");
-  static constexpr std::size_t kClasses = 4 * (56 - kFirstShift);  // kKeepDataBytes .. 2^56 bytes, four per doubling
-  static std::size_t class_of(std::size_t class_bytes) noexcept;
-  const std::uint64_t budget_;
-  std::mutex mu_;
-  std::array<std::vector<AlignedBuffer>, kClasses> free_;  // under mu_
-  // Statistics. pooled_ is written under mu_ and read without it; reuses_ and allocations_ are
-  // counters. All relaxed: snapshots for stats() and the tests, nothing is published through
-  // them (the buffers move under mu_).
-  std::atomic<std::uint64_t> pooled_{0};
-  std::atomic<std::uint64_t> reuses_{0};
-  std::atomic<std::uint64_t> allocations_{0};
+  CopyArena* arena_;  // one reference owned here; may be null (no memory for it)
+  // Counters: relaxed, nothing is published through them.
+  std::atomic<std::uint64_t> reuses_{0};       // copies from pages the arena had mapped already
+  std::atomic<std::uint64_t> allocations_{0};  // copies that needed a new chunk or the allocator
 };
 
 // ---------------------------------------------------------------------------------------------

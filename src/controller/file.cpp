@@ -113,7 +113,7 @@ Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
     // Round small copies up so that a recycled task fits the next write of a similar size. A
     // large copy comes from the controller's pool (reused pages, no fault per write).
     const std::size_t want = n <= 4096 ? 4096 : n;
-    t->data = n > Task::kKeepDataBytes && core_ ? core_->ctl->copy_pool.take(n, core_->ctl->copies.held())
+    t->data = n > Task::kKeepDataBytes && core_ ? core_->ctl->copy_pool.take(n)
                                                 : detail::AlignedBuffer::try_allocate(want, 64);
     if (t->data.empty()) return reject_transfer(t, TreeOp::write, offset, n, ENOMEM, "no memory for the write's copy");
   }

@@ -230,6 +230,7 @@ ControllerStats ControllerCore::stats() const {
   s.write_copy_budget = copies.budget();
   s.write_copy_waits = copies.waits();
   s.write_copy_pooled = copy_pool.pooled_bytes();
+  s.write_copy_mapped = copy_pool.mapped_bytes();
   s.write_copy_reuses = copy_pool.reuses();
   s.write_copy_allocations = copy_pool.allocations();
   s.rounds_normal = rounds_normal.get();

@@ -172,6 +172,11 @@ std::vector<std::string> shutdown_for_exec();
 int order_point();
 /// For tests: while held, the order thread starts no epoch (a device that does not answer).
 void hold_order_thread_for_testing(bool hold);
+/// For tests only, breaks the order rule: with `every` = n > 0 the order thread makes no engine
+/// sync of the files of every n-th epoch (epochs n, 2n, ...: their writes still go to the cache,
+/// and the next epoch starts at once), so a later epoch's writes can reach the device before an
+/// earlier epoch's are durable. 0: the normal order.
+void skip_epoch_syncs_for_testing(unsigned every);
 /// Every routed write durable (tai::posix::sync_now()): errno or 0.
 int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.

@@ -1,5 +1,5 @@
 // The preload library's bridge into the drop-in layer (see bridge.h): thin, so that every rule
-// lives in one place, src/posix/layer.cpp.
+// lives in one place, the drop-in layer (src/posix/).
 #include "src/preload/bridge.h"
 
 #include <climits>

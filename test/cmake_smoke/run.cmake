@@ -1,10 +1,11 @@
 # Driver of the CMake smoke tests (run with cmake -P by ctest; see CMakeLists.txt here).
 #   -DSTEP=install        cmake --install TAI_BINARY_DIR into a fresh PREFIX
 #   -DSTEP=package        build consumer/ with find_package(tai COMPONENTS testing) from PREFIX,
-#                         run both programs (tai::tai, tai::testing)
-#   -DSTEP=subdirectory   build consumer/ with add_subdirectory(TAI_SOURCE_DIR), run both
-#   -DSTEP=pkgconfig      compile consumer/main.cpp with `pkg-config --cflags --libs tai` and
-#                         consumer/testing.cpp with `... tai-testing`, run them
+#                         run the three programs (tai::tai, tai::posix, tai::testing)
+#   -DSTEP=subdirectory   build consumer/ with add_subdirectory(TAI_SOURCE_DIR), run the three
+#   -DSTEP=pkgconfig      compile consumer/main.cpp with `pkg-config --cflags --libs tai`,
+#                         consumer/posix.cpp with `... tai-posix` and consumer/testing.cpp with
+#                         `... tai-testing`, run them
 #   -DSTEP=engines_off    add_subdirectory(TAI_SOURCE_DIR) with -DTAI_WITH_LIBAIO=OFF
 #                         -DTAI_WITH_URING=OFF, run consumer/list_engines.cpp, check the reasons
 # Every step fails on the first command that fails and shows that command's output.
@@ -38,6 +39,9 @@ endfunction()
 function(run_testing_consumer program)
   run_consumer(${program} "testing engines ok" testing.bin)
 endfunction()
+function(run_posix_consumer program)
+  run_consumer(${program} "drop-in ok" posix.bin)
+endfunction()
 
 # The consumer is configured like the build under test: same compilers, generator, build type.
 set(consumer_args -G ${GENERATOR} -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}
@@ -52,8 +56,8 @@ if(STEP STREQUAL "install")
   step(${CMAKE_COMMAND} --install ${TAI_BINARY_DIR} --prefix ${PREFIX})
   foreach(expected IN ITEMS include/tai/engine.hpp include/tai/config.hpp include/tai/engines/posix/posix_engine.hpp
                             include/tai/engines/fault/fault_engine.hpp include/tai/testing/crash_workload.hpp
-                            ${LIBDIR}/cmake/tai/taiConfig.cmake ${LIBDIR}/pkgconfig/tai.pc
-                            ${LIBDIR}/pkgconfig/tai-testing.pc)
+                            include/tai/posix.hpp ${LIBDIR}/cmake/tai/taiConfig.cmake ${LIBDIR}/pkgconfig/tai.pc
+                            ${LIBDIR}/pkgconfig/tai-posix.pc ${LIBDIR}/pkgconfig/tai-testing.pc)
     if(NOT EXISTS ${PREFIX}/${expected})
       message(FATAL_ERROR "smoke[install]: ${PREFIX}/${expected} was not installed")
     endif()
@@ -63,7 +67,8 @@ if(STEP STREQUAL "install")
   # libtai's sources (no installed header includes it; it is header-only, so nothing to link).
   file(GLOB package_files ${PREFIX}/${LIBDIR}/cmake/tai/*.cmake)
   set(mentions "")
-  foreach(file IN LISTS package_files ITEMS ${PREFIX}/${LIBDIR}/pkgconfig/tai.pc ${PREFIX}/${LIBDIR}/pkgconfig/tai-testing.pc)
+  foreach(file IN LISTS package_files ITEMS ${PREFIX}/${LIBDIR}/pkgconfig/tai.pc ${PREFIX}/${LIBDIR}/pkgconfig/tai-posix.pc
+                                            ${PREFIX}/${LIBDIR}/pkgconfig/tai-testing.pc)
     file(READ ${file} text)
     foreach(unneeded IN ITEMS papi jemalloc boost)
       # Case-insensitive: "papi" matches PAPI, FindPAPI, -lpapi.
@@ -128,12 +133,14 @@ elseif(STEP STREQUAL "package")
        -DTAI_CONSUME=package -DCMAKE_PREFIX_PATH=${PREFIX} -DEXPECTED_PREFIX=${PREFIX})
   step(${CMAKE_COMMAND} --build ${WORK_DIR})
   run_consumer(${WORK_DIR}/consumer)
+  run_posix_consumer(${WORK_DIR}/posix_consumer)
   run_testing_consumer(${WORK_DIR}/testing_consumer)
 elseif(STEP STREQUAL "subdirectory")
   step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR} ${consumer_args} -DTAI_CONSUME=subdirectory
        -DTAI_SOURCE_DIR=${TAI_SOURCE_DIR})
-  step(${CMAKE_COMMAND} --build ${WORK_DIR} --target consumer testing_consumer -- -j${JOBS})
+  step(${CMAKE_COMMAND} --build ${WORK_DIR} --target consumer posix_consumer testing_consumer -- -j${JOBS})
   run_consumer(${WORK_DIR}/consumer)
+  run_posix_consumer(${WORK_DIR}/posix_consumer)
   run_testing_consumer(${WORK_DIR}/testing_consumer)
 elseif(STEP STREQUAL "engines_off")
   # Both asynchronous engines turned off by their options. The reason must say so when configure
@@ -176,6 +183,10 @@ elseif(STEP STREQUAL "pkgconfig")
   # -std=c++17: the .pc file leaves the standard to the consumer (see cmake/tai.pc.in).
   step(${CXX_COMPILER} -std=c++17 ${CONSUMER_DIR}/main.cpp -o ${WORK_DIR}/consumer ${pc_flags})
   run_consumer(${WORK_DIR}/consumer)
+  step(${PKG_CONFIG} --cflags --libs tai-posix)
+  separate_arguments(pc_flags UNIX_COMMAND "${step_output}")
+  step(${CXX_COMPILER} -std=c++17 ${CONSUMER_DIR}/posix.cpp -o ${WORK_DIR}/posix_consumer ${pc_flags})
+  run_posix_consumer(${WORK_DIR}/posix_consumer)
   step(${PKG_CONFIG} --cflags --libs tai-testing)
   separate_arguments(pc_flags UNIX_COMMAND "${step_output}")
   step(${CXX_COMPILER} -std=c++17 ${CONSUMER_DIR}/testing.cpp -o ${WORK_DIR}/testing_consumer ${pc_flags})

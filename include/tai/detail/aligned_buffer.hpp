@@ -13,6 +13,17 @@
 
 namespace tai::detail {
 
+/// Memory that does not come from the C allocator (the controller's write-copy arena): a buffer
+/// that holds some gives it back here instead of calling std::free. take_back() may be called
+/// from any thread and must not throw.
+class BufferHome {
+ public:
+  virtual void take_back(std::byte* data, std::size_t size) noexcept = 0;
+
+ protected:
+  ~BufferHome() = default;
+};
+
 /// Owns `size` bytes aligned to `alignment` (a power of two; raised to sizeof(void*) if
 /// smaller, as posix_memalign requires). The contents are uninitialised unless zeroed.
 /// A default-constructed or moved-from buffer is empty: data() == nullptr, size() == 0.
@@ -46,19 +57,32 @@ class AlignedBuffer {
     return b;
   }
 
-  ~AlignedBuffer() { std::free(data_); }
+  /// Takes `size` bytes at `data` (aligned to `alignment`) that `home` lends: the buffer gives
+  /// them back to `home` when it is destroyed or reset. home must outlive the buffer.
+  static AlignedBuffer adopt(std::byte* data, std::size_t size, std::size_t alignment, BufferHome* home) noexcept {
+    AlignedBuffer b;
+    b.data_ = data;
+    b.size_ = size;
+    b.alignment_ = alignment;
+    b.home_ = home;
+    return b;
+  }
+
+  ~AlignedBuffer() { free_memory(); }
 
   AlignedBuffer(AlignedBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        alignment_(std::exchange(other.alignment_, 0)) {}
+        alignment_(std::exchange(other.alignment_, 0)),
+        home_(std::exchange(other.home_, nullptr)) {}
 
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      free_memory();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       alignment_ = std::exchange(other.alignment_, 0);
+      home_ = std::exchange(other.home_, nullptr);
     }
     return *this;
   }
@@ -85,17 +109,30 @@ class AlignedBuffer {
   /// Frees the memory now; the buffer becomes empty.
   void reset() noexcept { *this = AlignedBuffer(); }
 
-  /// Gives up ownership: the caller must std::free() the returned pointer.
+  /// Whether the memory is lent by a BufferHome (not the C allocator's).
+  bool borrowed() const noexcept { return home_ != nullptr; }
+
+  /// Gives up ownership: the caller must std::free() the returned pointer. Only for memory of
+  /// the C allocator: a borrowed buffer returns nullptr and keeps its memory.
   std::byte* release() noexcept {
+    if (home_ != nullptr) return nullptr;
     size_ = 0;
     alignment_ = 0;
     return std::exchange(data_, nullptr);
   }
 
  private:
+  void free_memory() noexcept {
+    if (home_ != nullptr)
+      home_->take_back(data_, size_);
+    else
+      std::free(data_);
+  }
+
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   std::size_t alignment_ = 0;
+  BufferHome* home_ = nullptr;  // null: posix_memalign's memory
 };
 
 }  // namespace tai::detail

@@ -1,0 +1,110 @@
+#include "src/controller/copy_arena.hpp"
+
+#include <sys/mman.h>
+
+#include <iterator>
+#include <new>
+
+namespace tai::detail {
+
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+}  // namespace
+
+CopyArena* CopyArena::create(std::uint64_t cap) { return new CopyArena(cap); }
+
+CopyArena::~CopyArena() {
+  for (const auto& c : chunks_) ::munmap(c.first, c.second);
+}
+
+void CopyArena::drop() noexcept { unref(); }
+
+void CopyArena::unref() noexcept {
+  // acq_rel: see refs_.
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void CopyArena::insert_free_locked(std::byte* p, std::size_t n) {
+  auto next = free_runs_.lower_bound(p);
+  if (next != free_runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == p) {  // joins the run before it
+      prev->second += n;
+      if (next != free_runs_.end() && prev->first + prev->second == next->first) {
+        prev->second += next->second;
+        free_runs_.erase(next);
+      }
+      return;
+    }
+  }
+  if (next != free_runs_.end() && p + n == next->first) {  // joins the run after it: rekeyed
+    const std::size_t len = n + next->second;
+    auto hint = free_runs_.erase(next);
+    free_runs_.emplace_hint(hint, p, len);
+    return;
+  }
+  free_runs_.emplace_hint(next, p, n);
+}
+
+AlignedBuffer CopyArena::take(std::size_t n, bool& mapped_new) noexcept {
+  mapped_new = false;
+  const std::size_t need = round_up(n, kPage);
+  if (n == 0 || need > cap_) return {};
+  std::byte* got = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Best fit; the piece is cut from the run's end, so the run keeps its key (no allocation).
+    auto best = free_runs_.end();
+    for (auto it = free_runs_.begin(); it != free_runs_.end(); ++it)
+      if (it->second >= need && (best == free_runs_.end() || it->second < best->second)) {
+        best = it;
+        if (it->second == need) break;
+      }
+    if (best != free_runs_.end()) {
+      best->second -= need;
+      got = best->first + best->second;
+      if (best->second == 0) free_runs_.erase(best);
+      free_.store(free_.load(std::memory_order_relaxed) - need, std::memory_order_relaxed);
+    } else {
+      const std::uint64_t mapped = mapped_.load(std::memory_order_relaxed);
+      std::size_t size = need > kChunk ? need : kChunk;
+      if (mapped + size > cap_) size = need;
+      if (mapped + size > cap_) return {};
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) return {};
+      try {
+        chunks_.emplace_back(p, size);
+        if (size > need) {
+          insert_free_locked(static_cast<std::byte*>(p), size - need);
+          free_.store(free_.load(std::memory_order_relaxed) + (size - need), std::memory_order_relaxed);
+        }
+      } catch (const std::bad_alloc&) {
+        if (chunks_.empty() || chunks_.back().first != p) {
+          ::munmap(p, size);
+          return {};
+        }
+        // The chunk is listed but its spare pages could not be: they stay unused until the end.
+      }
+      got = static_cast<std::byte*>(p) + (size - need);
+      mapped_.store(mapped + size, std::memory_order_relaxed);
+      mapped_new = true;
+    }
+  }
+  refs_.fetch_add(1, std::memory_order_relaxed);  // relaxed: the caller's own reference keeps it alive
+  return AlignedBuffer::adopt(got, need, kPage, this);
+}
+
+void CopyArena::take_back(std::byte* data, std::size_t size) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      insert_free_locked(data, size);
+      free_.store(free_.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
+    } catch (const std::bad_alloc&) {
+      // No memory for the run's entry: these pages stay unused until the arena goes.
+    }
+  }
+  unref();
+}
+
+}  // namespace tai::detail

@@ -1,0 +1,398 @@
+// The drop-in layer's internals (tai/posix.hpp: POSIX calls over a process-wide controller),
+// shared by its sources, one concern each: settings.cpp (the environment, the log), state.cpp
+// (the controller pointer, the modes, the keeper's futex words), inodes.cpp (one per routed
+// file, write-through), descriptors.cpp (open file descriptions, the descriptor table),
+// transfers.cpp (writes, reads, syncs of routed descriptors), order_mode.cpp (TAI_FSYNC=order),
+// routing.cpp (opening, routing and unrouting descriptors), process_events.cpp (the
+// controller's life, the exit handler, write-back of everything, the keeper thread, fork and
+// exec, restarts for the tests) and api.cpp (the public functions). Not installed: layer.hpp is
+// the interface of the preload library and the tests, and holds the cross-thread ordering rule.
+// Internal functions return -errno (as the kernel does) and never read errno except right after
+// a system call; the public functions turn that into -1 and errno, and restore the caller's
+// errno on success.
+#pragma once
+
+#include "src/posix/layer.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include "engines/common/own_descriptors.hpp"
+#include "tai/posix.hpp"
+
+namespace tai::posix::detail {
+
+inline constexpr std::uint64_t kOffMax = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+// The kernel's MAX_RW_COUNT (INT_MAX rounded down to a page): longer transfers are short.
+inline constexpr std::size_t kMaxRw = static_cast<std::size_t>(INT_MAX) & ~static_cast<std::size_t>(4095);
+inline constexpr int kExitStatusOnLoss = 75;  // EX_TEMPFAIL
+
+// Paths of files that went write-through, most recent last: a file opened again under one of
+// them starts write-through (a journal made and deleted by every transaction would otherwise
+// pay a sync through the workers before each of its lives learns it). Bounded; a leaf lock.
+inline constexpr std::size_t kThroughPaths = 64;
+
+inline constexpr int kChunkBits = 10;
+inline constexpr int kTopBits = 16;
+inline constexpr int kMaxFd = 1 << (kChunkBits + kTopBits);
+
+struct Inode;
+struct InodeKey;
+struct Description;
+struct Chunk;
+struct Ref;
+struct Deferred;
+struct Epoch;
+struct OrderState;
+
+// Process-wide state (the comments are at the definitions).
+extern std::atomic<bool> g_log;
+extern std::mutex g_init_mu;
+extern std::atomic<Controller*> g_ctl;
+extern std::atomic<bool> g_down;
+extern std::atomic<bool> g_handed_back;
+extern std::optional<Settings> g_override;
+extern std::atomic<bool> g_trivial;
+extern std::atomic<std::uint64_t> g_start_writeback;
+extern std::atomic<std::uint64_t> g_sync_through;
+extern std::atomic<int> g_fsync_mode;
+extern std::atomic<bool> g_fsync_mode_set;
+extern std::atomic<bool> g_fsync_none;
+extern std::atomic<std::uint64_t> g_max_delay_ns;
+extern std::atomic<std::uint64_t> g_order_limit;
+extern std::atomic<std::uint64_t> g_write_behind_ns;
+extern std::atomic<std::uint64_t> g_dirty_since;
+extern std::atomic<std::uint64_t> g_handing_since;
+extern std::atomic<std::uint32_t> g_keeper_wake;
+extern std::atomic<std::uint32_t> g_end_requested;
+extern std::atomic<std::uint32_t> g_end_done;
+extern std::atomic<bool> g_keeper_started;
+extern std::atomic<bool> g_keeper_failed;
+extern std::atomic<long> g_cached_files;
+extern std::mutex g_reg_mu;
+extern std::mutex g_through_mu;
+extern std::mutex g_pool_mu;
+extern std::atomic<Chunk*> g_top[1u << kTopBits];
+extern std::atomic<unsigned> g_skip_epoch_syncs;
+extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued;
+extern std::atomic<bool> g_forked_child;
+
+// Functions of one source used by another (the comments are at the definitions).
+void logf(const char* fmt, ...);
+bool parse_bytes(const std::string& s, std::uint64_t& out);
+bool parse_ms(const char* text, std::uint64_t& out);
+bool order_mode() noexcept;
+std::uint64_t now_ns() noexcept;
+uint32_t* futex_word(std::atomic<std::uint32_t>& a) noexcept;
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::uint64_t ns) noexcept;
+void futex_wake(std::atomic<std::uint32_t>& word, int n) noexcept;
+void note_dirty() noexcept;
+void inode_unref(Inode* ino) noexcept;
+void note_error(Inode& ino, int err) noexcept;
+int error_of(const Receipt& r) noexcept;
+void settle(Inode& ino, std::uint64_t target) noexcept;
+void order(Inode& ino) noexcept;
+void count_cached_locked(Inode& ino, bool cached) noexcept;
+std::map<InodeKey, Inode*>& registry();
+Result<File> open_engine_file(const std::string& path, bool readable);
+int close_file_locked(Inode& ino) noexcept;
+int inode_release_open(Inode* ino) noexcept;
+void reopen_locked(Inode& ino, int fd, const char* why) noexcept;
+int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept;
+std::vector<std::string>& through_paths();
+bool through_path_known(const std::string& path);
+void remember_through_path(const std::string& path, bool through);
+bool leave_through_locked(Inode& ino, int fd) noexcept;
+std::vector<Description*>& pool();
+Description* new_description();
+int release(Description* d) noexcept;
+std::atomic<Description*>* slot_of(int fd, bool make);
+Description* acquire(int fd) noexcept;
+void install(int fd, Description* d);
+bool readable(const Description& d);
+bool writable(const Description& d);
+std::uint64_t current_size(const Inode& ino, int fd);
+void grow_size(Inode& ino, std::uint64_t end) noexcept;
+void start_writeback_every(Inode& ino, std::size_t n);
+ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append);
+ssize_t clamp_count(const void* buf, std::size_t& n);
+bool shut_down_locked(const Inode& ino) noexcept;
+bool kernel_locked(const Inode& ino) noexcept;
+void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
+OrderState& ord();
+void note_open_dirty_locked(OrderState& o, Inode& ino);
+std::uint64_t close_epoch_locked(OrderState& o, bool data_only);
+bool open_epoch_empty_locked(const OrderState& o);
+int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched);
+int sync_files(const std::vector<Inode*>& files, bool data_only);
+void order_thread_main() noexcept;
+int take_error_locked(OrderState& o);
+void order_admit(std::size_t n);
+ssize_t order_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t pos);
+int order_point_impl();
+void order_drain();
+int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
+int order_fsync(bool data_only);
+int order_sync_all();
+ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
+                 bool explicit_offset);
+ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos);
+int sync_routed(Description& d, int fd, bool data_only);
+bool proc_fd_available() noexcept;
+const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offset = 0,
+                        const struct stat* known = nullptr);
+int open_impl(int dirfd, const char* path, int flags, mode_t mode);
+void kernel_seek(int fd, std::uint64_t offset) noexcept;
+void hand_back_offsets();
+std::vector<std::string> shutdown_locked();
+void at_exit();
+__attribute__((constructor(101))) void register_exit_handler();
+int unroute_slot(int fd, Description* d);
+void keeper_write_back() noexcept;
+void keeper_main() noexcept;
+void start_keeper() noexcept;
+int write_back_one(Inode& ino);
+void order_sync_before_shutdown(std::vector<std::string>& failures);
+int full_sync_all();
+
+struct Inode {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string name;          // for messages
+  bool via_proc = true;      // TAI's engine reaches the file through /proc/self/fd/<fd> (else `name`)
+  bool engine_readable = true;
+  int opens = 0;             // descriptions referring to it (under g_reg_mu)
+  std::atomic<long> refs{1}; // memory: 1 while registered, plus one per write continuation
+
+  std::mutex mu;             // submissions (their order across threads), `file` swaps
+  File file;                 // under mu
+  std::thread::id last_tid;  // under mu: who submitted `last`
+  Receipt last;              // under mu: the last asynchronous operation
+  Receipt last_sync;         // under mu: the last fsync_async / barrier (for wait())
+  std::atomic<std::uint64_t> size{0};  // logical size, cached writes included
+  std::atomic<int> write_error{0};     // first failed write not yet reported (errno)
+  std::atomic<std::uint64_t> writes_submitted{0};  // under mu (atomic for the settle wait)
+  std::atomic<std::uint64_t> writes_settled{0};    // by the writes' continuations
+  // writes_submitted as it was when a sync of the file, or a write-back of every file, that
+  // succeeded was submitted: equal to writes_submitted, nothing of the file is cached dirty (a
+  // write-back of everything has nothing to do for it; SQLite takes record locks, which ask for
+  // one, several times per transaction). Written under mu.
+  std::atomic<std::uint64_t> clean_upto{0};
+  int writeback_fd = -1;             // TAI's own duplicate, for sync_file_range (-1: none)
+  std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
+  // Under mu: something went through `file` (a cached write or a read, which may cache what it
+  // read) since it was opened. An O_APPEND write goes to the kernel (see append_through_locked),
+  // and the cache must then not hold bytes that the kernel's append would make stale.
+  bool cache_used = false;
+  // Under mu: write-through (Settings::sync_through_bytes): writes, reads and syncs go to the
+  // kernel on the program's descriptor. Set only when the cache holds nothing dirty of the file
+  // (right after a successful sync that covered every write submitted), and nothing is cached
+  // while it is set, so the kernel's copy is the file; `file` may hold stale clean blocks (then
+  // cache_used is set and they are dropped on the way back) or be closed (a file opened
+  // write-through is given its engine file only when it goes back to the cache).
+  bool through = false;
+  // Under mu (or before the inode is published): counted in g_cached_files (see there).
+  bool counted_cached = false;
+  std::uint64_t bytes_since_sync = 0;  // under mu: written since the last sync (or the open)
+  // TAI_FSYNC=order (see "The order mode" below): writes of this file held back in the layer
+  // behind an epoch not yet durable (reads wait for them to reach the cache), and whether the
+  // open epoch's list of files to sync has it (under the order state's mutex).
+  std::atomic<std::uint64_t> deferred{0};
+  bool in_open_dirty = false;
+
+  Inode() = default;
+  Inode(const Inode&) = delete;
+  Inode& operator=(const Inode&) = delete;
+  ~Inode() {
+    if (writeback_fd >= 0) (void)tai::detail::close_own_descriptor(writeback_fd);
+  }
+};
+
+struct InodeKey {
+  dev_t dev;
+  ino_t ino;
+  bool operator<(const InodeKey& o) const noexcept { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Descriptions and the descriptor table
+
+struct Description {
+  std::atomic<long> refs{0};
+  Inode* inode = nullptr;
+  int accmode = O_RDONLY;
+  bool append = false;
+  std::mutex mu;            // offset users: read, write, readv, writev, lseek
+  std::uint64_t offset = 0; // under mu
+  bool handed = false;      // under mu: the offset went to the kernel (shutdown): libc serves it
+};
+
+struct Chunk {
+  std::atomic<Description*> slot[1u << kChunkBits] = {};
+};
+
+struct Ref {
+  Description* d;
+  explicit Ref(int fd) noexcept : d(g_handed_back.load(std::memory_order_acquire) ? nullptr : acquire(fd)) {}
+  ~Ref() {
+    if (d) release(d);
+  }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  explicit operator bool() const noexcept { return d != nullptr; }
+  Description* operator->() const noexcept { return d; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The order mode (TAI_FSYNC=order)
+//
+// One process-wide state. While no epoch is waiting for the device the gate is open: writes go
+// to the cache as in `full`, and each file written is put on the open epoch's list of files to
+// sync. An fsync closes the epoch: it moves that list (and the writes held back, below) into an
+// Epoch at the back of the `closed` queue, closes the gate, and returns. From then on writes are
+// not given to the cache (whose idle flush, quota, write-around and write-behind would send them
+// to the engine at any time) but copied into `open_writes`. The order thread takes the epochs
+// from the front, one at a time: it gives the epoch's held writes to the cache, then syncs every
+// file of the epoch through the engine (tai::File::fsync: write-back and the engine's durable
+// sync) and waits for all of them; only then is the epoch popped and the next one started. When
+// the queue is empty it gives the open epoch's held writes to the cache and opens the gate. So a
+// write of epoch n+1 reaches the cache, hence the engine, only after every file of epochs <= n
+// was synced: the rule of DESIGN section 3. Deliberately simple: one epoch in flight, one sync
+// per file per epoch, no merging of epochs (which would break the rule).
+//
+// What goes to the kernel behind the cache (O_APPEND writes, ftruncate, and in the preload
+// unlink/rename/link, open with O_TRUNC, an fsync of a descriptor that is not routed) first
+// waits until the gate is open (order_drain) or the closed epochs are durable (order_point), and
+// is done with the gate held open (the state's mutex), so that the next fsync covers it.
+// Not covered: a file that cannot leave write-through (its engine cannot open it) keeps writing
+// to the kernel directly; mkdir, symlink and the creation of a file are not ordered (an empty
+// new file or directory may appear before the epoch that precedes it is durable).
+//
+// Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
+// never holds the state's mutex while it takes an inode's.
+//
+// Unfinished: one device sync per epoch, one epoch at a time, is as many syncs as `full`; the
+// mode wins only the overlap of the program's work with the sync, and loses a hand-off per epoch
+// (docs/results/fsync-order.md). Fewer syncs than epochs needs a TAI-side log of epochs (not
+// started). The rule is checked on the recording engine's log (test/posix_layer/fsync_order_test.cpp),
+// on every multi-file crash state of the crash simulator's log
+// (test/posix_layer/fsync_order_crash_test.cpp, docs/crashsim.md), and the kill suite runs sqlite3
+// under this mode (test/kill/preload_kill_test.cpp).
+
+struct Deferred {
+  Inode* ino;  // holds a reference
+  std::uint64_t pos;
+  std::vector<char> bytes;
+};
+
+struct Epoch {
+  std::vector<Deferred> writes;  // held back while an earlier epoch was in flight
+  std::vector<Inode*> dirty;     // written through the cache in this epoch; each holds a reference
+  std::uint64_t seq = 0;
+  std::uint64_t closed_ns = 0;
+  bool data_only = true;
+};
+
+struct OrderState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gate_closed = false;
+  std::deque<Epoch> closed;  // front: the epoch being made durable
+  std::vector<Deferred> open_writes;
+  std::vector<Inode*> open_dirty;
+  std::uint64_t queued_bytes = 0;  // bytes in `closed` and `open_writes` not yet in the cache
+  std::uint64_t closed_seq = 0, durable_seq = 0;
+  // How long the order thread took for one epoch lately (its writes to the cache, then its
+  // syncs), an average with weight 1/4 on the newest; 0 until the first epoch is done. With the
+  // queue's length it predicts when a new epoch will be durable (order_fsync).
+  std::uint64_t epoch_ns = 0;
+  std::uint64_t front_started_ns = 0;  // when the order thread took the epoch in flight; 0: none
+  int error = 0;  // a failed epoch, not yet returned: the thread stops until it is
+  bool thread_started = false;
+  bool held = false;  // hold_order_thread_for_testing: a device that does not answer
+};
+
+// O_APPEND: the write goes through to the kernel on the program's own descriptor (opened with
+// O_APPEND), so that the kernel takes the end of file atomically against every other process
+// appending to it (shell `>>` from two processes, loggers): an end taken from this process's
+// cached size would write over what another process appended meanwhile. Order within the
+// process holds because, under the inode's mutex and after order(), the cache is first written
+// back and emptied (closed and reopened) whenever something went through it since the last
+// append: the kernel then has every earlier write, so the append lands after them, and a later
+// read through the cache finds no stale copy of the bytes the kernel appended. A file that is
+// only appended to never touches the cache: each write is the kernel's write plus an lseek.
+// `kernel_write` makes the system call (write, pwrite or writev on fd) and returns its result
+// or -1 with errno. Sets `end` to the end of what was written when `end_from_offset` (the
+// descriptor's offset moved there), else to the file's size. Returns bytes or -errno.
+template <class KernelWrite>
+ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_from_offset, KernelWrite kernel_write) {
+  if (ino.cache_used) {
+    if (const int err = close_file_locked(ino)) note_error(ino, err);  // reported by the next fsync/close
+    reopen_locked(ino, fd, "O_APPEND write");
+  }
+  ssize_t r;
+  do {
+    r = kernel_write();
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  off_t at = -1;
+  if (end_from_offset) {
+    at = ::lseek(fd, 0, SEEK_CUR);
+  } else {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) at = st.st_size;
+  }
+  if (at >= 0) {
+    end = static_cast<std::uint64_t>(at);
+    grow_size(ino, end);
+  }
+  return r;
+}
+
+template <class T>
+T finish(T ret, int saved) {
+  if (ret < 0) {
+    errno = static_cast<int>(-ret);
+    return -1;
+  }
+  errno = saved;
+  return ret;
+}
+
+// Calls fn(fd, description) for every routed slot (chunks that exist only).
+template <class Fn>
+void for_each_slot(Fn&& fn) {
+  for (int top = 0; top < (1 << kTopBits); ++top) {
+    Chunk* c = g_top[top].load(std::memory_order_acquire);
+    if (!c) continue;
+    for (int i = 0; i < (1 << kChunkBits); ++i) {
+      Description* d = c->slot[i].load(std::memory_order_acquire);
+      if (d) fn((top << kChunkBits) | i, d);
+    }
+  }
+}
+
+}  // namespace tai::posix::detail

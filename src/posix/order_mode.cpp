@@ -1,0 +1,336 @@
+// tai/posix.hpp's layer: the order mode (TAI_FSYNC=order). How it works (epochs, the gate, the order
+// thread, what it leaves out): the comment above struct Deferred in layer_internal.hpp.
+#include "src/posix/layer_internal.hpp"
+
+namespace tai::posix::detail {
+
+OrderState& ord() {
+  static auto* o = new OrderState;  // never destroyed: used by the exit handler
+  return *o;
+}
+// skip_epoch_syncs_for_testing: the order thread breaks the rule on purpose (the crash-state
+// suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
+// skipped. Read once per epoch.
+std::atomic<unsigned> g_skip_epoch_syncs{0};
+std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
+    g_stat_max_queued{0};
+
+// Under o.mu: the open epoch must sync `ino`.
+void note_open_dirty_locked(OrderState& o, Inode& ino) {
+  if (ino.in_open_dirty) return;
+  o.open_dirty.push_back(&ino);  // may throw bad_alloc: the caller fails the write (ENOMEM)
+  ino.in_open_dirty = true;
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Under o.mu: closes the open epoch. Returns its seq.
+std::uint64_t close_epoch_locked(OrderState& o, bool data_only) {
+  Epoch e;
+  e.writes = std::move(o.open_writes);
+  o.open_writes.clear();
+  e.dirty = std::move(o.open_dirty);
+  o.open_dirty.clear();
+  for (Inode* i : e.dirty) i->in_open_dirty = false;
+  e.seq = ++o.closed_seq;
+  e.closed_ns = now_ns();
+  e.data_only = data_only;
+  o.closed.push_back(std::move(e));
+  o.gate_closed = true;
+  g_stat_closed.fetch_add(1, std::memory_order_relaxed);
+  if (!o.thread_started) {
+    o.thread_started = true;
+    try {
+      std::thread(order_thread_main).detach();  // lives as long as the process
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tai::posix: cannot start the fsync order thread (%s)\n", ex.what());
+      std::abort();  // every fsync would wait for ever: better said at once
+    }
+  }
+  o.cv.notify_all();
+  return e.seq;
+}
+
+// Anything written since the last epoch became durable (or held back)?
+bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty() && o.open_dirty.empty(); }
+
+// The order thread's part: the writes to the cache. Adds each file written to `touched` (one
+// reference each, the writes' own). errno of the first write the cache refused, or 0.
+int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
+  int err = 0;
+  std::uint64_t bytes = 0;
+  for (auto& w : writes) {
+    Inode& ino = *w.ino;
+    {
+      std::lock_guard<std::mutex> lock(ino.mu);
+      if (ino.file.is_open() && !kernel_locked(ino)) {
+        order(ino);
+        std::uint64_t pos = w.pos;
+        const ssize_t r = submit_write_locked(ino, w.bytes.data(), w.bytes.size(), pos, false);
+        if (r < 0 && err == 0) err = static_cast<int>(-r);
+      } else if (err == 0) {
+        err = EIO;  // the file left the cache meanwhile (it could not be reopened): never reported durable
+      }
+    }
+    bytes += w.bytes.size();
+    ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
+    if (std::find(touched.begin(), touched.end(), &ino) == touched.end())
+      touched.push_back(&ino);
+    else
+      inode_unref(&ino);
+    w.bytes = std::vector<char>();
+  }
+  writes.clear();
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.queued_bytes -= bytes;
+  o.cv.notify_all();
+  return err;
+}
+
+// The order thread's part: a durable engine sync of every file in `files`, all submitted, then
+// all waited for. errno of the first failure (a sync, or a write-back the file noted), or 0.
+int sync_files(const std::vector<Inode*>& files, bool data_only) {
+  struct Pending {
+    Inode* ino;
+    Receipt r;
+    std::uint64_t target;
+  };
+  std::vector<Pending> pending;
+  pending.reserve(files.size());
+  for (Inode* ip : files) {
+    std::lock_guard<std::mutex> lock(ip->mu);
+    if (!ip->file.is_open() || kernel_locked(*ip)) continue;  // closed: close_file_locked wrote it back and reported
+    order(*ip);
+    const std::uint64_t target = ip->writes_submitted.load(std::memory_order_relaxed);
+    pending.push_back({ip, data_only ? ip->file.fdatasync() : ip->file.fsync(), target});
+  }
+  int err = 0;
+  for (auto& p : pending) {
+    const int e = error_of(p.r);
+    settle(*p.ino, p.target);
+    const int w = p.ino->write_error.exchange(0, std::memory_order_acq_rel);
+    if (err == 0) err = e ? e : w;
+    if (e == 0 && w == 0) {
+      std::lock_guard<std::mutex> lock(p.ino->mu);
+      if (p.target > p.ino->clean_upto.load(std::memory_order_relaxed))
+        p.ino->clean_upto.store(p.target, std::memory_order_relaxed);
+    }
+  }
+  return err;
+}
+
+void order_thread_main() noexcept {
+  tai::detail::mark_this_thread_as_tai();
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  for (;;) {
+    o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held; });
+    if (!o.closed.empty()) {
+      Epoch& front = o.closed.front();
+      std::vector<Deferred> writes = std::move(front.writes);
+      std::vector<Inode*> files = std::move(front.dirty);
+      const bool data_only = front.data_only;
+      const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
+      const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
+      const std::uint64_t started = now_ns();
+      o.front_started_ns = started;
+      lk.unlock();
+      int err = 0;
+      try {
+        err = apply_writes(writes, files);
+      } catch (const std::bad_alloc&) {
+        err = ENOMEM;
+      }
+      const int serr = skip_syncs ? 0 : sync_files(files, data_only);
+      if (err == 0) err = serr;
+      lk.lock();
+      if (err != 0) {
+        // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
+        // again, and its success is real (as the next fsync after a failed one in `full`).
+        for (Inode* ip : files) {
+          try {
+            note_open_dirty_locked(o, *ip);
+          } catch (const std::bad_alloc&) {
+            // Not synced again by the next epoch: its close reports the file's state.
+          }
+        }
+      }
+      lk.unlock();
+      for (Inode* ip : files) inode_unref(ip);
+      lk.lock();
+      const std::uint64_t took = now_ns() - started;
+      o.epoch_ns = o.epoch_ns == 0 ? took : (3 * o.epoch_ns + took) / 4;
+      o.front_started_ns = 0;
+      o.closed.pop_front();
+      ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
+      if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
+      if (err != 0) {
+        o.error = err;
+        logf("fsync order: an epoch failed: %s (returned by the next fsync, close or sync_now)", std::strerror(err));
+      }
+      o.cv.notify_all();
+      continue;
+    }
+    // Every closed epoch is durable: the open epoch's held writes go to the cache, then the gate
+    // opens (a write held back meanwhile is taken by the next round).
+    if (o.open_writes.empty()) {
+      o.gate_closed = false;
+      o.cv.notify_all();
+      continue;
+    }
+    std::vector<Deferred> writes = std::move(o.open_writes);
+    o.open_writes.clear();
+    int err = 0;
+    // On the open epoch's list before they leave `open_writes`: an fsync or sync_now made while
+    // they are on their way to the cache must find the epoch not empty (its sync runs on this
+    // thread, after them).
+    for (auto& w : writes) {
+      try {
+        note_open_dirty_locked(o, *w.ino);
+      } catch (const std::bad_alloc&) {
+        if (err == 0) err = ENOMEM;
+      }
+    }
+    lk.unlock();
+    std::vector<Inode*> touched;
+    try {
+      if (const int e = apply_writes(writes, touched); e && err == 0) err = e;
+    } catch (const std::bad_alloc&) {
+      err = ENOMEM;
+    }
+    for (Inode* ip : touched) inode_unref(ip);
+    lk.lock();
+    if (err != 0) o.error = err;
+    o.cv.notify_all();
+  }
+}
+
+// Under o.mu: returns (and clears) a failed epoch's error; the thread goes on.
+int take_error_locked(OrderState& o) {
+  const int e = std::exchange(o.error, 0);
+  if (e) o.cv.notify_all();
+  return e;
+}
+
+// Before a write of n bytes (no lock held): while the gate is closed and the queue is full, wait.
+void order_admit(std::size_t n) {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  const std::uint64_t limit = g_order_limit.load(std::memory_order_relaxed);
+  if (!o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit) return;
+  g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
+  o.cv.wait(lk, [&] { return !o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit || o.error != 0; });
+}
+
+// Under ino.mu (after order()): a write of the cached path in order mode. Returns bytes or -errno.
+ssize_t order_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t pos) {
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lk(o.mu);
+  try {
+    if (o.gate_closed) {
+      if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
+      const char* p = static_cast<const char*>(buf);
+      o.open_writes.push_back(Deferred{&ino, pos, std::vector<char>(p, p + n)});
+      ino.refs.fetch_add(1, std::memory_order_relaxed);
+      ino.deferred.fetch_add(1, std::memory_order_acq_rel);
+      o.queued_bytes += n;
+      g_stat_deferred.fetch_add(1, std::memory_order_relaxed);
+      if (o.queued_bytes > g_stat_max_queued.load(std::memory_order_relaxed))
+        g_stat_max_queued.store(o.queued_bytes, std::memory_order_relaxed);
+      grow_size(ino, pos + n);
+      return static_cast<ssize_t>(n);
+    }
+    note_open_dirty_locked(o, ino);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+  // Under o.mu: an fsync of another thread cannot close the epoch between the check and the
+  // write reaching the cache (the order thread's sync would miss it).
+  return submit_write_locked(ino, buf, n, pos, false);
+}
+
+// Waits until every closed epoch is durable. errno of a failed one (left for the next fsync), or 0.
+// Also waits for the held writes to reach the cache (the gate open): a truncation by the
+// kernel (an O_TRUNC open) must come after them, as the program made them.
+int order_point_impl() {
+  if (!order_mode()) return 0;
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+  return o.error;
+}
+
+// Waits until the gate is open: every closed epoch durable, every held write in the cache.
+// Without any lock of the layer held. A caller that then goes to the kernel takes the inode's
+// mutex and order_gate_locked, and starts over when that finds the gate closed again.
+void order_drain() {
+  if (!order_mode()) return;
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+}
+
+// Under ino.mu, in order mode, before a call that goes to the kernel behind the cache (an
+// O_APPEND write, a truncation): 0 with `gate` holding the state's mutex and the gate open
+// (the file is on the open epoch's list: the next fsync covers what the call does); 1: the gate
+// closed again since order_drain, start over; -errno: a failed epoch not yet returned (it is
+// returned now, by this call: nothing after it goes to the kernel before the program heard).
+int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate) {
+  OrderState& o = ord();
+  gate = std::unique_lock<std::mutex>(o.mu);
+  if (o.error != 0) return -take_error_locked(o);
+  if (o.gate_closed) {
+    gate.unlock();
+    return 1;
+  }
+  try {
+    note_open_dirty_locked(o, ino);
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+// fsync/fdatasync of a routed file in order mode: closes the epoch. -errno or 0.
+int order_fsync(bool data_only) {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  if (const int e = take_error_locked(o)) return -e;
+  if (open_epoch_empty_locked(o)) return 0;  // nothing written since the last epoch was closed
+  const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
+  // The delay bound: the epoch this call closes will be durable after the epochs queued before
+  // it, one at a time. Back-pressure when the device is behind by more than the quota, when the
+  // oldest waiting epoch is older than the delay, or when the queue, at the order thread's
+  // recent time per epoch, would pass the delay (a program that closes epochs faster than the
+  // device syncs them is held to the device's pace instead of letting the lag grow with the
+  // queue). The time per epoch: the recent average, at least how long the epoch in flight has
+  // taken so far, and before any epoch was measured at least a sixteenth of the delay (so a
+  // burst of fsyncs at the start queues about 16 epochs before the device's pace is known).
+  bool wait = false;
+  if (!o.closed.empty()) {
+    const std::uint64_t now = now_ns();
+    std::uint64_t per = o.epoch_ns != 0 ? o.epoch_ns : delay / 16;
+    if (o.front_started_ns != 0) per = std::max(per, now - o.front_started_ns);
+    wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) || now - o.closed.front().closed_ns > delay ||
+           (o.closed.size() + 1) * per > delay;
+  }
+  const std::uint64_t seq = close_epoch_locked(o, data_only);
+  if (!wait) return 0;
+  // Back-pressure: the device is behind by more than the quota or the delay; this fsync waits
+  // for its own epoch, as a full one would.
+  g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
+  o.cv.wait(lk, [&] { return o.durable_seq >= seq || o.error != 0; });
+  return -take_error_locked(o);
+}
+
+// Every routed write durable, in order mode. errno or 0.
+int order_sync_all() {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  std::uint64_t seq = o.closed_seq;
+  if (!open_epoch_empty_locked(o)) seq = close_epoch_locked(o, false);
+  o.cv.wait(lk, [&] { return o.durable_seq >= seq || o.error != 0; });
+  return take_error_locked(o);
+}
+
+}  // namespace tai::posix::detail

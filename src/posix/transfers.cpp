@@ -1,0 +1,262 @@
+// tai/posix.hpp's layer: transfers of routed descriptors: writes, reads, syncs.
+#include "src/posix/layer_internal.hpp"
+
+namespace tai::posix::detail {
+
+// ---------------------------------------------------------------------------------------------
+// Transfers (routed descriptors). All return -errno or bytes.
+
+bool readable(const Description& d) { return d.accmode == O_RDONLY || d.accmode == O_RDWR; }
+bool writable(const Description& d) { return d.accmode == O_WRONLY || d.accmode == O_RDWR; }
+
+std::uint64_t current_size(const Inode& ino, int fd) {
+  std::uint64_t size = ino.size.load(std::memory_order_acquire);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) size = std::max<std::uint64_t>(size, static_cast<std::uint64_t>(st.st_size));
+  return size;
+}
+
+void grow_size(Inode& ino, std::uint64_t end) noexcept {
+  std::uint64_t cur = ino.size.load(std::memory_order_relaxed);
+  while (cur < end && !ino.size.compare_exchange_weak(cur, end, std::memory_order_acq_rel)) {
+  }
+}
+
+// Under ino.mu, after a write of n bytes: every start_writeback_bytes, the controller writes its
+// dirty cache back to the kernel (Controller::flush: every file, not synced) and then a worker
+// asks the kernel to start writing the file's dirty pages to the device. A program that computes
+// between writes without pausing long enough for the controller's idle flush would otherwise
+// leave everything in the cache until its fsync, and the kernel would start the device write only
+// at that fsync (or after its 30 s dirty timeout): the fsync would wait for all of it. Started
+// early, the device works while the program computes. Overwrites inside one interval still meet
+// in the cache. The continuation holds a reference so that the descriptor outlives it.
+void start_writeback_every(Inode& ino, std::size_t n) {
+  const std::uint64_t every = g_start_writeback.load(std::memory_order_relaxed);
+  if (every == 0 || ino.writeback_fd < 0) return;
+  ino.unstarted_bytes += n;
+  if (ino.unstarted_bytes < every) return;
+  ino.unstarted_bytes = 0;
+  Controller* c = g_ctl.load(std::memory_order_acquire);
+  if (!c) return;
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+  Inode* ip = &ino;
+  Receipt r = c->flush();
+  r.then([ip, c](const Receipt&) {
+    // A failed flush leaves its data dirty in the cache; the next fsync writes it again and
+    // reports the error. The system call goes to a task of its own: a continuation runs inside a
+    // round and must not block, and sync_file_range may (while the device's queue is full).
+    Receipt start = c->submit([ip] {
+      // No WAIT flags: start the device write and return.
+      (void)::sync_file_range(ip->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    });
+    start.then([ip](const Receipt&) { inode_unref(ip); });
+  });
+}
+
+// Submits one write under ino.mu at `pos` (or at the end of file when `append`: pos is set).
+// Returns -errno or the bytes (all of them: the cache takes everything).
+ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
+  if (append) pos = ino.size.load(std::memory_order_acquire);
+  if (pos > kOffMax || n > kOffMax - pos) return append ? -EFBIG : -EINVAL;
+  Receipt r = ino.file.write(pos, buf, n);
+  if (r.finished() && !r.ok()) return -error_of(r);
+  grow_size(ino, pos + n);
+  start_writeback_every(ino, n);
+  ino.writes_submitted.fetch_add(1, std::memory_order_relaxed);
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+  Inode* ip = &ino;
+  r.then([ip](const Receipt& done) {
+    if (!done.ok()) note_error(*ip, error_of(done));
+    ip->writes_settled.fetch_add(1, std::memory_order_release);
+    inode_unref(ip);
+  });
+  ino.last = std::move(r);
+  ino.last_tid = std::this_thread::get_id();
+  ino.cache_used = true;
+  note_dirty();
+  return static_cast<ssize_t>(n);
+}
+
+// The kernel's order after the access-mode check: access_ok (a range whose end passes the top
+// of the user address space is EFAULT: 2^56 - 4096 covers 5-level paging, and a count above
+// SSIZE_MAX always passes it), then rw_verify_area (EINVAL), then the clamp to MAX_RW_COUNT.
+ssize_t clamp_count(const void* buf, std::size_t& n) {
+  constexpr std::uintptr_t kUserTop = (std::uintptr_t{1} << 56) - 4096;
+  const auto at = reinterpret_cast<std::uintptr_t>(buf);
+  if (n > kUserTop || at > kUserTop - n) return -EFAULT;
+  if (static_cast<ssize_t>(n) < 0) return -EINVAL;
+  if (n > kMaxRw) n = kMaxRw;
+  return 0;
+}
+
+// Under ino.mu: the layer is shutting down (exit in another thread, exec) and this inode's File
+// is closed already (written back): the kernel has the file, and a call that still holds the
+// description (g_handed_back not yet set, or set after it took its reference) goes there, at the
+// description's offset (the kernel's calls succeed during exit too; failing them would be a
+// change the program can see).
+bool shut_down_locked(const Inode& ino) noexcept {
+  return !ino.file.is_open() && g_down.load(std::memory_order_acquire);
+}
+
+bool kernel_locked(const Inode& ino) noexcept { return ino.through || shut_down_locked(ino); }
+
+// Under ino.mu, before a write of n bytes: a write-through file that has had more than
+// sync_through_bytes written since its last sync goes back to the cache (this write included).
+void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
+  ino.bytes_since_sync += n;
+  // Under order every cached write must pass the epoch gate: a write-through file leaves.
+  if (ino.through && (order_mode() || ino.bytes_since_sync > g_sync_through.load(std::memory_order_relaxed)))
+    (void)leave_through_locked(ino, fd);
+}
+
+// count is clamped here. pos: the explicit offset, or the description's (then
+// `append` decides; on return pos is where the bytes went, for the description's offset).
+// Returns bytes or -errno.
+ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
+                 bool explicit_offset) {
+  if (!writable(d)) return -EBADF;
+  if (const ssize_t e = clamp_count(buf, n)) return e;
+  if (n == 0) return 0;
+  if (!append && (pos > kOffMax || n > kOffMax - pos)) return -EINVAL;
+  if (buf == nullptr) return -EFAULT;
+  Inode& ino = *d.inode;
+  const bool ordered = order_mode();
+  if (ordered && !append) order_admit(n);
+  for (;;) {
+  if (ordered && append) order_drain();
+  std::unique_lock<std::mutex> lock(ino.mu);
+  order(ino);
+  std::unique_lock<std::mutex> gate;  // order mode, O_APPEND: the gate held open (order_gate_locked)
+  if (ordered && append) {
+    const int g = order_gate_locked(ino, gate);
+    if (g == 1) continue;
+    if (g < 0) return g;
+  }
+  if (append) {
+    std::uint64_t end = pos;
+    const std::uint64_t at = pos;
+    const ssize_t r = append_through_locked(ino, fd, end, !explicit_offset, [&] {
+      // pwrite on an O_APPEND descriptor appends on Linux (the offset is ignored) and leaves
+      // the descriptor's offset alone.
+      return explicit_offset ? ::pwrite(fd, buf, n, static_cast<off_t>(at)) : ::write(fd, buf, n);
+    });
+    if (r > 0) pos = end >= static_cast<std::uint64_t>(r) ? end - static_cast<std::uint64_t>(r) : 0;
+    return r;
+  }
+  count_write_locked(ino, fd, n);
+  if (kernel_locked(ino)) {  // write-through, or see shut_down_locked
+    ssize_t r;
+    do {
+      r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    grow_size(ino, pos + static_cast<std::uint64_t>(r));
+    return r;
+  }
+  if (ordered) return order_write_locked(ino, buf, n, pos);
+  return submit_write_locked(ino, buf, n, pos, false);
+  }
+}
+
+ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos) {
+  if (!readable(d)) return -EBADF;
+  if (const ssize_t e = clamp_count(buf, n)) return e;
+  if (n == 0) return 0;
+  if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
+  Inode& ino = *d.inode;
+  if (buf == nullptr) return pos >= current_size(ino, fd) ? 0 : -EFAULT;
+  if (ino.deferred.load(std::memory_order_acquire) != 0) {
+    // Order mode: writes of this file are held back behind an epoch; the read waits until they
+    // are in the cache (a failed epoch, not yet returned, is returned by this read instead).
+    OrderState& o = ord();
+    std::unique_lock<std::mutex> lk(o.mu);
+    o.cv.wait(lk, [&] { return ino.deferred.load(std::memory_order_acquire) == 0 || o.error != 0; });
+    if (ino.deferred.load(std::memory_order_acquire) != 0) return -take_error_locked(o);
+  }
+  Receipt r;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (kernel_locked(ino)) {  // write-through (the kernel has every byte), or see shut_down_locked
+      if (ino.through) order(ino);
+      ssize_t k;
+      do {
+        k = ::pread(fd, buf, n, static_cast<off_t>(pos));
+      } while (k < 0 && errno == EINTR);
+      return k < 0 ? -errno : k;
+    }
+    order(ino);
+    ino.cache_used = true;
+    r = ino.file.read(pos, buf, n);
+  }
+  if (!r.ok()) return -error_of(r);
+  return static_cast<ssize_t>(r.bytes());
+}
+
+int sync_routed(Description& d, int fd, bool data_only) {
+  Inode& ino = *d.inode;
+  if (g_fsync_none.load(std::memory_order_relaxed)) return 0;  // benchmark only: see Settings
+  if (order_mode()) {
+    bool kernel;
+    {
+      std::lock_guard<std::mutex> lock(ino.mu);
+      kernel = kernel_locked(ino);
+    }
+    // A file still write-through (its engine cannot open it) or a layer shutting down: the
+    // kernel's own fsync below, which waits.
+    if (!kernel) return order_fsync(data_only);
+  }
+  Receipt r;
+  std::uint64_t target;
+  bool small = false;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (kernel_locked(ino)) {
+      // Write-through: order() first, so that this covers another thread's write that went
+      // through just before (the kernel has every byte then). Or see shut_down_locked.
+      if (ino.through) {
+        order(ino);
+        ino.bytes_since_sync = 0;
+      }
+      int rc;
+      do {
+        rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+      } while (rc < 0 && errno == EINTR);
+      if (rc < 0) return -errno;
+      // An error of a write-back from before the file went write-through (a close of its stale
+      // cache) is reported here, once, as the cached path does.
+      if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;
+      return 0;
+    }
+    order(ino);
+    target = ino.writes_submitted.load(std::memory_order_relaxed);
+    const std::uint64_t through = g_sync_through.load(std::memory_order_relaxed);
+    small = through != 0 && ino.bytes_since_sync <= through;
+    ino.bytes_since_sync = 0;
+    r = data_only ? ino.file.fdatasync() : ino.file.fsync();
+  }
+  const int err = error_of(r);
+  settle(ino, target);
+  if (err) return -err;
+  if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (target > ino.clean_upto.load(std::memory_order_relaxed)) ino.clean_upto.store(target, std::memory_order_relaxed);
+  }
+  if (small) {
+    // Synced often for what it writes: write-through from now on, when nothing was submitted
+    // to the file since this sync (so the cache holds nothing dirty of it: this sync wrote
+    // every earlier write back and made it durable).
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (!ino.through && ino.file.is_open() && ino.writes_submitted.load(std::memory_order_relaxed) == target &&
+        ino.write_error.load(std::memory_order_acquire) == 0 && (!ino.last_sync.valid() || ino.last_sync.finished())) {
+      ino.through = true;
+      count_cached_locked(ino, false);  // this sync made every cached write of it durable
+      remember_through_path(ino.name, true);
+      logf("%s: write-through (synced after at most %" PRIu64 " bytes)", ino.name.c_str(),
+           g_sync_through.load(std::memory_order_relaxed));
+    }
+  }
+  return 0;
+}
+
+}  // namespace tai::posix::detail

@@ -9,7 +9,7 @@ drop-in >= 1.3x). Writes points.dat and slow-storage.gp (gnuplot) for the figure
 posix's I/O share s, with the ceiling 1 / max(1 - s, s) = P / max(C, P - C) as the line.
 
 The ceiling columns are the lower of that line and the device's own time: the bytes posix sent
-to the device at the calibrated fio rate (a run cannot end before the device has written them;
+to the device at the throttle rule's rate (fio's when there is no rule) (a run cannot end before the device has written them;
 at 2 compute threads the device, not the overlap, is what bounds the speed-up).
 
 posix's I/O share is measured inside posix's own runs: its time in open/pwrite/fsync/close over
@@ -29,7 +29,17 @@ def ceiling(share):
 
 
 def device_mbps(calibration_text):
-    """The calibrated streaming write rate (fio, 1 MiB requests), MB/s; None when absent."""
+    """The device's write rate, MB/s: the throttle rule's when there is one (no run can write
+    faster than the rule allows; fio's figure includes its final fsync and is a little lower),
+    else fio's streaming rate (1 MiB requests); None when neither is given."""
+    for line in calibration_text.splitlines():
+        if "rule" in line and "write" in line and "MB/s" in line:
+            try:
+                rate = float(line.split("write", 1)[1].split("MB/s")[0])
+                if rate > 0:
+                    return rate
+            except ValueError:
+                pass
     for line in calibration_text.splitlines():
         if line.startswith("fio write") and "MB/s" in line:
             try:
@@ -146,7 +156,7 @@ def main(out):
                                          % (t, tag, 100 * share, band, cap), sp >= 1.4, "%.2fx" % sp))
     print("=" * 100)
     if device_bound:
-        print("the device's own time (bytes sent to it at the calibrated rate; the ceiling columns use the lower bound):")
+        print("the device's own time (bytes sent to it at the rule's rate; the ceiling columns use the lower bound):")
         for line in device_bound:
             print("  " + line)
     print("targets on the slow profile:")

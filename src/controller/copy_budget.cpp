@@ -100,7 +100,7 @@ AlignedBuffer CopyPool::take(std::size_t n) noexcept {
   return AlignedBuffer::try_allocate((n + CopyArena::kPage - 1) / CopyArena::kPage * CopyArena::kPage, CopyArena::kPage);
 }
 
-void CopyPool::give(AlignedBuffer&& b) noexcept { AlignedBuffer gone = std::move(b); }
+void CopyPool::give(AlignedBuffer&& b) noexcept { b.reset(); }
 
 std::uint64_t CopyPool::pooled_bytes() const noexcept { return arena_ != nullptr ? arena_->free_bytes() : 0; }
 std::uint64_t CopyPool::mapped_bytes() const noexcept { return arena_ != nullptr ? arena_->mapped_bytes() : 0; }

@@ -1,5 +1,6 @@
 // The two-stage quota: see include/tai/quota.hpp.
 #include "tai/quota.hpp"
+#include "src/detail/aligned_mapping.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -195,20 +196,10 @@ struct Quota::Pool {
   /// Maps a chunk for class `c`; false when mmap refuses. `not_advised` is set when madvise did.
   bool map_chunk(int c, bool& not_advised) noexcept {
     const std::size_t size = std::size_t{1} << kChunkLog;
-    // Twice the size, then the unaligned ends go back: the only portable way to a 2 MiB-aligned
-    // mapping (once per chunk, not per block).
-    void* raw = ::mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return false;
-    const auto r = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t a = (r + size - 1) & ~(static_cast<std::uintptr_t>(size) - 1);
-    if (a > r) ::munmap(raw, a - r);
-    if (a + size < r + 2 * size) ::munmap(reinterpret_cast<void*>(a + size), r + 2 * size - (a + size));
-    auto* base = reinterpret_cast<std::byte*>(a);
-#ifdef MADV_HUGEPAGE
-    not_advised = ::madvise(base, size, MADV_HUGEPAGE) != 0;
-#else
-    not_advised = true;
-#endif
+    void* mapped = detail::map_aligned(size, size, /*huge=*/true, not_advised);
+    if (mapped == nullptr) return false;
+    auto* base = static_cast<std::byte*>(mapped);
+    const auto a = reinterpret_cast<std::uintptr_t>(base);
     Chunk* k = new (std::nothrow) Chunk;
     if (k == nullptr) {
       ::munmap(base, size);

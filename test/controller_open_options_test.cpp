@@ -47,6 +47,33 @@ TEST(ControllerOpenOptions, TheShortFormsUseTheDefaultOrTheNamedEngine) {
   EXPECT_EQ(b->status().tree, "BTree<64>");
 }
 
+// "auto" picks by the open's mode: posix for a buffered file (a page-cache copy gains nothing
+// from an asynchronous engine), the selector's best engine for an O_DIRECT one; a named engine
+// serves both.
+TEST(ControllerOpenOptions, AutoPicksPosixForBufferedFilesAndTheBestEngineForDirectOnes) {
+  ScratchDir dir;
+  std::string note;
+  auto best = make_engine("auto", {}, &note);
+  ASSERT_TRUE(best) << best.error().message;
+  const std::string best_name(best.value()->name());
+  ControllerOptions o = two_quiet_workers();  // engine "auto"
+  Controller ctl(o);
+  EXPECT_EQ(ctl.engine_note(), "auto: posix for buffered files, for O_DIRECT files " + note);
+  auto buffered = ctl.open(dir.file("buffered"), Open::read | Open::write | Open::create);
+  ASSERT_TRUE(buffered) << buffered.error().message;
+  EXPECT_EQ(buffered->status().engine, "posix");
+  auto named = ctl.open(dir.file("named"), Open::read | Open::write | Open::create, best_name);
+  ASSERT_TRUE(named) << named.error().message;
+  EXPECT_EQ(named->status().engine, best_name);
+  if (const std::string why = direct_io_unsupported_reason(dir.path()); !why.empty()) GTEST_SKIP() << why;
+  auto direct = ctl.open(dir.file("direct"), Open::read | Open::write | Open::create | Open::direct);
+  ASSERT_TRUE(direct) << direct.error().message;
+  EXPECT_EQ(direct->status().engine, best_name);
+  std::vector<char> block(4096, 'd');
+  EXPECT_TRUE(wait_ok(direct->write(0, Buffer::copy_of(block.data(), block.size()))));
+  EXPECT_TRUE(wait_ok(direct->fsync()));
+}
+
 TEST(ControllerOpenOptions, OpenOptionsNameTheEngine) {
   ScratchDir dir;
   Controller ctl(options());

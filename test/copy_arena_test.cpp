@@ -21,7 +21,7 @@ constexpr std::size_t kKiB = 1024, kMiB = kKiB * kKiB;
 
 // The owner's reference, dropped at the end of the scope (as the controller drops it).
 struct ArenaRef {
-  explicit ArenaRef(std::uint64_t cap) : a(CopyArena::create(cap)) {}
+  explicit ArenaRef(std::uint64_t cap, bool huge_pages = false) : a(CopyArena::create(cap, huge_pages)) {}
   ~ArenaRef() { a->drop(); }
   CopyArena* operator->() const { return a; }
   CopyArena* a;
@@ -51,6 +51,25 @@ TEST(CopyArena, APageRunComesBackToTheNextTakeOfItsSize) {
   EXPECT_FALSE(mapped) << "no new chunk for a size the arena has free";
   EXPECT_EQ(again.data(), first) << "best fit: the same run, cut from the same end";
   EXPECT_EQ(a->mapped_bytes(), CopyArena::kChunk);
+}
+
+// With huge pages asked for, a chunk starts on a 2 MiB boundary, so that its two halves can be
+// transparent huge pages (a whole-chunk take is the chunk itself); the memory works as any other.
+TEST(CopyArena, HugePageChunksAreAlignedToTheHugePage) {
+  ArenaRef a(32 * kMiB, /*huge_pages=*/true);
+  AlignedBuffer whole = take(a.a, CopyArena::kChunk);
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(whole.data()) % CopyArena::kHugePage, 0u);
+  std::memset(whole.data(), 0x33, whole.size());
+  AlignedBuffer piece = take(a.a, 300 * kKiB);
+  ASSERT_FALSE(piece.empty());
+  EXPECT_EQ((reinterpret_cast<std::uintptr_t>(piece.data()) + piece.size()) % CopyArena::kHugePage, 0u)
+      << "a piece is cut from the end of a new aligned chunk";
+  std::memset(piece.data(), 0x44, piece.size());
+  EXPECT_EQ(a->mapped_bytes(), 2 * CopyArena::kChunk);
+  whole.reset();
+  piece.reset();
+  EXPECT_EQ(a->free_bytes(), a->mapped_bytes());
 }
 
 TEST(CopyArena, SizesAreRoundedUpToWholePages) {

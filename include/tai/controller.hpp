@@ -65,7 +65,8 @@ struct ControllerOptions {
   /// Measured in docs/results/cache-cost.md ("Clean budget and huge-page chunks").
   std::uint64_t clean_budget = std::uint64_t{16} << 20;
   /// Carve cache blocks of 4 KiB to 1 MiB from 2 MiB chunks advised for transparent huge pages
-  /// (tai/quota.hpp, "Huge-page chunks"). Used only when the weak quota is at least 2 MiB.
+  /// (tai/quota.hpp, "Huge-page chunks"; used only when the weak quota is at least 2 MiB), and
+  /// map the arena that holds large write copies the same way.
   bool huge_pages = true;
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
   /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
@@ -82,7 +83,11 @@ struct ControllerOptions {
   /// half of what is dirty). Negative: never flush while idle (only fsync, close, flush(),
   /// recycling and shutdown write back).
   std::int64_t flush_idle_ns = 2'000'000;
-  /// The engine of open() calls that name none: "auto" (uring, else libaio, else posix) or a name.
+  /// The engine of open() calls that name none, or "auto": posix for buffered files and the
+  /// best asynchronous engine for O_DIRECT files (uring, else libaio, else posix). A buffered
+  /// write is a copy into the page cache that the workers already overlap with the program, so
+  /// an asynchronous engine only adds its submissions and wake-ups there; name "uring" (or
+  /// "libaio") to use it for every file.
   std::string engine = "auto";
   /// Options for the engines the controller makes (depth = requests in flight per engine).
   EngineOptions engine_options = [] {
@@ -251,7 +256,8 @@ class Controller {
   /// quota above the strict one, pending_capacity clamped to [64, 65534]). Thread-safe (never
   /// changes after construction).
   const ControllerOptions& options() const noexcept;
-  /// How the default engine was chosen, e.g. "auto -> uring".
+  /// How the default engines were chosen, e.g. "auto: posix for buffered files, for O_DIRECT
+  /// files auto -> uring (the best engine; available here)"; the engine's name when one was named.
   const std::string& engine_note() const noexcept;
 
  private:

@@ -1,4 +1,5 @@
 #include "src/controller/copy_arena.hpp"
+#include "src/detail/aligned_mapping.hpp"
 
 #include <sys/mman.h>
 
@@ -11,10 +12,23 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
 }  // namespace
 
-CopyArena* CopyArena::create(std::uint64_t cap) { return new CopyArena(cap); }
+CopyArena* CopyArena::create(std::uint64_t cap, bool huge_pages) { return new CopyArena(cap, huge_pages); }
+
+CopyArena::CopyArena(std::uint64_t cap, bool huge_pages) noexcept : cap_(cap) {
+  // The whole cap is reserved at once: untouched pages cost no memory, and chunks opened one
+  // after another are neighbours, so free runs merge across their boundaries. Rounded to the
+  // huge page, at a huge-page boundary, so that every opened chunk's halves can be huge pages.
+  const std::size_t size = round_up(static_cast<std::size_t>(cap), kHugePage);
+  if (size == 0) return;
+  bool not_advised = false;
+  if (void* p = map_aligned(size, kHugePage, huge_pages, not_advised)) {
+    base_ = static_cast<std::byte*>(p);
+    reserved_ = size;
+  }
+}
 
 CopyArena::~CopyArena() {
-  for (const auto& c : chunks_) ::munmap(c.first, c.second);
+  if (base_ != nullptr) ::munmap(base_, reserved_);
 }
 
 void CopyArena::drop() noexcept { unref(); }
@@ -66,27 +80,23 @@ AlignedBuffer CopyArena::take(std::size_t n, bool& mapped_new) noexcept {
       if (best->second == 0) free_runs_.erase(best);
       free_.store(free_.load(std::memory_order_relaxed) - need, std::memory_order_relaxed);
     } else {
-      const std::uint64_t mapped = mapped_.load(std::memory_order_relaxed);
+      // The next pages of the reservation: a chunk, with what the copy does not use left free
+      // (adjacent to the run before it, so the two merge), or exactly the copy near the cap.
+      const std::uint64_t opened = mapped_.load(std::memory_order_relaxed);
       std::size_t size = need > kChunk ? need : kChunk;
-      if (mapped + size > cap_) size = need;
-      if (mapped + size > cap_) return {};
-      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (p == MAP_FAILED) return {};
-      try {
-        chunks_.emplace_back(p, size);
-        if (size > need) {
-          insert_free_locked(static_cast<std::byte*>(p), size - need);
-          free_.store(free_.load(std::memory_order_relaxed) + (size - need), std::memory_order_relaxed);
+      if (opened + size > reserved_) size = need;
+      if (base_ == nullptr || opened + size > reserved_) return {};
+      std::byte* p = base_ + opened;
+      if (size > need) {
+        try {
+          insert_free_locked(p, size - need);
+        } catch (const std::bad_alloc&) {
+          size = need;  // no memory for the run's entry: open only what the copy needs
         }
-      } catch (const std::bad_alloc&) {
-        if (chunks_.empty() || chunks_.back().first != p) {
-          ::munmap(p, size);
-          return {};
-        }
-        // The chunk is listed but its spare pages could not be: they stay unused until the end.
+        if (size > need) free_.store(free_.load(std::memory_order_relaxed) + (size - need), std::memory_order_relaxed);
       }
-      got = static_cast<std::byte*>(p) + (size - need);
-      mapped_.store(mapped + size, std::memory_order_relaxed);
+      got = p + (size - need);
+      mapped_.store(opened + size, std::memory_order_relaxed);
       mapped_new = true;
     }
   }

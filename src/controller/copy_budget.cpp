@@ -73,9 +73,9 @@ void CopyBudget::wait_for_room(std::uint64_t n) {
 
 namespace tai::detail {
 
-CopyPool::CopyPool(std::uint64_t budget) {
+CopyPool::CopyPool(std::uint64_t budget, bool huge_pages) {
   try {
-    arena_ = CopyArena::create(budget);
+    arena_ = CopyArena::create(budget, huge_pages);
   } catch (const std::bad_alloc&) {
     arena_ = nullptr;  // every large copy from the allocator
   }

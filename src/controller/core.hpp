@@ -125,14 +125,18 @@ struct EngineSlot {
 class EngineTable {
  public:
   static constexpr unsigned kMax = 32;
-  /// The engine `open()` uses when the caller names none (or "auto"). Set at construction.
+  /// The engines `open()` uses when the caller names none (or "auto"), for buffered files and
+  /// for O_DIRECT ones. Set at construction; the same name unless the controller's engine is
+  /// "auto" (see ControllerOptions::engine).
   std::string default_name;
+  std::string default_direct_name;
 
   /// Adds an engine under `name`; false when the name is taken, the table is full or engine is
   /// null.
   bool add(std::string name, std::unique_ptr<Engine> engine);
-  /// The slot of `name` (empty or "auto": the default), made with `options` on first use.
-  Result<EngineSlot*> find_or_make(std::string_view name, const EngineOptions& options);
+  /// The slot of `name` (empty or "auto": the default for a buffered or, `direct`, an O_DIRECT
+  /// file), made with `options` on first use.
+  Result<EngineSlot*> find_or_make(std::string_view name, const EngineOptions& options, bool direct = false);
   /// The slot whose engine opened f (nullptr: none).
   EngineSlot* owning(const EngineFile& f) const noexcept;
   unsigned count() const noexcept { return count_.load(std::memory_order_acquire); }
@@ -421,7 +425,8 @@ class CopyBudget {
 /// Thread-safety: every member is safe from any thread; the statistics are snapshots.
 class CopyPool {
  public:
-  explicit CopyPool(std::uint64_t budget);
+  /// huge_pages: the arena's chunks are advised MADV_HUGEPAGE (CopyArena::create).
+  explicit CopyPool(std::uint64_t budget, bool huge_pages = false);
   ~CopyPool();
   CopyPool(const CopyPool&) = delete;
   CopyPool& operator=(const CopyPool&) = delete;

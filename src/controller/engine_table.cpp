@@ -29,8 +29,9 @@ bool EngineTable::add(std::string name, std::unique_ptr<Engine> engine) {
   return true;
 }
 
-Result<EngineSlot*> EngineTable::find_or_make(std::string_view name, const EngineOptions& options) {
-  std::string want(name.empty() || name == "auto" ? std::string_view(default_name) : name);
+Result<EngineSlot*> EngineTable::find_or_make(std::string_view name, const EngineOptions& options, bool direct) {
+  const bool by_default = name.empty() || name == "auto";
+  std::string want(by_default ? std::string_view(direct ? default_direct_name : default_name) : name);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (EngineSlot* s = find_locked(want)) return s;

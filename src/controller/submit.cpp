@@ -21,7 +21,7 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
   if (!accepting.load(std::memory_order_acquire))
     return Error{std::make_error_code(std::errc::operation_canceled),
                  "tai::Controller::open(" + *req.path + "): " + kShutdownReason};
-  auto slot = engines.find_or_make(req.engine, opt.engine_options);
+  auto slot = engines.find_or_make(req.engine, opt.engine_options, has(req.mode.flags, Open::direct));
   if (!slot) return slot.error();
   EngineSlot* s = slot.value();
   // The engine's open truncates at once, here; an earlier handle of the path that is still

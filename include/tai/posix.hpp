@@ -74,7 +74,8 @@
 //
 // The controller. Made at the first call that needs it (thread-safe), configured from the
 // environment:
-//   TAI_ENGINE   engine name (default "auto": uring, else libaio, else posix). An engine that
+//   TAI_ENGINE   engine name (default "auto": posix for buffered files, uring, else libaio,
+//                else posix, for O_DIRECT ones; see ControllerOptions::engine). An engine that
 //                cannot open a file leaves that file unrouted (TAI_LOG says why).
 //   TAI_TREE     default | trivial (BTreeDefault or BTreeTrivial, i.e. no cache)
 //   TAI_WORKERS  worker threads (default 2)

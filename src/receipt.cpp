@@ -47,6 +47,7 @@ bool Receipt::wait_ns(std::int64_t ns) const noexcept {
   std::atomic<std::uint32_t>& w = task_->word;
   if (w.load(std::memory_order_acquire) & detail::Task::kFinished) return true;
   if (wait_would_deadlock(task_)) return false;
+  if (ns != 0) detail::wake_for_waiter(task_->owner);
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = ns < 0 ? -1 : start + ns;
   const std::int64_t spin_until = start + (ns >= 0 && ns < kReceiptSpinNs ? ns : kReceiptSpinNs);
@@ -83,6 +84,14 @@ std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t 
   if (const auto i = scan(); i >= 0) return i;
   for (std::size_t i = 0; i < n; ++i)
     if (wait_would_deadlock(rs[i].task_)) return -1;
+  if (timeout_ns != 0) {
+    const detail::ControllerCore* woken = nullptr;
+    for (std::size_t i = 0; i < n; ++i)
+      if (rs[i].task_ != nullptr && rs[i].task_->owner != woken) {
+        woken = rs[i].task_->owner;
+        detail::wake_for_waiter(woken);
+      }
+  }
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
   const std::int64_t spin_until = start + std::min<std::int64_t>(kReceiptSpinNs, timeout_ns < 0 ? kReceiptSpinNs : timeout_ns);

@@ -71,6 +71,14 @@ struct ControllerOptions {
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
   /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
   std::int64_t spin_ns = 20'000;
+  /// How late a write of the program may wake a sleeping master (0: at once; default 2 ms, a
+  /// few records of a compute loop, short beside any fsync interval). Within this delay
+  /// a write's submission arms a timer instead of waking the master, so a stream of writes
+  /// costs one wake-up per delay, not one per write; an fsync, a read, a task, a receipt's
+  /// wait() or wait_any(), a full queue and a full write-copy budget still wake it at once. A
+  /// write therefore reaches its engine at most this much later when nothing else wakes the
+  /// master (a CompletionQueue's wait does not: its writes finish within the delay).
+  std::int64_t write_wake_delay_ns = 2'000'000;
   /// How long the master spins for completions of asynchronous engines before it sleeps on
   /// their eventfds. Short by default: device latencies are tens of microseconds and more, and
   /// spinning takes the CPU the application and the kernel's completion work need.

@@ -12,6 +12,11 @@ namespace tai {
 namespace detail {
 Receipt controller_submit(ControllerCore& core, Task* t) { return core.submit_task(t); }
 const ControllerCore* worker_controller() noexcept { return t_worker ? &t_worker->c : nullptr; }
+void wake_for_waiter(const ControllerCore* c) noexcept {
+  // The doorbell's state is atomic; the task's owner is const only because receipts never
+  // change their controller.
+  if (c != nullptr) const_cast<ControllerCore*>(c)->doorbell.ring();
+}
 }  // namespace detail
 
 Controller::Controller(const ControllerOptions& options) : core_(std::make_unique<detail::ControllerCore>(options)) {}

@@ -16,10 +16,10 @@ void ControllerCore::charge_copy(Task& t) {
   const std::uint64_t n = t.data.size();
   if (n == 0) return;
   t.copy_charge = n;  // published to the worker by the push
-  copies.charge(n, /*may_wait=*/!on_own_worker());
+  copies.charge(n, /*may_wait=*/!on_own_worker(), &doorbell);
 }
 
-void CopyBudget::charge(std::uint64_t n, bool may_wait) {
+void CopyBudget::charge(std::uint64_t n, bool may_wait, Doorbell* wake) {
   // Relaxed: a count, nothing is published through it (the push publishes the task); the
   // completer's seq_cst subtraction and this addition are ordered by their atomicity alone.
   const std::uint64_t held = bytes_.fetch_add(n, std::memory_order_relaxed);
@@ -29,6 +29,7 @@ void CopyBudget::charge(std::uint64_t n, bool may_wait) {
   // Over the budget: take the bytes back (a waiter that saw them is woken by release(), since
   // bytes_ may now have room for it) and wait.
   release(n);
+  if (wake != nullptr) wake->ring();
   wait_for_room(n);
 }
 

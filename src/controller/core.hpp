@@ -308,15 +308,19 @@ class FileRegistry {
 // ---------------------------------------------------------------------------------------------
 // Waking the master, the round barrier, write copies
 
-/// The master's doorbell: an eventfd, so that the master can also wait on engines' eventfds.
+/// The master's doorbell: an eventfd, so that the master can also wait on engines' eventfds; and,
+/// when writes may wake the master late (ControllerOptions::write_wake_delay_ns), a timerfd.
 /// Thread-safety: ring() from any thread; sleep() by the master only.
 class Doorbell {
  public:
-  Doorbell();  // throws std::system_error when no eventfd can be made
+  /// lazy_ns > 0: a write's ring() only arms the timer (see ring()); 0: every ring() wakes.
+  explicit Doorbell(std::int64_t lazy_ns = 0);  // throws std::system_error when no eventfd can be made
   ~Doorbell();
   Doorbell(const Doorbell&) = delete;
   Doorbell& operator=(const Doorbell&) = delete;
   int fd() const noexcept { return fd_; }
+  /// The timer a lazy ring arms (-1: none); the master polls it beside fd().
+  int timer_fd() const noexcept { return timer_fd_; }
 
   /// After a push: wakes the master if it sleeps. Only the first submitter after the master fell
   /// asleep rings (the exchange): one system call per sleep, not one per request; a submitter
@@ -328,9 +332,23 @@ class Doorbell {
   /// membarrier(PRIVATE_EXPEDITED) on the sleeping side, makes every sleep of the master an
   /// inter-processor interrupt to every CPU running the process, a VM exit each on a virtual
   /// machine; the drop-in's system time fell by a third without it: docs/results/cache-cost.md.)
-  void ring() noexcept {
+  ///
+  /// `lazy` (a program's write, with a timer): the master is not woken now; the first lazy ring
+  /// of a sleep arms the timer (`armed_` exchange: one timerfd_settime per sleep), and the
+  /// master wakes when it fires, or sooner for anything else: a read, an fsync, a receipt's
+  /// wait, a full queue. A stream of writes then costs the master one wake-up per delay rather
+  /// than one per write, and the program's thread one system call per delay rather than one
+  /// eventfd write per write. No write waits longer than the delay. The same Dekker argument
+  /// holds for `armed_`: the master clears it after a sleep, fences, then re-checks the queues;
+  /// a submitter that still sees it set pushed before that fence in their total order.
+  void ring(bool lazy = false) noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false, std::memory_order_seq_cst)) signal();
+    if (!sleeping_.load(std::memory_order_relaxed)) return;
+    if (lazy && timer_fd_ >= 0) {
+      if (!armed_.load(std::memory_order_relaxed) && !armed_.exchange(true, std::memory_order_seq_cst)) arm();
+      return;
+    }
+    if (sleeping_.exchange(false, std::memory_order_seq_cst)) signal();
   }
   /// Makes the master's next (or current) sleep return, whether or not it sleeps (shutdown).
   void signal() noexcept;
@@ -345,13 +363,26 @@ class Doorbell {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     check_then_sleep();
     sleeping_.store(false, std::memory_order_relaxed);
+    if (timer_fd_ >= 0 && armed_.load(std::memory_order_relaxed)) {
+      // Writes pushed before this point are seen by the master's next check of the queues
+      // (after the fence); later ones arm the timer again. A timer still pending wakes the
+      // master once for nothing.
+      armed_.store(false, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
   }
   /// Resets the eventfd's count; the master calls it when a poll found fd() readable.
   void drain() noexcept;
+  /// Consumes the timer's expirations; the master calls it when a poll found timer_fd() readable.
+  void drain_timer() noexcept;
 
  private:
+  void arm() noexcept;
   int fd_ = -1;
+  int timer_fd_ = -1;
+  std::int64_t lazy_ns_ = 0;
   std::atomic<bool> sleeping_{false};
+  std::atomic<bool> armed_{false};
 };
 
 /// The round barrier and what the master tells the followers.
@@ -384,9 +415,10 @@ class CopyBudget {
  public:
   CopyBudget(std::uint64_t budget, std::int64_t spin_ns) : budget_(budget), spin_ns_(spin_ns) {}
   /// Counts n bytes. may_wait: the caller waits for room (spin, then sleep) when over the
-  /// budget; a worker of the controller passes false (the writes that would make room finish
+  /// budget, after ringing `wake` (the writes that make room may be waiting for a lazy ring's
+  /// timer); a worker of the controller passes false (the writes that would make room finish
   /// only in the rounds it holds up).
-  void charge(std::uint64_t n, bool may_wait);
+  void charge(std::uint64_t n, bool may_wait, Doorbell* wake = nullptr);
   /// Uncounts n bytes and wakes the waiters, if any.
   void release(std::uint64_t n) noexcept;
   std::uint64_t held() const noexcept { return bytes_.load(std::memory_order_relaxed); }  // a snapshot
@@ -480,6 +512,9 @@ class ControllerCore {
 
   // --- called by workers ---
   void push(unsigned worker, Task* t);
+  /// Whether t's push may leave the master asleep until the doorbell's timer (Doorbell::ring):
+  /// a write of the program. Everything a caller may be waiting for wakes it at once.
+  static bool lazy_wake(const Task& t) noexcept { return t.kind == TaskKind::tree_op && t.op.kind == TreeOp::write; }
   void on_op_complete(Task& t);
   /// Every task a worker ends passes here: uncounts its write copy, then publishes the result.
   void finish(Task& t, TaskState s, int error = 0, const char* reason = nullptr);

@@ -42,6 +42,7 @@ ControllerOptions corrected_options(const ControllerOptions& o) {
 ControllerCore::ControllerCore(const ControllerOptions& o)
     : opt(corrected_options(o)),
       quota(opt.weak_quota, opt.strict_quota, 1u << 14, Quota::kDefaultPoolLimit, opt.clean_budget, opt.huge_pages),
+      doorbell(opt.write_wake_delay_ns),
       copies(opt.write_copy_budget, opt.spin_ns),
       copy_pool(opt.write_copy_budget, opt.huge_pages) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());

@@ -319,9 +319,12 @@ bool ControllerCore::issue_flush() {
 
 void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
   workers[0]->flush_releases();
-  pollfd fds[EngineTable::kMax + 1];
+  pollfd fds[EngineTable::kMax + 2];
   nfds_t nfds = 0;
   fds[nfds++] = pollfd{doorbell.fd(), POLLIN, 0};
+  const nfds_t timer = doorbell.timer_fd() >= 0 ? nfds : 0;
+  if (timer != 0) fds[nfds++] = pollfd{doorbell.timer_fd(), POLLIN, 0};
+  const nfds_t first_engine = nfds;
   bool engine_without_fd = false;
   if (with_engines) {
     const unsigned count = engines.count();
@@ -341,9 +344,10 @@ void ControllerCore::master_sleep(bool with_engines, std::int64_t timeout_ns) {
   workers[0]->sleeps.add();
   if (::ppoll(fds, nfds, tsp, nullptr) <= 0) return;  // timed out (or a signal): nothing to read
   if (fds[0].revents & POLLIN) doorbell.drain();
+  if (timer != 0 && (fds[timer].revents & POLLIN)) doorbell.drain_timer();
   // Consume the engines' counters (nonblocking eventfds; the completions themselves are reaped
   // by the next round).
-  for (nfds_t i = 1; i < nfds; ++i)
+  for (nfds_t i = first_engine; i < nfds; ++i)
     if (fds[i].revents & POLLIN) {
       std::uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(fds[i].fd, &v, sizeof v);

@@ -2,6 +2,7 @@
 // master's doorbell, submission stamps.
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -131,7 +132,7 @@ void ControllerCore::push(unsigned w, Task* t) {
       }
       wk.stamp_admission(*t);
       q->push(t);
-      doorbell.ring();
+      doorbell.ring(/*lazy=*/lazy_wake(*t));
       return;
     }
   }
@@ -152,7 +153,7 @@ void ControllerCore::push(unsigned w, Task* t) {
       } while (!wk.pending.bounded_push(t));
     }
   }
-  doorbell.ring();
+  doorbell.ring(/*lazy=*/!inside && lazy_wake(*t));
 }
 
 void ControllerCore::stamp_submit(Task& t) const noexcept {
@@ -194,12 +195,33 @@ Receipt ControllerCore::submit_file_task(FileCore* f, Task* t) {
   return Receipt(t);
 }
 
-Doorbell::Doorbell() : fd_(tai::detail::make_own_eventfd()) {
+Doorbell::Doorbell(std::int64_t lazy_ns) : fd_(tai::detail::make_own_eventfd()) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "tai::Controller: eventfd");
+  if (lazy_ns > 0) {
+    // Without a timer every ring wakes at once: the delay is an optimisation, never a need.
+    timer_fd_ = tai::detail::adopt_own_descriptor(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    lazy_ns_ = lazy_ns;
+  }
 }
 
 Doorbell::~Doorbell() {
   if (fd_ >= 0) tai::detail::close_own_descriptor(fd_);
+  if (timer_fd_ >= 0) tai::detail::close_own_descriptor(timer_fd_);
+}
+
+void Doorbell::arm() noexcept {
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(lazy_ns_ / 1'000'000'000);
+  when.it_value.tv_nsec = static_cast<long>(lazy_ns_ % 1'000'000'000);
+  if (::timerfd_settime(timer_fd_, 0, &when, nullptr) != 0) {
+    // The timer cannot be armed: wake the master now instead.
+    if (sleeping_.exchange(false, std::memory_order_seq_cst)) signal();
+  }
+}
+
+void Doorbell::drain_timer() noexcept {
+  std::uint64_t expirations;
+  [[maybe_unused]] ssize_t r = ::read(timer_fd_, &expirations, sizeof expirations);
 }
 
 void Doorbell::signal() noexcept {

@@ -24,6 +24,10 @@ inline void retain_unpublished_task(Task* t) noexcept {
 /// continuation, task or hook holds up its controller's rounds: waiting there for an unfinished
 /// receipt of the same controller could never end.
 const ControllerCore* worker_controller() noexcept;
+/// Wakes the master of `c` (null: nothing) for a thread about to wait for one of its tasks: a
+/// write may have left it asleep until its doorbell's timer (ControllerOptions::
+/// write_wake_delay_ns). Thread-safe.
+void wake_for_waiter(const ControllerCore* c) noexcept;
 /// Why Receipt's waits refuse to block on a worker of the task's own controller.
 extern const char* const kWaitOnOwnWorkerReason;
 /// Tasks ever allocated from the heap by the pool (a test counts allocations with this).

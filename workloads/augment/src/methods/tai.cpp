@@ -37,6 +37,10 @@ class TaiMethod final : public Method {
     // How long waiting workers and receipts spin before they sleep (ControllerOptions::spin_ns),
     // for measuring what spinning costs when the compute threads fill every core.
     if (const char* sp = std::getenv("TAI_SPIN_NS"); sp && *sp) opts.spin_ns = std::strtoll(sp, nullptr, 10);
+    // How late a write may wake a sleeping master (ControllerOptions::write_wake_delay_ns), for
+    // measuring what the wake-ups cost.
+    if (const char* wd = std::getenv("TAI_WRITE_WAKE_DELAY_NS"); wd && *wd)
+      opts.write_wake_delay_ns = std::strtoll(wd, nullptr, 10);
     ctl_ = std::make_unique<tai::Controller>(opts);
     if (!config.fault_rules.empty()) {
 #if TAI_AUGMENT_FAULT_ENGINE

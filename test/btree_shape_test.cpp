@@ -74,7 +74,7 @@ TEST(BTreeShape, BinaryIsATwoThenSixtyTwoOnes) {
   EXPECT_EQ(tree.check_invariants(), "");
 }
 
-// Not one of the predefined trees: instantiated here from tai/btree.hpp + tai/btree-inl.hpp.
+// Not one of the predefined trees: its shape reaches the one compiled tree at run time.
 using MyTree = BTree<20, 20, 12, 12>;  // two sparse levels (2^20 children), 16 MiB / 4 KiB nodes
 
 TEST(BTreeShape, AUsersOwnShapeCompilesFromTheHeaders) {

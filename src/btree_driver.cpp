@@ -1,6 +1,8 @@
 // The tree's sequential driver and engine executor (see include/tai/btree_driver.hpp).
 #include "tai/btree_driver.hpp"
 
+#include "src/btree/tree_core.hpp"  // Step::run
+
 #include <cerrno>
 
 namespace tai {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "btree_fuzz/btree_harness.hpp"
@@ -74,7 +75,7 @@ TEST(BTreeShape, BinaryIsATwoThenSixtyTwoOnes) {
   EXPECT_EQ(tree.check_invariants(), "");
 }
 
-// Not one of the predefined trees: instantiated here from tai/btree.hpp + tai/btree-inl.hpp.
+// Not one of the predefined trees: its shape reaches the one compiled tree at run time.
 using MyTree = BTree<20, 20, 12, 12>;  // two sparse levels (2^20 children), 16 MiB / 4 KiB nodes
 
 TEST(BTreeShape, AUsersOwnShapeCompilesFromTheHeaders) {
@@ -121,6 +122,25 @@ TEST(BTreeShape, WideLevelsHoldOnlyTheChildrenThatExist) {
   ASSERT_EQ(run_op(driver, tree, TreeOp::drop, 0, 0), 0);  // the second pass collects empty nodes
   EXPECT_EQ(tree.stats().nodes, 1u);
   EXPECT_EQ(tree.check_invariants(), "");
+}
+
+// The factory takes the shape at run time (the controller's open<Tree> and every BTree<Bits...>
+// go through it), so it refuses what the template's static_asserts refuse, instead of building
+// a tree whose root does not cover 2^64 or whose last level does not end at its block.
+TEST(BTreeShape, TheRunTimeFactoryRefusesWhatTheTemplateRefuses) {
+  Quota quota;
+  const std::array<unsigned, 4> misprint{43, 9, 9, 12};  // sums to 73
+  const std::array<unsigned, 2> short_sum{30, 30};
+  const std::array<unsigned, 3> zero_level{32, 0, 32};
+  EXPECT_THROW(detail::make_tree_core(4, misprint.data(), nullptr, quota, sized()), std::invalid_argument);
+  EXPECT_THROW(detail::make_tree_core(2, short_sum.data(), nullptr, quota, sized()), std::invalid_argument);
+  EXPECT_THROW(detail::make_tree_core(3, zero_level.data(), nullptr, quota, sized()), std::invalid_argument);
+  EXPECT_THROW(detail::make_tree_core(0, misprint.data(), nullptr, quota, sized()), std::invalid_argument);
+  detail::TreePtr core = detail::make_tree_core(4, BTreeDefault::kBits.data(), nullptr, quota, sized());
+  ASSERT_NE(core, nullptr);
+  EXPECT_EQ(core->levels(), 4u);
+  EXPECT_EQ(core->node_shift(1), 30u);
+  EXPECT_EQ(core->check_invariants(), "");
 }
 
 }  // namespace

@@ -47,11 +47,11 @@ class SequentialDriver final : public StepSink {
   explicit SequentialDriver(const Options& options);
 
   /// tree.start(op, *this).
-  void start(detail::TreeCore& tree, Operation& op) { tree.start(op, *this); }
+  void start(detail::TreeHandle& tree, Operation& op) { tree.start(op, *this); }
   /// Runs until no step is queued and no engine request is outstanding.
   void run();
   /// start() + run().
-  void run_one(detail::TreeCore& tree, Operation& op) {
+  void run_one(detail::TreeHandle& tree, Operation& op) {
     start(tree, op);
     run();
   }

@@ -140,7 +140,10 @@ struct Step {
   StepKind kind = StepKind::visit;
   IoPurpose purpose = IoPurpose::none;
 
-  /// Runs the step. Thread-safety: see the contract above.
+  /// Runs the step. Thread-safety: see the contract above. Defined in the library's private
+  /// src/btree/tree_core.hpp, beside the TreeCore it calls: the runners are the library's own
+  /// (the controller's rounds, SequentialDriver), and inline there a round's call goes straight
+  /// into the tree without this header needing the tree's definition.
   inline void run(StepSink& sink) const;
   /// The key a runner serialises on: steps with equal keys must not run at once.
   const void* node_key() const noexcept { return node; }

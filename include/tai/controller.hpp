@@ -143,10 +143,13 @@ struct ShutdownReport {
 
 namespace detail {
 class ControllerCore;
-using TreeFactory = std::unique_ptr<TreeCore> (*)(EngineFile* file, Quota& quota, const BTreeOptions& options);
+using TreeFactory = TreePtr (*)(EngineFile* file, Quota& quota, const BTreeOptions& options);
+// A file's tree is a TreeCore the controller owns directly (FileCore::tree), not a BTree handle:
+// its rounds call the core with no forwarding. Tree's shape is all this needs from the template
+// (tai/btree.hpp's factory takes it at run time), so this header never sees the tree's state.
 template <class Tree>
-std::unique_ptr<TreeCore> make_tree(EngineFile* file, Quota& quota, const BTreeOptions& options) {
-  return std::make_unique<Tree>(file, quota, options);
+TreePtr make_tree(EngineFile* file, Quota& quota, const BTreeOptions& options) {
+  return make_tree_core(Tree::kLevels, Tree::kBits.data(), file, quota, options);
 }
 template <unsigned... Bits>
 std::string tree_name(const BTree<Bits...>*) {

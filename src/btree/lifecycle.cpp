@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,28 @@ constexpr std::uint64_t kMaxBlock = std::uint64_t{1} << 30;
 
 }  // namespace
 
-TreeCore::TreeCore(unsigned levels, const unsigned* shift, const unsigned* bits, EngineFile* file, Quota& quota,
-                   const BTreeOptions& options)
-    : levels_(levels), shift_(shift), bits_(bits), file_(file), quota_(quota), options_(options), id_(next_tree_id()) {
+namespace {
+// The compile-time checks of BTree<Bits...>, again for a shape given at run time: the descent
+// relies on them (a node at the last level covers its block exactly, the root covers 2^64).
+unsigned checked_levels(unsigned levels, const unsigned* bits) {
+  if (levels == 0 || levels > 64 || bits == nullptr) throw std::invalid_argument("tai::BTree: 1 to 64 levels");
+  unsigned sum = 0;
+  for (unsigned d = 0; d < levels; ++d) {
+    if (bits[d] == 0 || bits[d] > 64) throw std::invalid_argument("tai::BTree: every level consumes 1 to 64 bits");
+    sum += bits[d];
+  }
+  if (sum != 64) throw std::invalid_argument("tai::BTree: the levels must sum to 64 bits");
+  return levels;
+}
+}  // namespace
+
+TreeCore::TreeCore(unsigned levels, const unsigned* bits, EngineFile* file, Quota& quota, const BTreeOptions& options)
+    : levels_(checked_levels(levels, bits)), file_(file), quota_(quota), options_(options), id_(next_tree_id()) {
+  for (unsigned d = levels_, acc = 0; d-- > 0;) {
+    bits_[d] = bits[d];
+    acc += bits[d];
+    shift_[d] = acc;
+  }
   if (file_ != nullptr) {
     const FileCapabilities& caps = file_->capabilities();
     direct_ = caps.direct;

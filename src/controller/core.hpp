@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "tai/controller.hpp"
+#include "src/btree/tree_core.hpp"
 #include "src/detail/futex.hpp"
 #include "src/detail/lockfree_queue.hpp"
 #include "src/controller/copy_arena.hpp"
@@ -166,7 +167,7 @@ class FileCore {
   ControllerCore* ctl = nullptr;
   EngineSlot* slot = nullptr;
   std::unique_ptr<EngineFile> efile;  // reset by the close, before the controller can go
-  std::unique_ptr<TreeCore> tree;     // reset by the close, under the registry's mutex
+  TreePtr tree;                       // reset by the close, under the registry's mutex
   TreeFactory factory = nullptr;      // to remake the tree once a predecessor has closed
   BTreeOptions tree_options;
   std::uint64_t tree_id = 0;
@@ -268,7 +269,7 @@ class FileRegistry {
   /// an earlier handle of the path is still closing, its predecessor.
   void add(FileCore* f, unsigned workers);
   /// Swaps f's tree for `fresh` (a reopen whose predecessor has closed).
-  void replace_tree(FileCore& f, std::unique_ptr<TreeCore> fresh);
+  void replace_tree(FileCore& f, TreePtr fresh);
   /// The close: keeps the tree's counters for stats() and destroys it (its blocks go back to
   /// the quota).
   void retire_tree(FileCore& f);

@@ -106,7 +106,7 @@ void FileRegistry::add(FileCore* f, unsigned workers) {
   files_.push_back(f);
 }
 
-void FileRegistry::replace_tree(FileCore& f, std::unique_ptr<TreeCore> fresh) {
+void FileRegistry::replace_tree(FileCore& f, TreePtr fresh) {
   std::lock_guard<std::mutex> lock(mu_);
   by_tree_.erase(f.tree_id);
   f.tree = std::move(fresh);

@@ -36,6 +36,7 @@
 
 #include "engines/null/null_engine.hpp"
 #include "engines/posix/posix_engine.hpp"
+#include "src/btree/tree_core.hpp"  // Step::run, for the test runners below
 #include "support/test_env.hpp"
 #include "tai/btree.hpp"
 #include "tai/btree_driver.hpp"
@@ -203,7 +204,7 @@ class ManualDriver final : public StepSink {
   explicit ManualDriver(IoExecutor& executor) : executor_(executor) {}
   void emit(const Step& s) override { steps_.push_back(s); }
   void io(const Request& r, const Step& c) override { io_.emplace_back(r, c); }
-  void start(detail::TreeCore& tree, Operation& op) { tree.start(op, *this); }
+  void start(detail::TreeHandle& tree, Operation& op) { tree.start(op, *this); }
   /// Runs queued steps until none is left (requests stay pending).
   void run_steps() {
     while (!steps_.empty()) {
@@ -237,7 +238,7 @@ class ManualDriver final : public StepSink {
 };
 
 /// Runs one operation to completion on a driver and returns its result.
-inline std::int64_t run_op(SequentialDriver& driver, detail::TreeCore& tree, TreeOp kind, std::uint64_t offset,
+inline std::int64_t run_op(SequentialDriver& driver, detail::TreeHandle& tree, TreeOp kind, std::uint64_t offset,
                            std::uint64_t length, void* buffer = nullptr) {
   Operation op(kind, offset, length, buffer);
   driver.run_one(tree, op);

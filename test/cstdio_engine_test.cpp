@@ -1,7 +1,7 @@
 // Behaviour of the cstdio engine beyond the cross-engine conformance suite and what it shares with
-// the fstream engine (stream_engines_test.cpp): no direct I/O, read-after-write through the stdio
-// buffer, when other descriptors see the data (fsync, dsync), a dsync write's error, hints, and an
-// fdopen that must not truncate.
+// the fstream engine (stream_engines_test.cpp): read-after-write through the stdio buffer, when
+// other descriptors see the data (fsync, dsync), a dsync write's error, hints, and an fdopen that
+// must not truncate.
 #include "engines/cstdio/cstdio_engine.hpp"
 
 #include <fcntl.h>
@@ -25,20 +25,6 @@ using tai::Open;
 using tai::Op;
 using tai::test::kernel_view;
 using tai::test::run_request;
-
-TEST(CstdioEngine, CapabilitiesAndDirectIsRefusedWithAMessage) {
-  tai::test::ScratchDir dir;
-  auto engine = tai::engines::make_cstdio({});
-  EXPECT_EQ(engine->name(), "cstdio");
-  EXPECT_FALSE(engine->capabilities().direct_io);
-  EXPECT_TRUE(engine->capabilities().durable_sync);
-  EXPECT_FALSE(engine->capabilities().asynchronous);
-  auto f = engine->open(dir.file("d"), {Open::read | Open::write | Open::create | Open::direct});
-  ASSERT_FALSE(f);
-  EXPECT_EQ(f.error().code, std::errc::invalid_argument);
-  EXPECT_NE(f.error().message.find("engine 'cstdio' cannot do direct I/O"), std::string::npos) << f.error().message;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("d"))) << "a refused open must not create the file";
-}
 
 TEST(CstdioEngine, ReadAfterWriteSeesItAndOthersSeeItAfterFsync) {
   tai::test::ScratchDir dir;

@@ -1,7 +1,7 @@
 // Behaviour of the fstream engine beyond the cross-engine conformance suite and what it shares with
 // the cstdio engine (stream_engines_test.cpp): emulated create, truncate and dsync, the "out means
-// truncate" trap, durable sync through the path (and its descriptor surviving a rename), no direct
-// I/O, no descriptor, and a close after a failed flush on a really full file system, which must not
+// truncate" trap, durable sync through the path (and its descriptor surviving a rename), no
+// descriptor, and a close after a failed flush on a really full file system, which must not
 // write the bytes libstdc++'s filebuf kept.
 #include "engines/fstream/fstream_engine.hpp"
 
@@ -38,17 +38,9 @@ mode_t current_umask() {
   return m;
 }
 
-TEST(FstreamEngine, CapabilitiesNoDescriptorAndDirectRefused) {
+TEST(FstreamEngine, NoDescriptor) {
   tai::test::ScratchDir dir;
   auto engine = tai::engines::make_fstream({});
-  EXPECT_EQ(engine->name(), "fstream");
-  EXPECT_FALSE(engine->capabilities().direct_io);
-  EXPECT_TRUE(engine->capabilities().durable_sync);
-  auto d = engine->open(dir.file("d"), {Open::read | Open::write | Open::create | Open::direct});
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, std::errc::invalid_argument);
-  EXPECT_NE(d.error().message.find("engine 'fstream' cannot do direct I/O"), std::string::npos) << d.error().message;
-
   auto f = engine->open(dir.file("f"), {Open::read | Open::write | Open::create});
   ASSERT_TRUE(f) << f.error().message;
   EXPECT_EQ(f.value()->fd(), -1);

@@ -1,6 +1,6 @@
 // What the cstdio and fstream engines share beyond the cross-engine conformance suite: both keep
 // a user-space buffer in front of the file (stdio's, the filebuf's) under one lock per file. So
-// writers on several threads must not tear each other, a failed flush must come out of the next
+// neither can do direct I/O, writers on several threads must not tear each other, a failed flush must come out of the next
 // sync or of a close that no sync preceded, a read after end of file must see the file grow, and
 // on a full file system a failed flush is reported once and leaves the stream writing where it is
 // asked. What differs between the two buffers is tested in cstdio_engine_test.cpp and
@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -55,6 +56,22 @@ void PrintTo(const StreamEngineKind& kind, std::ostream* os) { *os << kind.name;
 std::string stream_engine_name(const testing::TestParamInfo<StreamEngineKind>& info) { return info.param.name; }
 
 class StreamEngine : public testing::TestWithParam<StreamEngineKind> {};
+
+TEST_P(StreamEngine, CapabilitiesAndDirectIsRefusedWithAMessage) {
+  // A stream's buffer flushes unaligned pieces: neither engine can do direct I/O.
+  tai::test::ScratchDir dir;
+  auto engine = GetParam().make();
+  EXPECT_EQ(engine->name(), GetParam().name);
+  EXPECT_FALSE(engine->capabilities().direct_io);
+  EXPECT_TRUE(engine->capabilities().durable_sync);
+  EXPECT_FALSE(engine->capabilities().asynchronous);
+  auto f = engine->open(dir.file("d"), {Open::read | Open::write | Open::create | Open::direct});
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, std::errc::invalid_argument);
+  EXPECT_NE(f.error().message.find("engine '" + GetParam().name + "' cannot do direct I/O"), std::string::npos)
+      << f.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("d"))) << "a refused open must not create the file";
+}
 
 TEST_P(StreamEngine, ConcurrentWritersToOneFileDoNotTearEachOther) {
   // execute() from several threads at once on one stream: without the per-file lock, one

@@ -200,8 +200,8 @@ TEST_P(EngineConcurrency, TenThousandRandomOperationsMatchAModel) {
       if (r.op == Op::write) want = static_cast<std::int64_t>(r.length);
       if (r.op == Op::read) want = static_cast<std::int64_t>(data ? it->expected.size() : r.length);
       if (c.result != want) {
-        ADD_FAILURE() << "operation " << it->op_index << " (" << describe(r) << "): result " << errno_text(c.result)
-                      << ", expected " << errno_text(want);
+        ADD_FAILURE() << "operation " << it->op_index << " (" << describe(r) << "): result " << result_text(c.result)
+                      << ", expected " << result_text(want);
         failed = true;
       } else if (data && r.op == Op::read) {
         std::string diff = mismatch(static_cast<const std::uint8_t*>(r.buffer), it->expected.data(),

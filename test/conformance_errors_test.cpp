@@ -318,7 +318,7 @@ TEST_P(InjectedFaults, ShortUnalignedWriteReportsWhatLanded) {
   Request w = make_request(Op::write, f.get(), b.at(1), 4097, 5000, 77);
   Completion c = run_one(*e, w);
   EXPECT_EQ(c.user_data, 77u);
-  EXPECT_GT(c.result, 0) << errno_text(c.result);
+  EXPECT_GT(c.result, 0) << result_text(c.result);
   EXPECT_LT(c.result, 5000);
   if (c.result > 0) model_write(model, 4097, b.at(1), static_cast<std::size_t>(std::min<std::int64_t>(c.result, 5000)));
   EXPECT_EQ(e->close(*f), std::error_code());

@@ -812,7 +812,7 @@ TEST_P(EngineConformance, ShortVectoredWriteReportsWhatLanded) {
                         off, 901);
     const Request w = segs.request(f.get(), off, 77);
     const Completion c = run_one(*e, w);
-    EXPECT_GT(c.result, 0) << errno_text(c.result);
+    EXPECT_GT(c.result, 0) << result_text(c.result);
     EXPECT_LT(c.result, static_cast<std::int64_t>(segs.bytes.size()));
     if (c.result > 0) model_write(model, off, segs.bytes.data(), static_cast<std::size_t>(c.result));
     const bool data = e->capabilities().stores_data;

@@ -121,8 +121,6 @@ std::string format_size(std::uint64_t bytes) {
   return fmt::format("{:.2f} {}", v, units[u]);
 }
 
-std::string errno_text(int err) { return fmt::format("{} ({})", std::strerror(err), err); }
-
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engines/common/errno_text.hpp"
+
 namespace tai::bench {
 
 // --- time --------------------------------------------------------------------------------------
@@ -55,9 +57,9 @@ std::vector<std::string> split_list(std::string_view text, char sep = ',');
 /// 4096 -> "4 KiB", 1536 -> "1.50 KiB", 100 -> "100 B".
 std::string format_size(std::uint64_t bytes);
 
-/// "No such file or directory (2)": strerror(err) and the number. Thread-safe for the
-/// errno values of the C library (their texts are constant).
-std::string errno_text(int err);
+/// "No such file or directory (ENOENT)": the engines' wording of an errno value, so that the
+/// benchmarks' messages name errors as the engines' do.
+using detail::errno_text;
 
 /// Median of the values (mean of the two middle ones for an even count); 0 when empty.
 double median(std::vector<double> values);

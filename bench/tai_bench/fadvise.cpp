@@ -437,6 +437,119 @@ std::string plot_fadvise(const std::vector<Result>& results, const std::string& 
   return seeds::run_gnuplot(gp, gp_path);
 }
 
+// The read variants at every block size, --repeat rounds, on the study's data file of `size` bytes
+// (created once, then reused), `read_bytes` per variant and block size.
+void run_reads(const FadviseOptions& o, const std::vector<Variant>& reads, const std::vector<std::uint64_t>& sizes,
+               std::uint64_t size, std::uint64_t read_bytes, const MachineInfo& machine, seeds::DropMethod drop,
+               std::vector<Result>& results) {
+  std::string error;
+  auto file = seeds::StudyDataFile::prepare(o.dir, size, o.corrupt_for_test, &error);
+  if (!file) throw Failure(1, error);
+  if (o.corrupt_for_test) {
+    // The first block read (by every variant, at every bs) is the one holding this byte.
+    std::vector<std::uint64_t> flipped;  // flipping one byte twice would undo it
+    for (const std::uint64_t bs : sizes) {
+      seeds::KeyGenerator gb(seeds::thread_seed(o.seed, 0));
+      const std::uint64_t off = (o.pattern == "seq" ? 0 : gb.below(size / bs)) * bs + 100;
+      if (std::find(flipped.begin(), flipped.end(), off) != flipped.end()) continue;
+      flipped.push_back(off);
+      if (auto err = seeds::corrupt_byte(file->path, off); !err.empty()) throw Failure(1, err);
+      fmt::print("# corrupt-for-test: flipped byte {}\n", off);
+    }
+  }
+  fmt::print("# read file: {}, {} ({}); {} reads, {} per variant and block size; page cache dropped before each "
+             "variant\n",
+             file->path, format_size(size),
+             file->created ? fmt::format("created in {:.1f} s", file->create_seconds) : "reused",
+             o.pattern == "seq" ? "sequential" : "random block-aligned", format_size(read_bytes));
+  fmt::print("# page cache budget: none enforced; the file is {} RAM ({}){}\n",
+             size > machine.memory_bytes ? "larger than" : "smaller than", format_size(machine.memory_bytes),
+             size > machine.memory_bytes ? "" : ", so the cache never fills: 'grew' is what a larger file would add "
+                                                "before eviction (use --size above RAM for the fadvise note's setting)");
+  for (unsigned round = 1; round <= o.repeat; ++round) {
+    for (const std::uint64_t bs : sizes) {
+      const std::uint64_t reqs = std::max<std::uint64_t>(1, read_bytes / bs);
+      for (const Variant& v : in_round_order(reads, round)) results.push_back(run_read(o, v, *file, bs, reqs, drop));
+    }
+  }
+}
+
+// The write variants at every block size up to `write_size`, --repeat rounds.
+void run_writes(const FadviseOptions& o, const std::vector<Variant>& writes, const std::vector<std::uint64_t>& sizes,
+                std::uint64_t write_size, seeds::DropMethod drop, std::vector<Result>& results) {
+  fmt::print("# write file: {} ({}), every block written once in random order by {} threads, then read back with "
+             "O_DIRECT and checked\n",
+             seeds::data_file_path(o.dir, write_size, "write"), format_size(write_size), o.threads);
+  std::uint64_t salt = static_cast<std::uint64_t>(now_ns()) | 1;
+  for (unsigned round = 1; round <= o.repeat; ++round) {
+    for (const std::uint64_t bs : sizes) {
+      if (bs > write_size) continue;
+      for (const Variant& v : in_round_order(writes, round))
+        results.push_back(run_write(o, v, write_size, bs, drop, ++salt));
+    }
+  }
+}
+
+// The direct variant's result of the same kind and block size as `r`, the vs_direct reference.
+const Result* direct_of(const std::vector<Result>& results, const Result& r) {
+  for (const Result& d : results)
+    if (d.kind == r.kind && d.bs == r.bs && d.variant == "direct") return &d;
+  return nullptr;
+}
+
+void print_fadvise_tables(const std::vector<Result>& results, unsigned repeat, std::size_t all_runs) {
+  const std::vector<std::string> headers = {"backend", "reqs", "bufsize", "depth", "rtime", "utime", "stime", "cpu",
+                                            "us/op", "op/s", "MB/s", "grew_MiB", "grew/byte", "meminfo_MiB",
+                                            "vs_direct", "note"};
+  for (const char* kind : {"read", "write"}) {
+    Table t(headers);
+    for (const Result& r : results)
+      if (r.kind == kind) add_row(t, r, direct_of(results, r));
+    if (t.size() == 0) continue;
+    fmt::print("\n# {}: times in ms (the fadvise note's columns), MB/s in MiB/s; grew = page cache growth of the file "
+               "(mincore), per byte {}; meminfo = change of Cached in /proc/meminfo (whole machine)\n",
+               std::string(kind) == "read" ? "reads" : "writes (O_DSYNC vs O_DIRECT)",
+               std::string(kind) == "read" ? "read" : "written");
+    std::fflush(stdout);
+    t.print();
+  }
+  if (repeat > 1) fmt::print("# medians of {} rounds ({} runs), even rounds in reverse order\n", repeat, all_runs);
+  for (const Result& r : results) {
+    if (r.cache.empty()) continue;
+    fmt::print("# page cache before each variant: {}\n", r.cache.substr(0, r.cache.find(", ")));
+    break;
+  }
+  std::fflush(stdout);
+}
+
+void write_fadvise_csv(const std::string& path, const std::vector<Result>& results, const FadviseOptions& o,
+                       std::uint64_t size, std::uint64_t write_size, const std::string& machine_line) {
+  CsvWriter csv;
+  if (auto err = csv.open(path, {"kind", "variant", "engine_flags", "reqs", "bufsize", "depth", "rtime_ms",
+                                 "utime_ms", "stime_ms", "cpu_ms", "us_per_op", "ops_per_s", "mb_per_s",
+                                 "cache_growth_bytes", "growth_per_byte", "meminfo_cached_growth_bytes",
+                                 "ratio_vs_direct", "file_bytes", "pattern", "cache", "note", "machine"});
+      !err.empty())
+    throw Failure(1, err);
+  for (const Result& r : results) {
+    const Result* d = direct_of(results, r);
+    const double bytes = static_cast<double>(r.reqs * r.bs);
+    auto num = [&](double v, const char* f) { return r.ran ? fmt::format(fmt::runtime(f), v) : std::string(); };
+    csv.row({r.kind, r.variant, r.kind == "read" ? read_variant(r.variant)->engine : "posix", std::to_string(r.reqs),
+             std::to_string(r.bs), std::to_string(r.depth), num(r.usage.real_ms, "{:.1f}"),
+             num(r.usage.user_ms, "{:.1f}"), num(r.usage.sys_ms, "{:.1f}"), num(r.usage.cpu_ms(), "{:.1f}"),
+             num(r.usage.real_ms * 1e3 * r.depth / static_cast<double>(r.reqs), "{:.1f}"),
+             num(static_cast<double>(r.reqs) / (r.usage.real_ms / 1e3), "{:.0f}"), num(r.mib_per_s(), "{:.2f}"),
+             r.ran ? std::to_string(r.file_growth) : "", num(static_cast<double>(r.file_growth) / bytes, "{:.4f}"),
+             r.ran ? std::to_string(r.meminfo_growth) : "",
+             r.ran && d && d->ran && d->mib_per_s() > 0 ? fmt::format("{:.3f}", r.mib_per_s() / d->mib_per_s()) : "",
+             std::to_string(r.kind == "read" ? size : write_size), r.kind == "read" ? o.pattern : "rand", r.cache,
+             r.note, machine_line});
+  }
+  csv.close();
+  fmt::print("# csv: {}\n", path);
+}
+
 int run(const FadviseOptions& o) {
   const auto drop = seeds::parse_drop_method(o.drop_with);
   if (!drop) throw Failure(2, "--drop-with must be auto, drop-caches or fadvise");
@@ -474,109 +587,13 @@ int run(const FadviseOptions& o) {
   fmt::print("# machine: {}; {}\n# storage: {}\n", machine_line, seeds::load_average(), seeds::describe_storage(o.dir));
 
   std::vector<Result> results;
-  std::size_t all_runs = 0;
-  if (!reads.empty()) {
-    std::string error;
-    auto file = seeds::StudyDataFile::prepare(o.dir, size, o.corrupt_for_test, &error);
-    if (!file) throw Failure(1, error);
-    if (o.corrupt_for_test) {
-      // The first block read (by every variant, at every bs) is the one holding this byte.
-      std::vector<std::uint64_t> flipped;  // flipping one byte twice would undo it
-      for (const std::uint64_t bs : sizes) {
-        seeds::KeyGenerator gb(seeds::thread_seed(o.seed, 0));
-        const std::uint64_t off = (o.pattern == "seq" ? 0 : gb.below(size / bs)) * bs + 100;
-        if (std::find(flipped.begin(), flipped.end(), off) != flipped.end()) continue;
-        flipped.push_back(off);
-        if (auto err = seeds::corrupt_byte(file->path, off); !err.empty()) throw Failure(1, err);
-        fmt::print("# corrupt-for-test: flipped byte {}\n", off);
-      }
-    }
-    fmt::print("# read file: {}, {} ({}); {} reads, {} per variant and block size; page cache dropped before each "
-               "variant\n",
-               file->path, format_size(size),
-               file->created ? fmt::format("created in {:.1f} s", file->create_seconds) : "reused",
-               o.pattern == "seq" ? "sequential" : "random block-aligned", format_size(read_bytes));
-    fmt::print("# page cache budget: none enforced; the file is {} RAM ({}){}\n",
-               size > machine.memory_bytes ? "larger than" : "smaller than", format_size(machine.memory_bytes),
-               size > machine.memory_bytes ? "" : ", so the cache never fills: 'grew' is what a larger file would add "
-                                                  "before eviction (use --size above RAM for the fadvise note's setting)");
-    for (unsigned round = 1; round <= o.repeat; ++round) {
-      for (const std::uint64_t bs : sizes) {
-        const std::uint64_t reqs = std::max<std::uint64_t>(1, read_bytes / bs);
-        for (const Variant& v : in_round_order(reads, round)) results.push_back(run_read(o, v, *file, bs, reqs, *drop));
-      }
-    }
-  }
-  if (!writes.empty()) {
-    fmt::print("# write file: {} ({}), every block written once in random order by {} threads, then read back with "
-               "O_DIRECT and checked\n",
-               seeds::data_file_path(o.dir, write_size, "write"), format_size(write_size), o.threads);
-    std::uint64_t salt = static_cast<std::uint64_t>(now_ns()) | 1;
-    for (unsigned round = 1; round <= o.repeat; ++round) {
-      for (const std::uint64_t bs : sizes) {
-        if (bs > write_size) continue;
-        for (const Variant& v : in_round_order(writes, round))
-          results.push_back(run_write(o, v, write_size, bs, *drop, ++salt));
-      }
-    }
-  }
-  all_runs = results.size();
+  if (!reads.empty()) run_reads(o, reads, sizes, size, read_bytes, machine, *drop, results);
+  if (!writes.empty()) run_writes(o, writes, sizes, write_size, *drop, results);
+  const std::size_t all_runs = results.size();
   results = medians_of(results);
+  print_fadvise_tables(results, o.repeat, all_runs);
 
-  auto direct_of = [&](const Result& r) -> const Result* {
-    for (const Result& d : results)
-      if (d.kind == r.kind && d.bs == r.bs && d.variant == "direct") return &d;
-    return nullptr;
-  };
-  const std::vector<std::string> headers = {"backend", "reqs", "bufsize", "depth", "rtime", "utime", "stime", "cpu",
-                                            "us/op", "op/s", "MB/s", "grew_MiB", "grew/byte", "meminfo_MiB",
-                                            "vs_direct", "note"};
-  for (const char* kind : {"read", "write"}) {
-    Table t(headers);
-    for (const Result& r : results)
-      if (r.kind == kind) add_row(t, r, direct_of(r));
-    if (t.size() == 0) continue;
-    fmt::print("\n# {}: times in ms (the fadvise note's columns), MB/s in MiB/s; grew = page cache growth of the file "
-               "(mincore), per byte {}; meminfo = change of Cached in /proc/meminfo (whole machine)\n",
-               std::string(kind) == "read" ? "reads" : "writes (O_DSYNC vs O_DIRECT)",
-               std::string(kind) == "read" ? "read" : "written");
-    std::fflush(stdout);
-    t.print();
-  }
-  if (o.repeat > 1) fmt::print("# medians of {} rounds ({} runs), even rounds in reverse order\n", o.repeat, all_runs);
-  for (const Result& r : results) {
-    if (r.cache.empty()) continue;
-    fmt::print("# page cache before each variant: {}\n", r.cache.substr(0, r.cache.find(", ")));
-    break;
-  }
-  std::fflush(stdout);
-
-  if (!o.csv.empty()) {
-    CsvWriter csv;
-    if (auto err = csv.open(o.csv, {"kind", "variant", "engine_flags", "reqs", "bufsize", "depth", "rtime_ms",
-                                    "utime_ms", "stime_ms", "cpu_ms", "us_per_op", "ops_per_s", "mb_per_s",
-                                    "cache_growth_bytes", "growth_per_byte", "meminfo_cached_growth_bytes",
-                                    "ratio_vs_direct", "file_bytes", "pattern", "cache", "note", "machine"});
-        !err.empty())
-      throw Failure(1, err);
-    for (const Result& r : results) {
-      const Result* d = direct_of(r);
-      const double bytes = static_cast<double>(r.reqs * r.bs);
-      auto num = [&](double v, const char* f) { return r.ran ? fmt::format(fmt::runtime(f), v) : std::string(); };
-      csv.row({r.kind, r.variant, r.kind == "read" ? read_variant(r.variant)->engine : "posix", std::to_string(r.reqs),
-               std::to_string(r.bs), std::to_string(r.depth), num(r.usage.real_ms, "{:.1f}"),
-               num(r.usage.user_ms, "{:.1f}"), num(r.usage.sys_ms, "{:.1f}"), num(r.usage.cpu_ms(), "{:.1f}"),
-               num(r.usage.real_ms * 1e3 * r.depth / static_cast<double>(r.reqs), "{:.1f}"),
-               num(static_cast<double>(r.reqs) / (r.usage.real_ms / 1e3), "{:.0f}"), num(r.mib_per_s(), "{:.2f}"),
-               r.ran ? std::to_string(r.file_growth) : "", num(static_cast<double>(r.file_growth) / bytes, "{:.4f}"),
-               r.ran ? std::to_string(r.meminfo_growth) : "",
-               r.ran && d && d->ran && d->mib_per_s() > 0 ? fmt::format("{:.3f}", r.mib_per_s() / d->mib_per_s()) : "",
-               std::to_string(r.kind == "read" ? size : write_size), r.kind == "read" ? o.pattern : "rand", r.cache,
-               r.note, machine_line});
-    }
-    csv.close();
-    fmt::print("# csv: {}\n", o.csv);
-  }
+  if (!o.csv.empty()) write_fadvise_csv(o.csv, results, o, size, write_size, machine_line);
   if (!o.plot.empty()) {
     const std::string title = fmt::format("tai-bench fadvise (the fadvise note), {} threads, {} {} file - {}", o.threads,
                                           format_size(size), o.pattern, machine_line);

@@ -54,10 +54,18 @@ struct Window {
   bool has_stats = false;
   std::uint64_t rounds = 0, sleeps = 0;
   double percent() const { return usage.real_ms > 0 ? usage.cpu_ms() * 100.0 / usage.real_ms : 0; }
+  // The controller's rounds and sleeps between two of its stats().
+  void count_controller_work(const ControllerStats& before, const ControllerStats& after);
 };
 
 std::uint64_t all_rounds(const ControllerStats& s) {
   return s.rounds_normal + s.rounds_recycle + s.rounds_flush + s.rounds_idle + s.rounds_close;
+}
+
+void Window::count_controller_work(const ControllerStats& before, const ControllerStats& after) {
+  has_stats = true;
+  rounds = all_rounds(after) - all_rounds(before);
+  sleeps = after.sleeps - before.sleeps;
 }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
@@ -121,10 +129,7 @@ std::vector<Window> measure(const IdleOptions& o, const std::string& path) {
     UsageMeter meter;
     sleep_s(o.seconds);
     w.usage = meter.stop();
-    const ControllerStats after = ctl.stats();
-    w.has_stats = true;
-    w.rounds = all_rounds(after) - all_rounds(before);
-    w.sleeps = after.sleeps - before.sleeps;
+    w.count_controller_work(before, ctl.stats());
     out.push_back(w);
   }
 
@@ -146,10 +151,7 @@ std::vector<Window> measure(const IdleOptions& o, const std::string& path) {
     }
     Window w{"after-burst", 0, end_ms};
     w.usage = total.stop();
-    const ControllerStats after = ctl.stats();
-    w.has_stats = true;
-    w.rounds = all_rounds(after) - all_rounds(before);
-    w.sleeps = after.sleeps - before.sleeps;
+    w.count_controller_work(before, ctl.stats());
     out.push_back(w);
   }
   if (Receipt c = file.close(); !c.ok()) throw std::runtime_error("close: " + c.message());

@@ -682,43 +682,110 @@ std::string plot_latency(const std::vector<Row>& rows, const std::string& png, c
   return seeds::run_gnuplot(gp, seeds::sibling_path(png, ".gp"));
 }
 
-int run(const LatencyOptions& o) {
-  const auto drop_method = seeds::parse_drop_method(o.drop_with);
-  if (!drop_method) throw Failure(2, "--drop-with must be auto, drop-caches or fadvise");
-  if (o.cache != "auto" && o.cache != "warm" && o.cache != "drop")
-    throw Failure(2, "--cache must be auto, warm or drop");
-
+// What a latency run reads: the files' sizes (single reads on `sizes`, multi-read on `multi_size`),
+// the variants of each kind, and every file to prepare.
+struct LatencyPlan {
   std::vector<std::uint64_t> sizes;
+  std::vector<Variant> singles;
+  std::vector<std::pair<std::string, Variant>> multis;  // (mode, method)
+  std::uint64_t multi_size = 0;
+  std::vector<std::uint64_t> files;
+};
+
+LatencyPlan plan_latency(const LatencyOptions& o) {
+  LatencyPlan p;
   for (const auto& s : split_list(o.sizes)) {
     const std::uint64_t bytes = detail::round_up(size_of(s, o), seeds::kPatternPage);
-    if (std::find(sizes.begin(), sizes.end(), bytes) == sizes.end()) sizes.push_back(bytes);
+    if (std::find(p.sizes.begin(), p.sizes.end(), bytes) == p.sizes.end()) p.sizes.push_back(bytes);
   }
-  std::vector<Variant> singles;
   for (const auto& name : split_list(o.variants)) {
     if (name == "none") continue;
     auto v = single_variant(name);
     if (!v) throw Failure(2, fmt::format("unknown variant '{}' (known: {})", name, LatencyOptions{}.variants));
-    singles.push_back(*v);
+    p.singles.push_back(*v);
   }
-  std::vector<std::pair<std::string, Variant>> multis;  // (mode, method)
   if (o.multi_read > 0) {
     for (const auto& mode : split_list(o.multi_modes)) {
       if (mode != "cached" && mode != "direct") throw Failure(2, fmt::format("unknown multi-read mode '{}'", mode));
       for (const auto& method : split_list(o.multi_methods)) {
         if (method != "blocking" && method != "uring" && method != "libaio" && method != "uring-iopoll")
           throw Failure(2, fmt::format("unknown multi-read method '{}'", method));
-        if (auto v = multi_variant(method, mode)) multis.emplace_back(mode, *v);
+        if (auto v = multi_variant(method, mode)) p.multis.emplace_back(mode, *v);
       }
     }
   }
-  std::uint64_t multi_size = 0;
-  if (!multis.empty()) {
-    multi_size = o.multi_size.empty() ? (sizes.empty() ? (64ull << 20) : *std::max_element(sizes.begin(), sizes.end()))
-                                      : detail::round_up(size_of(o.multi_size, o), seeds::kPatternPage);
+  if (!p.multis.empty()) {
+    p.multi_size = o.multi_size.empty()
+                       ? (p.sizes.empty() ? (64ull << 20) : *std::max_element(p.sizes.begin(), p.sizes.end()))
+                       : detail::round_up(size_of(o.multi_size, o), seeds::kPatternPage);
   }
-  std::vector<std::uint64_t> files = sizes;
-  if (multi_size && std::find(files.begin(), files.end(), multi_size) == files.end()) files.push_back(multi_size);
-  if (files.empty()) throw Failure(2, "nothing to run: no --size and no multi-read");
+  p.files = p.sizes;
+  if (p.multi_size && std::find(p.files.begin(), p.files.end(), p.multi_size) == p.files.end())
+    p.files.push_back(p.multi_size);
+  if (p.files.empty()) throw Failure(2, "nothing to run: no --size and no multi-read");
+  return p;
+}
+
+void print_latency_tables(const std::vector<Row>& rows, unsigned multi_read) {
+  Table single({"size", "variant", "threads", "p50", "p99", "p999", "p9999", "avg", "total", "minflt", "majflt",
+                "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
+  Table multi({"size", "method", "mode", "reads/iter", "threads", "p50_ns", "p99_ns", "p999_ns", "p9999_ns", "avg_ns",
+               "total", "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
+  std::vector<std::string> single_notes, multi_notes;
+  for (const Row& r : rows)
+    add_table_row(r.kind == "single" ? single : multi, r, r.kind == "single" ? single_notes : multi_notes);
+  auto print_notes = [](const std::vector<std::string>& notes) {
+    for (std::size_t i = 0; i < notes.size(); ++i) fmt::print("# [{}] {}\n", i + 1, notes[i]);
+  };
+  if (single.size() > 0) {
+    fmt::print("\n");
+    std::fflush(stdout);
+    single.print();
+    print_notes(single_notes);
+  }
+  if (multi.size() > 0) {
+    fmt::print("\n# multi-read: {} random keys per iteration, read one after the other (blocking) or submitted "
+               "together (uring, libaio)\n",
+               multi_read);
+    std::fflush(stdout);
+    multi.print();
+    print_notes(multi_notes);
+  }
+  std::fflush(stdout);
+}
+
+void write_latency_csv(const std::vector<Row>& rows, const std::string& path, const std::string& machine) {
+  CsvWriter csv;
+  if (auto err = csv.open(path, {"kind", "file_bytes", "variant", "mode", "reads_per_iter", "threads", "p50_ns",
+                                 "p99_ns", "p999_ns", "p9999_ns", "avg_ns", "total", "minflt", "majflt", "vcsw",
+                                 "ivcsw", "user_s", "sys_s", "cache", "note", "machine"});
+      !err.empty())
+    throw Failure(1, err);
+  for (const Row& row : rows) {
+    const RunResult& r = row.r;
+    auto num = [&](double v) { return r.ran ? fmt::format("{:.0f}", v) : std::string(); };
+    csv.row({row.kind, std::to_string(row.size), row.variant, row.mode, std::to_string(row.batch),
+             std::to_string(row.threads), num(r.hist.percentile(0.5)), num(r.hist.percentile(0.99)),
+             num(r.hist.percentile(0.999)), num(r.hist.percentile(0.9999)), num(r.hist.mean()),
+             r.ran ? std::to_string(r.hist.count()) : "", r.ran ? std::to_string(r.faults.minor) : "",
+             r.ran ? std::to_string(r.faults.major) : "", r.ran ? std::to_string(r.usage.voluntary_switches) : "",
+             r.ran ? std::to_string(r.usage.involuntary_switches) : "",
+             r.ran ? fmt::format("{:.3f}", r.usage.user_ms / 1e3) : "",
+             r.ran ? fmt::format("{:.3f}", r.usage.sys_ms / 1e3) : "", row.cache, r.note, machine});
+  }
+  csv.close();
+  fmt::print("# csv: {}\n", path);
+}
+
+int run(const LatencyOptions& o) {
+  const auto drop_method = seeds::parse_drop_method(o.drop_with);
+  if (!drop_method) throw Failure(2, "--drop-with must be auto, drop-caches or fadvise");
+  if (o.cache != "auto" && o.cache != "warm" && o.cache != "drop")
+    throw Failure(2, "--cache must be auto, warm or drop");
+
+  const LatencyPlan plan = plan_latency(o);
+  const std::vector<std::uint64_t>& sizes = plan.sizes;
+  const std::uint64_t multi_size = plan.multi_size;
 
   {
     std::error_code ec;
@@ -734,7 +801,7 @@ int run(const LatencyOptions& o) {
 
   std::vector<Row> rows;
   const std::uint64_t avail = seeds::meminfo_bytes("MemAvailable");
-  for (const std::uint64_t size : files) {
+  for (const std::uint64_t size : plan.files) {
     std::string error;
     auto file = seeds::StudyDataFile::prepare(o.dir, size, o.corrupt_for_test, &error);
     if (!file) throw Failure(1, error);
@@ -794,63 +861,17 @@ int run(const LatencyOptions& o) {
     };
 
     if (has_singles) {
-      for (const Variant& v : singles) run_one(v, "single", mode, 1, v.direct ? "direct" : "buffered");
+      for (const Variant& v : plan.singles) run_one(v, "single", mode, 1, v.direct ? "direct" : "buffered");
     }
     if (size == multi_size) {
-      for (const auto& [mmode, v] : multis) run_one(v, "multi", mmode == "cached" ? "warm" : mode, o.multi_read, mmode);
+      for (const auto& [mmode, v] : plan.multis) run_one(v, "multi", mmode == "cached" ? "warm" : mode, o.multi_read, mmode);
     }
     fmt::print("# file {}: {} ({}); page cache: {} [{}]\n", format_size(size), file->path,
                file->created ? fmt::format("created in {:.1f} s", file->create_seconds) : "reused", how, why);
   }
 
-  Table single({"size", "variant", "threads", "p50", "p99", "p999", "p9999", "avg", "total", "minflt", "majflt",
-                "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
-  Table multi({"size", "method", "mode", "reads/iter", "threads", "p50_ns", "p99_ns", "p999_ns", "p9999_ns", "avg_ns",
-               "total", "vcsw", "ivcsw", "user_s", "sys_s", "cache", "note"});
-  std::vector<std::string> single_notes, multi_notes;
-  for (const Row& r : rows)
-    add_table_row(r.kind == "single" ? single : multi, r, r.kind == "single" ? single_notes : multi_notes);
-  auto print_notes = [](const std::vector<std::string>& notes) {
-    for (std::size_t i = 0; i < notes.size(); ++i) fmt::print("# [{}] {}\n", i + 1, notes[i]);
-  };
-  if (single.size() > 0) {
-    fmt::print("\n");
-    std::fflush(stdout);
-    single.print();
-    print_notes(single_notes);
-  }
-  if (multi.size() > 0) {
-    fmt::print("\n# multi-read: {} random keys per iteration, read one after the other (blocking) or submitted "
-               "together (uring, libaio)\n",
-               o.multi_read);
-    std::fflush(stdout);
-    multi.print();
-    print_notes(multi_notes);
-  }
-  std::fflush(stdout);
-
-  if (!o.csv.empty()) {
-    CsvWriter csv;
-    if (auto err = csv.open(o.csv, {"kind", "file_bytes", "variant", "mode", "reads_per_iter", "threads", "p50_ns",
-                                    "p99_ns", "p999_ns", "p9999_ns", "avg_ns", "total", "minflt", "majflt", "vcsw",
-                                    "ivcsw", "user_s", "sys_s", "cache", "note", "machine"});
-        !err.empty())
-      throw Failure(1, err);
-    for (const Row& row : rows) {
-      const RunResult& r = row.r;
-      auto num = [&](double v) { return r.ran ? fmt::format("{:.0f}", v) : std::string(); };
-      csv.row({row.kind, std::to_string(row.size), row.variant, row.mode, std::to_string(row.batch),
-               std::to_string(row.threads), num(r.hist.percentile(0.5)), num(r.hist.percentile(0.99)),
-               num(r.hist.percentile(0.999)), num(r.hist.percentile(0.9999)), num(r.hist.mean()),
-               r.ran ? std::to_string(r.hist.count()) : "", r.ran ? std::to_string(r.faults.minor) : "",
-               r.ran ? std::to_string(r.faults.major) : "", r.ran ? std::to_string(r.usage.voluntary_switches) : "",
-               r.ran ? std::to_string(r.usage.involuntary_switches) : "",
-               r.ran ? fmt::format("{:.3f}", r.usage.user_ms / 1e3) : "",
-               r.ran ? fmt::format("{:.3f}", r.usage.sys_ms / 1e3) : "", row.cache, r.note, machine});
-    }
-    csv.close();
-    fmt::print("# csv: {}\n", o.csv);
-  }
+  print_latency_tables(rows, o.multi_read);
+  if (!o.csv.empty()) write_latency_csv(rows, o.csv, machine);
   if (!o.plot.empty()) {
     if (auto err = plot_latency(rows, o.plot, machine, o.threads); !err.empty()) throw Failure(1, "plot: " + err);
     fmt::print("# plot: {}\n", o.plot);

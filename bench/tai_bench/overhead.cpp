@@ -419,7 +419,9 @@ void summarise(Row& row, const Row* aio, const Row* pw) {
   row.cpu_vs_pwrite = median(cpu_pw);
 }
 
-int run_overhead(const OverheadOptions& o) {
+// The configurations of one run: TAI over the null engine per thread count, glibc AIO, the pwrite
+// loop, TAI over posix with both trees; only those of --only when it is given.
+std::vector<Config> overhead_configs(const OverheadOptions& o) {
   std::vector<Config> configs;
   for (unsigned t : o.thread_counts) configs.push_back({Method::tai, "null", false, t});
   configs.push_back({Method::glibc_aio, "", false, 1});
@@ -432,16 +434,10 @@ int run_overhead(const OverheadOptions& o) {
                                    return std::find(o.only.begin(), o.only.end(), c.key()) == o.only.end();
                                  }),
                   configs.end());
+  return configs;
+}
 
-  const std::string data_path = o.dir + "/tai-overhead.dat";
-  const bool page_cache = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.key() != "null"; });
-  if (page_cache) {
-    if (auto err = prepare_data_file(data_path, o.size); !err.empty()) {
-      fmt::print(stderr, "overhead: {}\n", err);
-      return 1;
-    }
-  }
-  const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
+void print_overhead_setup(const OverheadOptions& o, const std::string& data_path, bool page_cache, unsigned workers) {
   fmt::print("overhead: {} B writes, end to end (submit, complete, wait returns), {} offsets within {}\n", o.block,
              o.random ? "random aligned" : "sequential", format_size(o.size));
   fmt::print("machine: {}\n", describe(machine_info()));
@@ -455,6 +451,94 @@ int run_overhead(const OverheadOptions& o) {
              o.repeat > 1 ? ", medians" : "");
   fmt::print("CPU: getrusage user+sys of the whole process (workers, AIO helper threads) per request; flush_ms: "
              "Controller::flush() after the run, op/s+flush counts it\n");
+}
+
+// A table row and a CSV line per configuration, of its median run; true when a run failed.
+bool add_overhead_rows(const OverheadOptions& o, const std::vector<Row>& rows, const Row* aio, Table& table,
+                       CsvWriter& csv) {
+  bool failed = false;
+  for (const auto& row : rows) {
+    const Config& c = row.config;
+    const Run& m = row.median_run;
+    const std::string window = fmt::format("{}", c.method == Method::tai ? o.window : c.method == Method::glibc_aio ? o.aio_depth : 1);
+    const bool is_tai = c.method == Method::tai;
+    if (!m.ok) {
+      failed = true;
+      table.add_row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window, "failed",
+                     "-", "-", "-", "-", "-", "-", "-", "-"});
+      csv.row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
+               fmt::format("{}", o.block), o.pattern, "", "", "", "", "", "", "", "", "", "", "", "0"});
+      continue;
+    }
+    std::size_t good = 0;
+    for (const auto& r : row.runs) good += r.ok ? 1 : 0;
+    if (good < row.runs.size()) failed = true;
+    const bool has_ratio = aio && &row != aio && row.vs_aio > 0;
+    table.add_row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
+                   fmt::format("{}", m.reqs), fixed(m.usage.real_ms, 0), fixed(m.usage.cpu_ms(), 0), fixed(row.ops, 0),
+                   fixed(row.cpu_ns, 0), is_tai ? fixed(row.flush_ms, 1) : "-", is_tai ? fixed(row.ops_with_flush, 0) : "-",
+                   has_ratio ? fixed(row.vs_aio, 2) : "-", has_ratio && is_tai ? fixed(row.vs_aio_with_flush, 2) : "-"});
+    csv.row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
+             fmt::format("{}", o.block), o.pattern, fmt::format("{}", m.reqs), fixed(m.usage.real_ms, 3),
+             fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3), fixed(m.usage.cpu_ms(), 3), fixed(row.ops, 1),
+             fixed(row.cpu_ns, 1), is_tai ? fixed(row.flush_ms, 3) : "", is_tai ? fixed(row.ops_with_flush, 1) : "",
+             has_ratio ? fixed(row.vs_aio, 4) : "", has_ratio && is_tai ? fixed(row.vs_aio_with_flush, 4) : "",
+             fmt::format("{}", good)});
+  }
+  return failed;
+}
+
+// TAI's overhead targets (docs/results/README.md).
+void print_overhead_targets(const OverheadOptions& o, const std::vector<Row>& rows, const Row* pw) {
+  fmt::print("\ntargets:\n");
+  auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
+  for (const auto& row : rows) {
+    const Config& c = row.config;
+    if (c.method != Method::tai || c.engine != "null" || !row.median_run.ok) continue;
+    fmt::print("  null engine, BTreeTrivial, {} thread(s): {:.0f} CPU ns per request end to end (target <= 300): {}\n",
+               c.threads, row.cpu_ns, verdict(row.cpu_ns <= 300));
+  }
+  for (const auto& row : rows) {
+    const Config& c = row.config;
+    if (c.method != Method::tai || c.engine != "posix") continue;
+    const double target = c.default_tree ? 5.0 : 2.5;
+    if (row.vs_aio <= 0) {
+      fmt::print("  TAI posix {} / glibc AIO request rate: no ratio (glibc AIO not run, or a run failed)\n", c.tree_name());
+      continue;
+    }
+    fmt::print("  TAI posix {} / glibc AIO request rate: {:.2f}x (target >= {:.1f}x): {}; counting the flush after "
+               "the run: {:.2f}x\n",
+               c.tree_name(), row.vs_aio, target, verdict(row.vs_aio >= target), row.vs_aio_with_flush);
+  }
+  // The cache-cost targets (docs/results/cache-cost.md), against the plain pwrite loop of the
+  // same rounds: what the framework costs next to the system call it stands in for.
+  for (const auto& row : rows) {
+    const Config& c = row.config;
+    if (c.method != Method::tai || row.cpu_vs_pwrite <= 0) continue;
+    if (c.engine == "null")
+      fmt::print("  null engine, BTreeTrivial, {} thread(s): CPU per request {:.3f}x a {} B page-cache pwrite's "
+                 "(target <= 0.10x): {}\n",
+                 c.threads, row.cpu_vs_pwrite, o.block, verdict(row.cpu_vs_pwrite <= 0.10));
+    else if (c.engine == "posix" && !c.default_tree)
+      fmt::print("  TAI posix Trivial / plain pwrite loop request rate: {:.2f}x (target >= 0.9x): {}\n", row.vs_pwrite,
+                 verdict(row.vs_pwrite >= 0.9));
+  }
+  if (!pw)
+    fmt::print("  against pwrite: no ratio (pwrite not run)\n");
+}
+
+int run_overhead(const OverheadOptions& o) {
+  const std::vector<Config> configs = overhead_configs(o);
+  const std::string data_path = o.dir + "/tai-overhead.dat";
+  const bool page_cache = std::any_of(configs.begin(), configs.end(), [](const Config& c) { return c.key() != "null"; });
+  if (page_cache) {
+    if (auto err = prepare_data_file(data_path, o.size); !err.empty()) {
+      fmt::print(stderr, "overhead: {}\n", err);
+      return 1;
+    }
+  }
+  const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
+  print_overhead_setup(o, data_path, page_cache, workers);
 
   std::vector<Row> rows(configs.size());
   for (std::size_t i = 0; i < configs.size(); ++i) rows[i].config = configs[i];
@@ -493,74 +577,11 @@ int run_overhead(const OverheadOptions& o) {
       return 1;
     }
   }
-  bool failed = false;
-  for (const auto& row : rows) {
-    const Config& c = row.config;
-    const Run& m = row.median_run;
-    const std::string window = fmt::format("{}", c.method == Method::tai ? o.window : c.method == Method::glibc_aio ? o.aio_depth : 1);
-    const bool is_tai = c.method == Method::tai;
-    if (!m.ok) {
-      failed = true;
-      table.add_row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window, "failed",
-                     "-", "-", "-", "-", "-", "-", "-", "-"});
-      csv.row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
-               fmt::format("{}", o.block), o.pattern, "", "", "", "", "", "", "", "", "", "", "", "0"});
-      continue;
-    }
-    std::size_t good = 0;
-    for (const auto& r : row.runs) good += r.ok ? 1 : 0;
-    if (good < row.runs.size()) failed = true;
-    const bool has_ratio = aio && &row != aio && row.vs_aio > 0;
-    table.add_row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
-                   fmt::format("{}", m.reqs), fixed(m.usage.real_ms, 0), fixed(m.usage.cpu_ms(), 0), fixed(row.ops, 0),
-                   fixed(row.cpu_ns, 0), is_tai ? fixed(row.flush_ms, 1) : "-", is_tai ? fixed(row.ops_with_flush, 0) : "-",
-                   has_ratio ? fixed(row.vs_aio, 2) : "-", has_ratio && is_tai ? fixed(row.vs_aio_with_flush, 2) : "-"});
-    csv.row({c.method_name(), c.engine_name(), c.tree_name(), fmt::format("{}", c.threads), window,
-             fmt::format("{}", o.block), o.pattern, fmt::format("{}", m.reqs), fixed(m.usage.real_ms, 3),
-             fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3), fixed(m.usage.cpu_ms(), 3), fixed(row.ops, 1),
-             fixed(row.cpu_ns, 1), is_tai ? fixed(row.flush_ms, 3) : "", is_tai ? fixed(row.ops_with_flush, 1) : "",
-             has_ratio ? fixed(row.vs_aio, 4) : "", has_ratio && is_tai ? fixed(row.vs_aio_with_flush, 4) : "",
-             fmt::format("{}", good)});
-  }
+  const bool failed = add_overhead_rows(o, rows, aio, table, csv);
   fmt::print("\n");
   table.print(stdout);
 
-  // TAI's overhead targets (docs/results/README.md).
-  fmt::print("\ntargets:\n");
-  auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
-  for (const auto& row : rows) {
-    const Config& c = row.config;
-    if (c.method != Method::tai || c.engine != "null" || !row.median_run.ok) continue;
-    fmt::print("  null engine, BTreeTrivial, {} thread(s): {:.0f} CPU ns per request end to end (target <= 300): {}\n",
-               c.threads, row.cpu_ns, verdict(row.cpu_ns <= 300));
-  }
-  for (const auto& row : rows) {
-    const Config& c = row.config;
-    if (c.method != Method::tai || c.engine != "posix") continue;
-    const double target = c.default_tree ? 5.0 : 2.5;
-    if (row.vs_aio <= 0) {
-      fmt::print("  TAI posix {} / glibc AIO request rate: no ratio (glibc AIO not run, or a run failed)\n", c.tree_name());
-      continue;
-    }
-    fmt::print("  TAI posix {} / glibc AIO request rate: {:.2f}x (target >= {:.1f}x): {}; counting the flush after "
-               "the run: {:.2f}x\n",
-               c.tree_name(), row.vs_aio, target, verdict(row.vs_aio >= target), row.vs_aio_with_flush);
-  }
-  // The cache-cost targets (docs/results/cache-cost.md), against the plain pwrite loop of the
-  // same rounds: what the framework costs next to the system call it stands in for.
-  for (const auto& row : rows) {
-    const Config& c = row.config;
-    if (c.method != Method::tai || row.cpu_vs_pwrite <= 0) continue;
-    if (c.engine == "null")
-      fmt::print("  null engine, BTreeTrivial, {} thread(s): CPU per request {:.3f}x a {} B page-cache pwrite's "
-                 "(target <= 0.10x): {}\n",
-                 c.threads, row.cpu_vs_pwrite, o.block, verdict(row.cpu_vs_pwrite <= 0.10));
-    else if (c.engine == "posix" && !c.default_tree)
-      fmt::print("  TAI posix Trivial / plain pwrite loop request rate: {:.2f}x (target >= 0.9x): {}\n", row.vs_pwrite,
-                 verdict(row.vs_pwrite >= 0.9));
-  }
-  if (!pw)
-    fmt::print("  against pwrite: no ratio (pwrite not run)\n");
+  print_overhead_targets(o, rows, pw);
   if (!o.csv.empty()) fmt::print("\nCSV written to {}\n", o.csv);
   return failed ? 1 : 0;
 }

@@ -517,31 +517,8 @@ void summarise(Cell& c) {
 
 std::string fixed(double v, int decimals) { return fmt::format("{:.{}f}", v, decimals); }
 
-}  // namespace
-
-int run_randread(const RandreadConfig& cfg) {
-  if (cfg.depth == 0) {
-    fmt::print(stderr, "randread: --depth must be at least 1\n");
-    return 2;
-  }
-  const std::uint64_t max_bs = *std::max_element(cfg.block_sizes.begin(), cfg.block_sizes.end());
-  if (cfg.size < max_bs) {
-    fmt::print(stderr, "randread: --size {} is smaller than the largest block size {}\n", cfg.size, max_bs);
-    return 2;
-  }
-  std::optional<std::string> fio_path;
-  if (cfg.fio) {
-    fio_path = find_program("fio");
-    if (!fio_path) fmt::print(stderr, "randread: --fio given but fio is not in $PATH (apt-get install fio); running TAI only\n");
-  }
-  const bool with_fio = fio_path.has_value();
-  const unsigned repeat = cfg.repeat ? cfg.repeat : (with_fio || cfg.via_controller ? 3 : 1);
-
-  if (auto err = prepare_file(cfg.file, cfg.size)) {
-    fmt::print(stderr, "randread: {}\n", *err);
-    return 1;
-  }
-
+// What the run reads, on what, and how the rows are made, before the table.
+void print_setup(const RandreadConfig& cfg, bool with_fio, unsigned repeat) {
   const MachineInfo machine = machine_info();
   std::string fio_version;
   if (with_fio) {
@@ -573,7 +550,9 @@ int run_randread(const RandreadConfig& cfg) {
                "(queue, controller{}, then the reverse); vs_queue = median over the pairs of controller op/s / queue "
                "op/s\n",
                cfg.depth, with_fio ? ", fio" : "");
+}
 
+std::vector<std::string> table_headers(const RandreadConfig& cfg, bool with_fio) {
   std::vector<std::string> headers = {"backend", "reqs", "bufsize", "depth", "rtime", "utime",
                                       "stime",   "cpu",  "us/op",   "op/s",  "MB/s"};
   if (with_fio) {
@@ -581,175 +560,138 @@ int run_randread(const RandreadConfig& cfg) {
     headers.push_back("ratio");
   }
   if (cfg.via_controller) headers.push_back("vs_queue");
-  Table table(headers);
-  CsvWriter csv;
-  if (!cfg.csv.empty()) {
-    auto err = csv.open(cfg.csv, {"backend", "reqs", "bufsize", "depth", "rtime_ms", "utime_ms", "stime_ms", "cpu_ms",
-                                  "us_per_op", "ops_per_s", "mb_per_s", "fio_ops_per_s", "ratio_vs_fio", "via",
-                                  "ratio_vs_queue"});
-    if (!err.empty()) {
-      fmt::print(stderr, "randread: {}\n", err);
-      return 1;
+  return headers;
+}
+
+// Requests per run: the user's, else min(the ioqueue benchmark's count, what fits in cfg.seconds)
+// measured by a short calibration run (which also warms the device and the queue up).
+std::uint64_t requests_per_run(const RandreadConfig& cfg, TaiCell& tai, std::uint64_t bs) {
+  if (cfg.reqs) return cfg.reqs;
+  const double cal_s = std::min(0.3, std::max(0.05, cfg.seconds / 5));
+  TaiRun cal = tai.run(~0ull, cfg.seed ^ 0xca11b, static_cast<std::int64_t>(cal_s * 1e9));
+  const double fits = cal.ops_per_s() * cfg.seconds;
+  std::uint64_t n = std::min<std::uint64_t>(seed_request_count(bs), static_cast<std::uint64_t>(fits));
+  n = std::max<std::uint64_t>(n, 8ull * cfg.depth);
+  return (n + cfg.depth - 1) / cfg.depth * cfg.depth;  // whole fio psync jobs
+}
+
+// The rounds of one cell: the queue's run, the controller's (`ctl`, when given) and fio's (with
+// `with_fio`). Sets `read_errors` when a run's reads did not all return the block.
+Cell measure_cell(const RandreadConfig& cfg, const std::string& label, std::uint64_t bs, TaiCell& tai,
+                  ControllerCell* ctl, bool with_fio, unsigned repeat, bool& read_errors) {
+  Cell cell;
+  cell.engine = label;
+  cell.bs = bs;
+  cell.reqs = requests_per_run(cfg, tai, bs);
+  // A short warm-up of the controller cell too (its workers, its task pool, its engine).
+  if (ctl) (void)ctl->run(~0ull, cfg.seed ^ 0xca11c, static_cast<std::int64_t>(0.05e9));
+  // The runs of a round alternate their order (TAI, [controller,] fio; then the reverse) so
+  // that a machine that speeds up or slows down over the rounds favours no side.
+  auto check = [&](const char* via, const TaiRun& last) {
+    if (!last.errors) return;
+    read_errors = true;
+    fmt::print(stderr, "randread: {}{} bs {}: {} of {} reads did not return {} bytes (first result: {})\n", label,
+               via, bs, last.errors, last.reqs, bs, last.first_bad_result);
+  };
+  for (unsigned r = 0; r < repeat; ++r) {
+    const std::uint64_t seed = cfg.seed + 1000003ull * r + bs;
+    std::vector<std::function<void()>> runs;
+    runs.emplace_back([&] {
+      cell.tai.push_back(tai.run(cell.reqs, seed));
+      check("", cell.tai.back());
+    });
+    if (ctl)
+      runs.emplace_back([&] {
+        // Other offsets than the queue's run of this round: the second of two runs over the
+        // same offsets finds them in the virtual disk's host-side cache (measured here: 2-6x
+        // the op/s), which would favour whichever ran second.
+        cell.ctl.push_back(ctl->run(cell.reqs, seed ^ 0x5eedc0ffeeull));
+        check("/ctl", cell.ctl.back());
+      });
+    if (with_fio)
+      runs.emplace_back([&] {
+        FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
+        if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
+        cell.fio.push_back(f);
+      });
+    if (r % 2 == 1) std::reverse(runs.begin(), runs.end());
+    for (auto& run : runs) run();
+  }
+  summarise(cell);
+  return cell;
+}
+
+// One table row and CSV line per TAI cell: the queue's (with fio's columns), the controller's.
+void add_cell_rows(const RandreadConfig& cfg, bool with_fio, const Cell& cell, Table& table, CsvWriter& csv) {
+  const std::uint64_t bs = cell.bs;
+  auto add_row = [&](const std::string& backend, const TaiRun& m, bool queue_row) {
+    const double us_per_op = m.usage.real_ms * 1e3 * cfg.depth / static_cast<double>(m.reqs);
+    const double mbs = m.ops_per_s() * static_cast<double>(bs) / (1024.0 * 1024.0);
+    const bool fio_cols = queue_row && with_fio && cell.has_fio();
+    std::vector<std::string> row = {backend,
+                                    fmt::format("{}", m.reqs),
+                                    fmt::format("{}", bs),
+                                    fmt::format("{}", cfg.depth),
+                                    fixed(m.usage.real_ms, 0),
+                                    fixed(m.usage.user_ms, 0),
+                                    fixed(m.usage.sys_ms, 0),
+                                    fixed(m.usage.cpu_ms(), 0),
+                                    fixed(us_per_op, 1),
+                                    fixed(m.ops_per_s(), 0),
+                                    fixed(mbs, 2)};
+    if (with_fio) {
+      row.push_back(fio_cols ? fixed(cell.fio_ops, 0) : "-");
+      row.push_back(fio_cols ? fixed(cell.ops_ratio, 3) : "-");
     }
-  }
+    if (cfg.via_controller) row.push_back(queue_row ? "-" : fixed(cell.ctl_ratio, 3));
+    table.add_row(row);
+    csv.row({backend, fmt::format("{}", m.reqs), fmt::format("{}", bs), fmt::format("{}", cfg.depth),
+             fixed(m.usage.real_ms, 3), fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3),
+             fixed(m.usage.cpu_ms(), 3), fixed(us_per_op, 3), fixed(m.ops_per_s(), 1), fixed(mbs, 3),
+             fio_cols ? fixed(cell.fio_ops, 1) : "", fio_cols ? fixed(cell.ops_ratio, 4) : "",
+             queue_row ? "queue" : "controller", queue_row ? "" : fixed(cell.ctl_ratio, 4)});
+  };
+  add_row(cell.engine, cell.median_run, true);
+  if (!cell.ctl.empty()) add_row(cell.engine + "/ctl", cell.ctl_median_run, false);
+}
 
-  std::vector<Cell> cells;
-  std::vector<std::string> notes;
-  bool any_engine = false;
-  bool read_errors = false;
-  for (const auto& label : cfg.engines) {
-    bool engine_ok = true;
-    for (std::uint64_t bs : cfg.block_sizes) {
-      auto made = TaiCell::make(cfg, label, bs);
-      if (auto* why = std::get_if<std::string>(&made)) {
-        fmt::print("skipping {}: {}\n", label, *why);
-        std::fflush(stdout);
-        engine_ok = false;
-        break;
-      }
-      auto& tai = std::get<std::unique_ptr<TaiCell>>(made);
-      if (!tai->note().empty()) notes.push_back(fmt::format("{} {}: {}", label, bs, tai->note()));
-      std::unique_ptr<ControllerCell> ctl;
-      if (cfg.via_controller) {
-        auto made_ctl = ControllerCell::make(cfg, label, bs);
-        if (auto* why = std::get_if<std::string>(&made_ctl)) {
-          fmt::print(stderr, "randread: {} bs {} through the controller: {}\n", label, bs, *why);
-          read_errors = true;
-        } else {
-          ctl = std::move(std::get<std::unique_ptr<ControllerCell>>(made_ctl));
-          if (!ctl->note().empty()) notes.push_back(fmt::format("{}/ctl {}: {}", label, bs, ctl->note()));
-        }
-      }
-      any_engine = true;
-      Cell cell;
-      cell.engine = label;
-      cell.bs = bs;
-      // Requests per run: the user's, else min(the ioqueue benchmark's count, what fits in cfg.seconds)
-      // measured by a short calibration run (which also warms the device and the queue up).
-      if (cfg.reqs) {
-        cell.reqs = cfg.reqs;
-      } else {
-        const double cal_s = std::min(0.3, std::max(0.05, cfg.seconds / 5));
-        TaiRun cal = tai->run(~0ull, cfg.seed ^ 0xca11b, static_cast<std::int64_t>(cal_s * 1e9));
-        const double fits = cal.ops_per_s() * cfg.seconds;
-        std::uint64_t n = std::min<std::uint64_t>(seed_request_count(bs), static_cast<std::uint64_t>(fits));
-        n = std::max<std::uint64_t>(n, 8ull * cfg.depth);
-        cell.reqs = (n + cfg.depth - 1) / cfg.depth * cfg.depth;  // whole fio psync jobs
-      }
-      // A short warm-up of the controller cell too (its workers, its task pool, its engine).
-      if (ctl) (void)ctl->run(~0ull, cfg.seed ^ 0xca11c, static_cast<std::int64_t>(0.05e9));
-      // The runs of a round alternate their order (TAI, [controller,] fio; then the reverse) so
-      // that a machine that speeds up or slows down over the rounds favours no side.
-      auto check = [&](const char* via, const TaiRun& last) {
-        if (!last.errors) return;
-        read_errors = true;
-        fmt::print(stderr, "randread: {}{} bs {}: {} of {} reads did not return {} bytes (first result: {})\n", label,
-                   via, bs, last.errors, last.reqs, bs, last.first_bad_result);
-      };
-      for (unsigned r = 0; r < repeat; ++r) {
-        const std::uint64_t seed = cfg.seed + 1000003ull * r + bs;
-        std::vector<std::function<void()>> runs;
-        runs.emplace_back([&] {
-          cell.tai.push_back(tai->run(cell.reqs, seed));
-          check("", cell.tai.back());
-        });
-        if (ctl)
-          runs.emplace_back([&] {
-            // Other offsets than the queue's run of this round: the second of two runs over the
-            // same offsets finds them in the virtual disk's host-side cache (measured here: 2-6x
-            // the op/s), which would favour whichever ran second.
-            cell.ctl.push_back(ctl->run(cell.reqs, seed ^ 0x5eedc0ffeeull));
-            check("/ctl", cell.ctl.back());
-          });
-        if (with_fio)
-          runs.emplace_back([&] {
-            FioRun f = run_fio(cfg, label, bs, cell.reqs, seed);
-            if (!f.ok) fmt::print(stderr, "randread: fio {} bs {}: {}\n", label, bs, f.error);
-            cell.fio.push_back(f);
-          });
-        if (r % 2 == 1) std::reverse(runs.begin(), runs.end());
-        for (auto& run : runs) run();
-      }
-      summarise(cell);
-      // One table row and CSV line per TAI cell: the queue's (with fio's columns), the controller's.
-      auto add_row = [&](const std::string& backend, const TaiRun& m, bool queue_row) {
-        const double us_per_op = m.usage.real_ms * 1e3 * cfg.depth / static_cast<double>(m.reqs);
-        const double mbs = m.ops_per_s() * static_cast<double>(bs) / (1024.0 * 1024.0);
-        const bool fio_cols = queue_row && with_fio && cell.has_fio();
-        std::vector<std::string> row = {backend,
-                                        fmt::format("{}", m.reqs),
-                                        fmt::format("{}", bs),
-                                        fmt::format("{}", cfg.depth),
-                                        fixed(m.usage.real_ms, 0),
-                                        fixed(m.usage.user_ms, 0),
-                                        fixed(m.usage.sys_ms, 0),
-                                        fixed(m.usage.cpu_ms(), 0),
-                                        fixed(us_per_op, 1),
-                                        fixed(m.ops_per_s(), 0),
-                                        fixed(mbs, 2)};
-        if (with_fio) {
-          row.push_back(fio_cols ? fixed(cell.fio_ops, 0) : "-");
-          row.push_back(fio_cols ? fixed(cell.ops_ratio, 3) : "-");
-        }
-        if (cfg.via_controller) row.push_back(queue_row ? "-" : fixed(cell.ctl_ratio, 3));
-        table.add_row(row);
-        csv.row({backend, fmt::format("{}", m.reqs), fmt::format("{}", bs), fmt::format("{}", cfg.depth),
-                 fixed(m.usage.real_ms, 3), fixed(m.usage.user_ms, 3), fixed(m.usage.sys_ms, 3),
-                 fixed(m.usage.cpu_ms(), 3), fixed(us_per_op, 3), fixed(m.ops_per_s(), 1), fixed(mbs, 3),
-                 fio_cols ? fixed(cell.fio_ops, 1) : "", fio_cols ? fixed(cell.ops_ratio, 4) : "",
-                 queue_row ? "queue" : "controller", queue_row ? "" : fixed(cell.ctl_ratio, 4)});
-      };
-      add_row(label, cell.median_run, true);
-      if (!cell.ctl.empty()) add_row(label + "/ctl", cell.ctl_median_run, false);
-      cells.push_back(std::move(cell));
-    }
-    (void)engine_ok;
+void print_controller_summary(const RandreadConfig& cfg, const std::vector<Cell>& cells) {
+  fmt::print("\nthrough tai::Controller against the raw engine queue (op/s, medians; ratio: median of the per-pair "
+             "ratios):\n");
+  for (const auto& c : cells) {
+    if (c.ctl.empty()) continue;
+    std::string verdict;
+    if (c.bs == 4096 && cfg.depth == 32)
+      verdict = fmt::format(" (target: >= 0.95 at 4 KiB, depth 32: {})", c.ctl_ratio >= 0.95 ? "met" : "MISSED");
+    fmt::print("  {} bs {:>6}: controller {:.0f} op/s, queue {:.0f} op/s, controller/queue {:.3f}{}\n", c.engine, c.bs,
+               c.ctl_median_run.ops_per_s(), c.median_run.ops_per_s(), c.ctl_ratio, verdict);
   }
-  if (!any_engine) {
-    fmt::print(stderr, "randread: no engine of '{}' is available\n", fmt::join(cfg.engines, ","));
-    return 1;
+}
+
+// CPU per operation against fio, and TAI's target against fio for the kernel-queue engines.
+void print_fio_comparison(const std::vector<Cell>& cells) {
+  fmt::print("\nCPU per operation (utime+stime per op, medians; ratios: medians of the per-pair ratios), TAI "
+             "against fio:\n");
+  Table cmp({"backend", "bufsize", "op/s_ratio", "tai_cpu_us/op", "fio_cpu_us/op", "cpu_ratio", "tai_user_us/op",
+             "fio_user_us/op", "target"});
+  for (const auto& c : cells) {
+    if (!c.has_fio()) continue;
+    const double ops_ratio = c.ops_ratio;
+    const double cpu_ratio = c.cpu_ratio;
+    std::string verdict = "-";
+    if (c.engine == "libaio" || c.engine == "uring")
+      verdict = ops_ratio >= 0.97 && cpu_ratio <= 1.10 ? "met" : "MISSED";
+    cmp.add_row({c.engine, fmt::format("{}", c.bs), fixed(ops_ratio, 3), fixed(c.tai_cpu_per_op, 2),
+                 fixed(c.fio_cpu_per_op, 2), fixed(cpu_ratio, 3), fixed(c.tai_user_per_op, 2),
+                 fixed(c.fio_user_per_op, 2), verdict});
   }
+  cmp.print(stdout);
+  fmt::print("target for libaio and uring: op/s >= 0.97x fio and CPU per op <= 1.10x fio\n");
+}
 
-  fmt::print("\n");
-  table.print(stdout);
-  for (const auto& n : notes) fmt::print("note: {}\n", n);
-
-  if (cfg.via_controller) {
-    fmt::print("\nthrough tai::Controller against the raw engine queue (op/s, medians; ratio: median of the per-pair "
-               "ratios):\n");
-    for (const auto& c : cells) {
-      if (c.ctl.empty()) continue;
-      std::string verdict;
-      if (c.bs == 4096 && cfg.depth == 32)
-        verdict = fmt::format(" (target: >= 0.95 at 4 KiB, depth 32: {})", c.ctl_ratio >= 0.95 ? "met" : "MISSED");
-      fmt::print("  {} bs {:>6}: controller {:.0f} op/s, queue {:.0f} op/s, controller/queue {:.3f}{}\n", c.engine, c.bs,
-                 c.ctl_median_run.ops_per_s(), c.median_run.ops_per_s(), c.ctl_ratio, verdict);
-    }
-  }
-
-  // CPU per operation against fio, and TAI's target against fio for the kernel-queue engines.
-  if (with_fio) {
-    fmt::print("\nCPU per operation (utime+stime per op, medians; ratios: medians of the per-pair ratios), TAI "
-               "against fio:\n");
-    Table cmp({"backend", "bufsize", "op/s_ratio", "tai_cpu_us/op", "fio_cpu_us/op", "cpu_ratio", "tai_user_us/op",
-               "fio_user_us/op", "target"});
-    for (const auto& c : cells) {
-      if (!c.has_fio()) continue;
-      const double ops_ratio = c.ops_ratio;
-      const double cpu_ratio = c.cpu_ratio;
-      std::string verdict = "-";
-      if (c.engine == "libaio" || c.engine == "uring")
-        verdict = ops_ratio >= 0.97 && cpu_ratio <= 1.10 ? "met" : "MISSED";
-      cmp.add_row({c.engine, fmt::format("{}", c.bs), fixed(ops_ratio, 3), fixed(c.tai_cpu_per_op, 2),
-                   fixed(c.fio_cpu_per_op, 2), fixed(cpu_ratio, 3), fixed(c.tai_user_per_op, 2),
-                   fixed(c.fio_user_per_op, 2), verdict});
-    }
-    cmp.print(stdout);
-    fmt::print("target for libaio and uring: op/s >= 0.97x fio and CPU per op <= 1.10x fio\n");
-  }
-
-  // The ioqueue benchmark's finding: at (about) equal throughput, the kernel queues use less user CPU than the
-  // thread pool.
+// The ioqueue benchmark's finding: at (about) equal throughput, the kernel queues use less user CPU than the
+// thread pool.
+void print_ioqueue_finding(const std::vector<Cell>& cells) {
   std::map<std::uint64_t, std::map<std::string, const Cell*>> by_bs;
   for (const auto& c : cells) by_bs[c.bs][c.engine] = &c;
   bool header = false;
@@ -779,6 +721,88 @@ int run_randread(const RandreadConfig& cfg) {
   if (header)
     fmt::print("  (getrusage splits CPU time into user and system by sampling at the timer tick: a user time of a\n"
                "   few ms is only a few samples; utime+stime together are exact)\n");
+}
+
+}  // namespace
+
+int run_randread(const RandreadConfig& cfg) {
+  if (cfg.depth == 0) {
+    fmt::print(stderr, "randread: --depth must be at least 1\n");
+    return 2;
+  }
+  const std::uint64_t max_bs = *std::max_element(cfg.block_sizes.begin(), cfg.block_sizes.end());
+  if (cfg.size < max_bs) {
+    fmt::print(stderr, "randread: --size {} is smaller than the largest block size {}\n", cfg.size, max_bs);
+    return 2;
+  }
+  std::optional<std::string> fio_path;
+  if (cfg.fio) {
+    fio_path = find_program("fio");
+    if (!fio_path) fmt::print(stderr, "randread: --fio given but fio is not in $PATH (apt-get install fio); running TAI only\n");
+  }
+  const bool with_fio = fio_path.has_value();
+  const unsigned repeat = cfg.repeat ? cfg.repeat : (with_fio || cfg.via_controller ? 3 : 1);
+
+  if (auto err = prepare_file(cfg.file, cfg.size)) {
+    fmt::print(stderr, "randread: {}\n", *err);
+    return 1;
+  }
+  print_setup(cfg, with_fio, repeat);
+
+  Table table(table_headers(cfg, with_fio));
+  CsvWriter csv;
+  if (!cfg.csv.empty()) {
+    auto err = csv.open(cfg.csv, {"backend", "reqs", "bufsize", "depth", "rtime_ms", "utime_ms", "stime_ms", "cpu_ms",
+                                  "us_per_op", "ops_per_s", "mb_per_s", "fio_ops_per_s", "ratio_vs_fio", "via",
+                                  "ratio_vs_queue"});
+    if (!err.empty()) {
+      fmt::print(stderr, "randread: {}\n", err);
+      return 1;
+    }
+  }
+
+  std::vector<Cell> cells;
+  std::vector<std::string> notes;
+  bool any_engine = false;
+  bool read_errors = false;
+  for (const auto& label : cfg.engines) {
+    for (std::uint64_t bs : cfg.block_sizes) {
+      auto made = TaiCell::make(cfg, label, bs);
+      if (auto* why = std::get_if<std::string>(&made)) {
+        fmt::print("skipping {}: {}\n", label, *why);
+        std::fflush(stdout);
+        break;
+      }
+      auto& tai = std::get<std::unique_ptr<TaiCell>>(made);
+      if (!tai->note().empty()) notes.push_back(fmt::format("{} {}: {}", label, bs, tai->note()));
+      std::unique_ptr<ControllerCell> ctl;
+      if (cfg.via_controller) {
+        auto made_ctl = ControllerCell::make(cfg, label, bs);
+        if (auto* why = std::get_if<std::string>(&made_ctl)) {
+          fmt::print(stderr, "randread: {} bs {} through the controller: {}\n", label, bs, *why);
+          read_errors = true;
+        } else {
+          ctl = std::move(std::get<std::unique_ptr<ControllerCell>>(made_ctl));
+          if (!ctl->note().empty()) notes.push_back(fmt::format("{}/ctl {}: {}", label, bs, ctl->note()));
+        }
+      }
+      any_engine = true;
+      Cell cell = measure_cell(cfg, label, bs, *tai, ctl.get(), with_fio, repeat, read_errors);
+      add_cell_rows(cfg, with_fio, cell, table, csv);
+      cells.push_back(std::move(cell));
+    }
+  }
+  if (!any_engine) {
+    fmt::print(stderr, "randread: no engine of '{}' is available\n", fmt::join(cfg.engines, ","));
+    return 1;
+  }
+
+  fmt::print("\n");
+  table.print(stdout);
+  for (const auto& n : notes) fmt::print("note: {}\n", n);
+  if (cfg.via_controller) print_controller_summary(cfg, cells);
+  if (with_fio) print_fio_comparison(cells);
+  print_ioqueue_finding(cells);
   if (!cfg.csv.empty()) fmt::print("\nCSV written to {}\n", cfg.csv);
   return read_errors ? 1 : 0;
 }

@@ -409,6 +409,127 @@ RunResult median_of(const std::vector<RunResult>& runs) {
   return m;
 }
 
+// Makes `dir` and checks that it has room for `total` bytes and 256 MiB more.
+void check_room(const std::string& dir, std::uint64_t total) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Failure(1, fmt::format("cannot create '{}': {}", dir, ec.message()));
+  struct statvfs vfs {};
+  if (::statvfs(dir.c_str(), &vfs) == 0) {
+    const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (free_bytes < total + (256ull << 20))
+      throw Failure(1, fmt::format("'{}' has {} free; the run needs {} plus 256 MiB of room", dir,
+                                   format_size(free_bytes), format_size(total)));
+  }
+}
+
+// The variants of --variants, each with its fio twin after it (--fio).
+std::vector<Variant> write_variants(const WriteOptions& o) {
+  std::vector<Variant> variants;
+  for (const auto& name : split_list(o.variants)) {
+    if (name == "buffered") variants.push_back({name, "posix", false, false, o.depth});
+    else if (name == "posix-direct") variants.push_back({name, "posix", true, false, 1});
+    else if (name == "libaio" || name == "uring") variants.push_back({name, name, true, false, o.depth});
+    else throw Failure(2, fmt::format("unknown variant '{}' (known: buffered, posix-direct, libaio, uring)", name));
+    if (o.fio && (name == "libaio" || name == "uring"))
+      variants.push_back({"fio-" + name, name == "uring" ? "io_uring" : "libaio", true, true, o.depth});
+  }
+  if (variants.empty()) throw Failure(2, "no variant to run");
+  return variants;
+}
+
+// One run's lines: what it wrote and how fast, its close, its CPU time.
+void print_run(const Variant& v, const RunResult& r) {
+  const std::string l = label(v);
+  if (r.wrote_s <= 0) {
+    fmt::print("{}: {}\n", l, r.note);
+  } else {
+    fmt::print("{}: Wrote {:.2f} GB in {}, {}\n", l, static_cast<double>(r.bytes) / 1e9,
+               seeds::format_seconds(r.wrote_s), seeds::format_rate(r.wrote_bps()));
+    if (r.close_s >= 0)
+      fmt::print("{}: Closed in {}, Amortized total {}\n", l, seeds::format_seconds(r.close_s),
+                 seeds::format_rate(r.amortized_bps()));
+    fmt::print("    cpu: user {:.3f}s sys {:.3f}s{}{}\n", r.user_s, r.sys_s,
+               v.fio ? " (fio's usr_cpu/sys_cpu)"
+                     : fmt::format("; machine busy {:.3f}s (every CPU: includes write-back threads and other "
+                                   "processes)",
+                                   r.busy_s),
+               r.note.empty() ? "" : "; " + r.note);
+  }
+}
+
+// The medians' table, with the comparisons the write study makes: against fio with the same engine
+// (of the medians, and the median of each round's ratio) and against buffered writes.
+Table medians_table(const std::vector<std::pair<Variant, RunResult>>& medians,
+                    const std::map<std::string, std::vector<RunResult>>& runs, std::uint64_t bs) {
+  auto find = [&](const std::string& name) -> const RunResult* {
+    for (const auto& [v, r] : medians)
+      if (v.name == name) return &r;
+    return nullptr;
+  };
+  const std::vector<RunResult> none;
+  auto runs_of = [&](const std::string& name) -> const std::vector<RunResult>& {
+    const auto it = runs.find(name);
+    return it == runs.end() ? none : it->second;
+  };
+  const RunResult* buffered = find("buffered");
+  Table table({"variant", "engine", "depth", "bs", "GB", "runs", "wrote_s", "wrote_MB/s", "close_ms", "amortized_MB/s",
+               "user_s", "sys_s", "busy_s", "vs_fio", "vs_fio_paired", "vs_buffered"});
+  for (const auto& [v, r] : medians) {
+    std::string vs_fio = "-", vs_fio_paired = "-";
+    if (!v.fio) {
+      if (const RunResult* f = find("fio-" + v.name); f && f->wrote_bps() > 0)
+        vs_fio = fmt::format("{:.3f}", r.wrote_bps() / f->wrote_bps());
+      // The median of the ratios of the same round: robust to a machine whose speed drifts.
+      std::vector<double> ratios;
+      for (const RunResult& a : runs_of(v.name))
+        for (const RunResult& b : runs_of("fio-" + v.name))
+          if (a.round == b.round && b.wrote_bps() > 0) ratios.push_back(a.wrote_bps() / b.wrote_bps());
+      if (!ratios.empty()) vs_fio_paired = fmt::format("{:.3f}", median(ratios));
+    }
+    std::string vs_buffered = "-";
+    if (buffered && buffered->amortized_bps() > 0 && r.amortized_bps() > 0 && v.name != "buffered")
+      vs_buffered = fmt::format("{:.3f}", r.amortized_bps() / buffered->amortized_bps());
+    table.add_row({v.name, v.engine, std::to_string(v.depth), format_size(bs),
+                   fmt::format("{:.2f}", static_cast<double>(r.bytes) / 1e9), std::to_string(runs_of(v.name).size()),
+                   fmt::format("{:.3f}", r.wrote_s), fmt::format("{:.1f}", r.wrote_bps() / 1e6),
+                   r.close_s >= 0 ? fmt::format("{:.1f}", r.close_s * 1e3) : "-",
+                   r.close_s >= 0 ? fmt::format("{:.1f}", r.amortized_bps() / 1e6) : "-", fmt::format("{:.3f}", r.user_s),
+                   fmt::format("{:.3f}", r.sys_s), v.fio ? "-" : fmt::format("{:.3f}", r.busy_s), vs_fio, vs_fio_paired, vs_buffered});
+  }
+  return table;
+}
+
+// Every run, then every median, as CSV lines.
+void write_write_csv(const std::string& path, std::uint64_t bs, const std::vector<Variant>& variants,
+                     const std::vector<RunResult>& all, const std::vector<std::pair<Variant, RunResult>>& medians,
+                     const std::string& machine_line) {
+  CsvWriter csv;
+  if (auto err = csv.open(path, {"kind", "round", "variant", "engine", "depth", "bs", "bytes", "wrote_s", "close_s",
+                                 "wrote_mb_per_s", "amortized_mb_per_s", "user_s", "sys_s", "machine_busy_s",
+                                 "preallocated", "cache", "note", "machine"});
+      !err.empty())
+    throw Failure(1, err);
+  auto emit = [&](const char* kind, const Variant* v, const RunResult& r, const std::string& round) {
+    csv.row({kind, round, r.variant, v ? v->engine : "", v ? std::to_string(v->depth) : "", std::to_string(bs),
+             std::to_string(r.bytes), r.wrote_s > 0 ? fmt::format("{:.6f}", r.wrote_s) : "",
+             r.close_s >= 0 && r.wrote_s > 0 ? fmt::format("{:.6f}", r.close_s) : "",
+             r.wrote_s > 0 ? fmt::format("{:.2f}", r.wrote_bps() / 1e6) : "",
+             r.amortized_bps() > 0 ? fmt::format("{:.2f}", r.amortized_bps() / 1e6) : "",
+             fmt::format("{:.3f}", r.user_s), fmt::format("{:.3f}", r.sys_s), fmt::format("{:.3f}", r.busy_s),
+             r.preallocated ? "yes" : "no", r.cache, r.note, machine_line});
+  };
+  for (const RunResult& r : all) {
+    const Variant* v = nullptr;
+    for (const auto& x : variants)
+      if (x.name == r.variant) v = &x;
+    emit("run", v, r, std::to_string(r.round));
+  }
+  for (const auto& [v, r] : medians) emit("median", &v, r, "");
+  csv.close();
+  fmt::print("# csv: {}\n", path);
+}
+
 int run(const WriteOptions& o) {
   const auto drop = seeds::parse_drop_method(o.drop_with);
   if (!drop) throw Failure(2, "--drop-with must be auto, drop-caches or fadvise");
@@ -423,27 +544,9 @@ int run(const WriteOptions& o) {
   if (o.beyond_ram) total = machine.memory_bytes + machine.memory_bytes / 4;
   total = std::max(detail::round_up(total, bs), bs);
 
-  std::error_code ec;
-  std::filesystem::create_directories(o.dir, ec);
-  if (ec) throw Failure(1, fmt::format("cannot create '{}': {}", o.dir, ec.message()));
-  struct statvfs vfs {};
-  if (::statvfs(o.dir.c_str(), &vfs) == 0) {
-    const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    if (free_bytes < total + (256ull << 20))
-      throw Failure(1, fmt::format("'{}' has {} free; the run needs {} plus 256 MiB of room", o.dir,
-                                   format_size(free_bytes), format_size(total)));
-  }
+  check_room(o.dir, total);
 
-  std::vector<Variant> variants;
-  for (const auto& name : split_list(o.variants)) {
-    if (name == "buffered") variants.push_back({name, "posix", false, false, o.depth});
-    else if (name == "posix-direct") variants.push_back({name, "posix", true, false, 1});
-    else if (name == "libaio" || name == "uring") variants.push_back({name, name, true, false, o.depth});
-    else throw Failure(2, fmt::format("unknown variant '{}' (known: buffered, posix-direct, libaio, uring)", name));
-    if (o.fio && (name == "libaio" || name == "uring"))
-      variants.push_back({"fio-" + name, name == "uring" ? "io_uring" : "libaio", true, true, o.depth});
-  }
-  if (variants.empty()) throw Failure(2, "no variant to run");
+  const std::vector<Variant> variants = write_variants(o);
 
   const std::string machine_line = describe(machine);
   fmt::print("# tai-bench write (the direct-I/O write study): append-only writes of {} blocks up to {} ({:.2f} GB), then fsync + close\n",
@@ -474,23 +577,8 @@ int run(const WriteOptions& o) {
       if (o.settle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.settle));
       RunResult r = v.fio ? run_fio(o, v, bs, total, fio_path, *drop) : run_tai(o, v, bs, total, path, *drop, ++salt);
       r.round = round;
-      const std::string l = label(v);
-      if (r.wrote_s <= 0) {
-        fmt::print("{}: {}\n", l, r.note);
-      } else {
-        fmt::print("{}: Wrote {:.2f} GB in {}, {}\n", l, static_cast<double>(r.bytes) / 1e9,
-                   seeds::format_seconds(r.wrote_s), seeds::format_rate(r.wrote_bps()));
-        if (r.close_s >= 0)
-          fmt::print("{}: Closed in {}, Amortized total {}\n", l, seeds::format_seconds(r.close_s),
-                     seeds::format_rate(r.amortized_bps()));
-        fmt::print("    cpu: user {:.3f}s sys {:.3f}s{}{}\n", r.user_s, r.sys_s,
-                   v.fio ? " (fio's usr_cpu/sys_cpu)"
-                         : fmt::format("; machine busy {:.3f}s (every CPU: includes write-back threads and other "
-                                       "processes)",
-                                       r.busy_s),
-                   r.note.empty() ? "" : "; " + r.note);
-        runs[v.name].push_back(r);
-      }
+      print_run(v, r);
+      if (r.wrote_s > 0) runs[v.name].push_back(r);
       std::fflush(stdout);
       all.push_back(r);
     }
@@ -500,36 +588,7 @@ int run(const WriteOptions& o) {
   std::vector<std::pair<Variant, RunResult>> medians;
   for (const Variant& v : variants)
     if (!runs[v.name].empty()) medians.emplace_back(v, median_of(runs[v.name]));
-  auto find = [&](const std::string& name) -> const RunResult* {
-    for (const auto& [v, r] : medians)
-      if (v.name == name) return &r;
-    return nullptr;
-  };
-  const RunResult* buffered = find("buffered");
-  Table table({"variant", "engine", "depth", "bs", "GB", "runs", "wrote_s", "wrote_MB/s", "close_ms", "amortized_MB/s",
-               "user_s", "sys_s", "busy_s", "vs_fio", "vs_fio_paired", "vs_buffered"});
-  for (const auto& [v, r] : medians) {
-    std::string vs_fio = "-", vs_fio_paired = "-";
-    if (!v.fio) {
-      if (const RunResult* f = find("fio-" + v.name); f && f->wrote_bps() > 0)
-        vs_fio = fmt::format("{:.3f}", r.wrote_bps() / f->wrote_bps());
-      // The median of the ratios of the same round: robust to a machine whose speed drifts.
-      std::vector<double> ratios;
-      for (const RunResult& a : runs[v.name])
-        for (const RunResult& b : runs["fio-" + v.name])
-          if (a.round == b.round && b.wrote_bps() > 0) ratios.push_back(a.wrote_bps() / b.wrote_bps());
-      if (!ratios.empty()) vs_fio_paired = fmt::format("{:.3f}", median(ratios));
-    }
-    std::string vs_buffered = "-";
-    if (buffered && buffered->amortized_bps() > 0 && r.amortized_bps() > 0 && v.name != "buffered")
-      vs_buffered = fmt::format("{:.3f}", r.amortized_bps() / buffered->amortized_bps());
-    table.add_row({v.name, v.engine, std::to_string(v.depth), format_size(bs),
-                   fmt::format("{:.2f}", static_cast<double>(r.bytes) / 1e9), std::to_string(runs[v.name].size()),
-                   fmt::format("{:.3f}", r.wrote_s), fmt::format("{:.1f}", r.wrote_bps() / 1e6),
-                   r.close_s >= 0 ? fmt::format("{:.1f}", r.close_s * 1e3) : "-",
-                   r.close_s >= 0 ? fmt::format("{:.1f}", r.amortized_bps() / 1e6) : "-", fmt::format("{:.3f}", r.user_s),
-                   fmt::format("{:.3f}", r.sys_s), v.fio ? "-" : fmt::format("{:.3f}", r.busy_s), vs_fio, vs_fio_paired, vs_buffered});
-  }
+  Table table = medians_table(medians, runs, bs);
   if (!all.empty()) fmt::print("\n# page cache before each run: {}", all.front().cache);
   fmt::print("\n# medians of {} round(s); vs_fio = wrote MB/s over fio's with the same engine, bs and depth (of the medians; paired: median of "
              "each round's ratio); "
@@ -538,32 +597,7 @@ int run(const WriteOptions& o) {
   std::fflush(stdout);
   table.print();
 
-  if (!o.csv.empty()) {
-    CsvWriter csv;
-    if (auto err = csv.open(o.csv, {"kind", "round", "variant", "engine", "depth", "bs", "bytes", "wrote_s", "close_s",
-                                    "wrote_mb_per_s", "amortized_mb_per_s", "user_s", "sys_s", "machine_busy_s",
-                                    "preallocated", "cache", "note", "machine"});
-        !err.empty())
-      throw Failure(1, err);
-    auto emit = [&](const char* kind, const Variant* v, const RunResult& r, const std::string& round) {
-      csv.row({kind, round, r.variant, v ? v->engine : "", v ? std::to_string(v->depth) : "", std::to_string(bs),
-               std::to_string(r.bytes), r.wrote_s > 0 ? fmt::format("{:.6f}", r.wrote_s) : "",
-               r.close_s >= 0 && r.wrote_s > 0 ? fmt::format("{:.6f}", r.close_s) : "",
-               r.wrote_s > 0 ? fmt::format("{:.2f}", r.wrote_bps() / 1e6) : "",
-               r.amortized_bps() > 0 ? fmt::format("{:.2f}", r.amortized_bps() / 1e6) : "",
-               fmt::format("{:.3f}", r.user_s), fmt::format("{:.3f}", r.sys_s), fmt::format("{:.3f}", r.busy_s),
-               r.preallocated ? "yes" : "no", r.cache, r.note, machine_line});
-    };
-    for (const RunResult& r : all) {
-      const Variant* v = nullptr;
-      for (const auto& x : variants)
-        if (x.name == r.variant) v = &x;
-      emit("run", v, r, std::to_string(r.round));
-    }
-    for (const auto& [v, r] : medians) emit("median", &v, r, "");
-    csv.close();
-    fmt::print("# csv: {}\n", o.csv);
-  }
+  if (!o.csv.empty()) write_write_csv(o.csv, bs, variants, all, medians, machine_line);
   if (!o.plot.empty()) {
     const std::string title = fmt::format("tai-bench write (the direct-I/O write study): {} blocks, {:.2f} GB, depth {} - {}",
                                           format_size(bs), static_cast<double>(total) / 1e9, o.depth, machine_line);

@@ -55,6 +55,26 @@ void split_into_units(const std::vector<CrashEvent>& ev, const std::vector<std::
   first_unit.push_back(units.size());
 }
 
+// What a state persisted beyond the durable cut, for its description: each candidate that has a
+// chosen unit, with the sectors chosen when it was split into several; " nothing" for none.
+std::string describe_persisted(const std::vector<CrashEvent>& ev, const std::vector<std::size_t>& cands,
+                               const std::vector<Unit>& units, const std::vector<std::size_t>& first_unit,
+                               const std::vector<char>& chosen) {
+  std::string s;
+  for (std::size_t ci = 0; ci < cands.size(); ++ci) {
+    std::string sectors;
+    std::size_t count = 0;
+    for (std::size_t u = first_unit[ci]; u < first_unit[ci + 1]; ++u)
+      if (chosen[u]) sectors += (count++ ? "," : "") + std::to_string(units[u].sector);
+    if (!count) continue;
+    s += " [" + ev[cands[ci]].to_string();
+    if (first_unit[ci + 1] - first_unit[ci] > 1)
+      s += (count == first_unit[ci + 1] - first_unit[ci] ? " all sectors" : " sectors {" + sectors + "}");
+    s += "]";
+  }
+  return s.empty() ? " nothing" : s;
+}
+
 // Any subset of the units persisted: every one of the 2^n choices when n <= bound, else none,
 // all, and `samples` seeded draws (then `sampled` is set). visit() sees each choice in `chosen`
 // and returns whether to go on; so does this.
@@ -182,23 +202,7 @@ CrashStats enumerate_crash_states(const CrashLog& log, std::uint32_t file, const
       std::string s = "crash before event " + std::to_string(k) +
                       (k < n_events ? " (" + ev[k].to_string() + ")" : std::string(" (after the last event)")) +
                       "; durable: writes completed before seq " + std::to_string(cut) + "; persisted beyond that:";
-      bool any = false;
-      for (std::size_t ci = 0; ci < cands.size(); ++ci) {
-        std::string sectors;
-        std::size_t count = 0;
-        for (std::size_t u = first_unit[ci]; u < first_unit[ci + 1]; ++u)
-          if (chosen[u]) {
-            sectors += (count++ ? "," : "") + std::to_string(units[u].sector);
-          }
-        if (!count) continue;
-        any = true;
-        s += " [" + ev[cands[ci]].to_string();
-        if (first_unit[ci + 1] - first_unit[ci] > 1)
-          s += (count == first_unit[ci + 1] - first_unit[ci] ? " all sectors" : " sectors {" + sectors + "}");
-        s += "]";
-      }
-      if (!any) s += " nothing";
-      return s;
+      return s + describe_persisted(ev, cands, units, first_unit, chosen);
     };
 
     bool counted_point = false;
@@ -345,21 +349,7 @@ CrashStats enumerate_multi_crash_states(
                       "; durable cuts:";
       for (std::size_t f = 0; f < n_files; ++f) s += " f" + std::to_string(f) + " seq " + std::to_string(cut[f]);
       s += "; persisted beyond them:";
-      bool any = false;
-      for (std::size_t ci = 0; ci < cands.size(); ++ci) {
-        std::string sectors;
-        std::size_t count = 0;
-        for (std::size_t u = first_unit[ci]; u < first_unit[ci + 1]; ++u)
-          if (chosen[u]) sectors += (count++ ? "," : "") + std::to_string(units[u].sector);
-        if (!count) continue;
-        any = true;
-        s += " [" + ev[cands[ci]].to_string();
-        if (first_unit[ci + 1] - first_unit[ci] > 1)
-          s += (count == first_unit[ci + 1] - first_unit[ci] ? " all sectors" : " sectors {" + sectors + "}");
-        s += "]";
-      }
-      if (!any) s += " nothing";
-      return s;
+      return s + describe_persisted(ev, cands, units, first_unit, chosen);
     };
 
     bool counted_point = false;

@@ -194,7 +194,7 @@ RaceOutcome race(SharedWriters* t, EngineFile* f, const std::string& path, std::
     const Completion c = run_request(w);
     sh->window_ns.store(now_ns() - t0, std::memory_order_relaxed);
     if (c.result != static_cast<std::int64_t>(mine)) {
-      ADD_FAILURE() << "round " << k << ": " << describe(w) << " returned " << errno_text(c.result);
+      ADD_FAILURE() << "round " << k << ": " << describe(w) << " returned " << result_text(c.result);
       break;
     }
     const std::uint64_t give_up = now_ns() + 30'000'000'000ull;

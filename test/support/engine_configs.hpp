@@ -327,7 +327,9 @@ inline std::string describe(const Request& r) {
   return s.str();
 }
 
-inline std::string errno_text(std::int64_t result) {
+/// A completion's result for a failure message: the byte count, "never completed", or the negative
+/// errno with its text.
+inline std::string result_text(std::int64_t result) {
   if (result >= 0) return std::to_string(result);
   if (result == kNeverCompleted) return "never completed";
   return std::to_string(result) + " (" + std::strerror(static_cast<int>(-result)) + ")";
@@ -438,8 +440,8 @@ class EngineTest : public ::testing::TestWithParam<EngineConfig> {
   /// Fails the test when `c` is not the expected result of `r`.
   void expect_result(const Request& r, const Completion& c, std::int64_t want) {
     EXPECT_EQ(c.user_data, r.user_data) << describe(r);
-    EXPECT_EQ(c.result, want) << describe(r) << ": result " << errno_text(c.result) << ", expected "
-                              << errno_text(want);
+    EXPECT_EQ(c.result, want) << describe(r) << ": result " << result_text(c.result) << ", expected "
+                              << result_text(want);
   }
 
   std::unique_ptr<Watchdog> watchdog_;  // destroyed last: covers the engine's destruction too

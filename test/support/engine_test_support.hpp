@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -115,6 +116,17 @@ inline bool error_is_one_of(const Error& e, std::initializer_list<int> codes) {
   for (int code : codes)
     if (e.code.value() == code) return true;
   return false;
+}
+
+/// Writes `data` at `offset` through `engine` in requests of at most `piece` bytes (the buffer of a
+/// stream engine keeps small ones); a test failure names the piece that did not complete.
+inline void write_in_pieces(Engine& engine, EngineFile* f, const std::string& data, std::uint64_t offset,
+                            std::size_t piece) {
+  for (std::size_t at = 0; at < data.size(); at += piece) {
+    const std::size_t n = std::min(piece, data.size() - at);
+    ASSERT_EQ(run_request(engine, Op::write, f, data.data() + at, offset + at, n).result, static_cast<std::int64_t>(n))
+        << "piece at " << offset + at;
+  }
 }
 
 }  // namespace tai::test

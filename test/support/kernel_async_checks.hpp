@@ -1,5 +1,5 @@
 // Checks the engines on the kernel's asynchronous interfaces (libaio, uring) share: the eventfd
-// follows the completions, and a read with Open::dontneed drops the range it read from the page
+// follows the completions, reap on an idle engine does not wait, and a read with Open::dontneed drops the range it read from the page
 // cache, and only that range.
 #pragma once
 
@@ -35,6 +35,17 @@ inline void expect_eventfd_follows_a_write(Engine& engine, EngineFile* file, std
   EXPECT_EQ(c.user_data, 5u);
   EXPECT_EQ(c.result, static_cast<std::int64_t>(length));
   EXPECT_FALSE(readable(engine.eventfd(), 0)) << "still readable after it was drained and nothing is in flight";
+}
+
+/// reap() with nothing in flight returns 0 at once, whatever its minimum and timeout: there is
+/// nothing the kernel could complete.
+inline void expect_idle_reap_returns_at_once(Engine& engine) {
+  Completion c[4];
+  EXPECT_EQ(engine.reap(c, 4, 0), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(engine.reap(c, 4, 1), 0u) << "min = 1 with nothing in flight must not wait";
+  EXPECT_EQ(engine.reap(c, 4, 1, std::chrono::seconds(5)), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
 }
 
 /// 4 MiB, of which the first 2 MiB are read: DONTNEED cannot drop part of a large folio, and the

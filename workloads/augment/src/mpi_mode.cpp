@@ -716,57 +716,38 @@ bool run_one_method(const std::string& spec, const MpiSettings& s, const Roles& 
   return ok_flag != 0;
 }
 
-}  // namespace
-
-int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
-  int provided = 0;
-  // Only the loop's thread calls MPI (between batches and after the run); OpenMP's and TAI's
-  // threads never do.
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    std::fprintf(stderr, "tai-augment --mpi: MPI_Init_thread failed\n");
-    return 2;
-  }
-  Roles roles;
-  MPI_Comm_rank(MPI_COMM_WORLD, &roles.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &roles.size);
-  roles.separate = s.stage2 == "separate";
-  roles.producers = roles.separate ? roles.size / 2 : roles.size;
-  auto refuse = [&](const std::string& why) {
-    if (roles.rank == 0) std::fprintf(stderr, "tai-augment --mpi: %s\n", why.c_str());
-    MPI_Finalize();
-    return 2;
-  };
-  if (provided < MPI_THREAD_FUNNELED) return refuse("the MPI library does not provide MPI_THREAD_FUNNELED");
-  if (roles.separate && roles.size < 2) return refuse("--stage2 separate needs at least 2 ranks (half produce, half check)");
+// Why these settings cannot run on these ranks; empty when they can.
+std::string settings_refusal(const MpiSettings& s, const Roles& roles) {
+  if (roles.separate && roles.size < 2) return "--stage2 separate needs at least 2 ranks (half produce, half check)";
   if (s.shared_file && s.config.method.direct && s.chunk_bytes % kDirectAlignment != 0 && !s.allow_unsafe_shared_direct)
-    return refuse(fmt::format(
+    return fmt::format(
         "--shared-file with --direct needs --chunk to be a multiple of {} (the direct-I/O block): a chunk edge "
         "inside a block would make two ranks read-modify-write the same block and overwrite each other's bytes",
-        kDirectAlignment));
+        kDirectAlignment);
   // --direct-unpadded is fine on a shared file: an unaligned direct write whose last block lies
   // past the end of the file pads the file to the block, and the TAI methods open a shared file
   // with tai::Open::shared_writers, under which the engine keeps that zero padding instead of
   // cutting the file back (an fstat then an ftruncate, which would cut off another rank's write
   // landing in between). The file then ends at a block boundary; the checks skip the zeros.
-  if (s.shared_file && s.chunk_bytes == 0) return refuse("--chunk must be at least 1 byte");
-  if (s.fault_rank >= roles.size) return refuse(fmt::format("--fault-rank {} is not a rank of {}", s.fault_rank, roles.size));
+  if (s.shared_file && s.chunk_bytes == 0) return "--chunk must be at least 1 byte";
+  if (s.fault_rank >= roles.size) return fmt::format("--fault-rank {} is not a rank of {}", s.fault_rank, roles.size);
   for (const std::string& m : s.methods)
     if (!s.fault_rules.empty() && m.rfind("tai-", 0) != 0)
-      return refuse("--fault needs TAI methods only (the fault engine is a TAI engine): '" + m + "' is not one");
-  MPI_Comm producers_comm;
-  MPI_Comm_split(MPI_COMM_WORLD, roles.produces() ? 0 : 1, roles.rank, &producers_comm);
-  omp_set_num_threads(int(s.threads));
+      return "--fault needs TAI methods only (the fault engine is a TAI engine): '" + m + "' is not one";
+  return {};
+}
 
-  // This rank's shard: the ids in a fixed pseudo-random order (sorted by a 64-bit mix of the
-  // id), dealt round-robin, so every producer gets the same count (within one) and a mix of
-  // every image size. Dealing by id mod producers would hand each rank the same few sizes of the
-  // synthetic set's size cycle (size = id mod 4): at 2 ranks one rank got the two small sizes and
-  // finished in a quarter of the other's time, which measured as a weak-scaling efficiency of 0.67
-  // for every method. The union over the producers is the whole set, and each record depends
-  // only on (seed, id), so the records do not depend on the number of ranks.
-  std::vector<EncodedImage> shard;
-  std::uint64_t total = 0;
-  std::string load_error;
+// This rank's shard: the ids in a fixed pseudo-random order (sorted by a 64-bit mix of the
+// id), dealt round-robin, so every producer gets the same count (within one) and a mix of
+// every image size. Dealing by id mod producers would hand each rank the same few sizes of the
+// synthetic set's size cycle (size = id mod 4): at 2 ranks one rank got the two small sizes and
+// finished in a quarter of the other's time, which measured as a weak-scaling efficiency of 0.67
+// for every method. The union over the producers is the whole set, and each record depends
+// only on (seed, id), so the records do not depend on the number of ranks.
+// `total` is the number of images over every producer; `load_error` says why the input could not be
+// loaded or encoded (empty when it was).
+void load_shard(const MpiSettings& s, const Roles& roles, std::vector<EncodedImage>& shard, std::uint64_t& total,
+                std::string& load_error) {
   if (!s.input_dir.empty()) {
     InputSet set;
     if (!load_input_dir(s.input_dir, set, &load_error, s.input_budget)) {
@@ -790,6 +771,38 @@ int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
     shard = synthetic_images(s.config.seed, ids, s.sizes);
     if (shard.size() != ids.size()) load_error = "encoding the synthetic input set failed";
   }
+}
+
+}  // namespace
+
+int run_mpi_mode(int& argc, char**& argv, const MpiSettings& s) {
+  int provided = 0;
+  // Only the loop's thread calls MPI (between batches and after the run); OpenMP's and TAI's
+  // threads never do.
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "tai-augment --mpi: MPI_Init_thread failed\n");
+    return 2;
+  }
+  Roles roles;
+  MPI_Comm_rank(MPI_COMM_WORLD, &roles.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &roles.size);
+  roles.separate = s.stage2 == "separate";
+  roles.producers = roles.separate ? roles.size / 2 : roles.size;
+  auto refuse = [&](const std::string& why) {
+    if (roles.rank == 0) std::fprintf(stderr, "tai-augment --mpi: %s\n", why.c_str());
+    MPI_Finalize();
+    return 2;
+  };
+  if (provided < MPI_THREAD_FUNNELED) return refuse("the MPI library does not provide MPI_THREAD_FUNNELED");
+  if (const std::string why = settings_refusal(s, roles); !why.empty()) return refuse(why);
+  MPI_Comm producers_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, roles.produces() ? 0 : 1, roles.rank, &producers_comm);
+  omp_set_num_threads(int(s.threads));
+
+  std::vector<EncodedImage> shard;
+  std::uint64_t total = 0;
+  std::string load_error;
+  load_shard(s, roles, shard, total, load_error);
   int load_ok = load_error.empty() ? 1 : 0, all_loaded = 0;
   MPI_Allreduce(&load_ok, &all_loaded, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!load_ok) std::fprintf(stderr, "tai-augment --mpi: rank %d: FAILED: %s\n", roles.rank, load_error.c_str());

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "median.hpp"
@@ -122,31 +123,29 @@ unsigned amplify_for(const std::vector<EncodedImage>& input, const RunConfig& ba
   return unsigned(std::max(1.0, std::ceil(double(bytes) / one_pass)));
 }
 
-int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, const SweepOptions& o) {
-  if (::mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    fmt::print(stderr, "sweep: cannot create {}\n", o.out_dir);
-    return 2;
-  }
-  const std::string work = o.work_dir.empty() ? o.out_dir + "/runs" : o.work_dir;
-  if (::mkdir(work.c_str(), 0755) != 0 && errno != EEXIST) {
-    fmt::print(stderr, "sweep: cannot create {}\n", work);
-    return 2;
-  }
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned amplify = amplify_for(input, base, o.bytes_per_point);
-  fmt::print("sweep: {} images, amplify {} (each run writes >= {:.0f} MiB), {} repeat(s), threads {}, figures {}\n",
-             input.size(), amplify, o.bytes_per_point / 1048576.0, o.repeat, fmt::format("{}", fmt::join(o.threads, ",")),
-             o.figures.size());
+namespace {
 
-  std::map<std::string, Figure> figures = {
+bool make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return true;
+  fmt::print(stderr, "sweep: cannot create {}\n", dir);
+  return false;
+}
+
+std::map<std::string, Figure> sweep_figures() {
+  return {
       {"3.1", {"3.1", "Buffered: throughput vs compute threads (no overwrite, final fsync only)", "compute threads", {"fixed", "full"}}},
       {"3.3", {"3.3", "Overwrite, fsync every 30 writes", "compute threads", {"fixed", "full"}}},
       {"3.4", {"3.4", "Overwrite, fsync every 300 writes", "compute threads", {"fixed", "full"}}},
       {"3.5", {"3.5", "O_DIRECT overwrite, fsync every 300 writes (cstdio: buffered, for reference)", "compute threads", {"fixed", "full"}}},
       {"3.6", {"3.6", "Single thread: throughput vs fsync frequency", "fsync every N writes", {"buffered", "direct"}, true}},
   };
+}
 
-  // The points, per figure and x, in method order; the run order rotates the methods per repeat.
+// The points, per figure and x, in method order; the run order rotates the methods per repeat.
+// Empty, with a message, when a figure is unknown.
+std::optional<std::vector<std::vector<Point>>> sweep_points(const RunConfig& base, const SweepOptions& o,
+                                                            const std::map<std::string, Figure>& figures,
+                                                            unsigned amplify, unsigned hw) {
   std::vector<std::vector<Point>> groups;
   auto with = [&](unsigned threads, bool overwrite, unsigned every, bool direct) {
     RunConfig c = base;
@@ -162,7 +161,7 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
   for (const std::string& id : o.figures) {
     if (!figures.count(id)) {
       fmt::print(stderr, "sweep: unknown figure {} (3.1, 3.3, 3.4, 3.5, 3.6; 3.2, 3.7 and 3.8 come with 3.1)\n", id);
-      return 2;
+      return std::nullopt;
     }
     if (id == "3.6") {
       for (const char* panel : {"buffered", "direct"})
@@ -197,14 +196,23 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
       groups.push_back(std::move(g));
     }
   }
+  return groups;
+}
+
+// What the sweep's runs gave.
+struct SweepRuns {
+  // figure -> panel ("" for both) -> x -> method -> runs
+  std::map<std::string, std::map<std::string, std::map<unsigned, std::map<std::string, std::vector<RunResult>>>>> runs;
+  std::map<std::string, std::string> notes;  // method -> what it said, or why it was skipped
+  bool failed = false;
+};
+
+SweepRuns run_points(const std::vector<EncodedImage>& input, const std::vector<std::vector<Point>>& groups,
+                     const SweepOptions& o, const std::string& work) {
   std::size_t total = 0;
   for (const auto& g : groups) total += g.size();
   total *= o.repeat;
-
-  // figure -> panel ("" for both) -> x -> method -> runs
-  std::map<std::string, std::map<std::string, std::map<unsigned, std::map<std::string, std::vector<RunResult>>>>> runs;
-  std::map<std::string, std::string> notes;
-  bool failed = false;
+  SweepRuns out;
   std::size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (unsigned r = 0; r < o.repeat; ++r)
@@ -213,7 +221,7 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
         const Point& p = g[(k + r) % g.size()];
         // A method this build or machine does not have is a note, not a failure.
         if (const MethodInfo* info = find_method(p.method, nullptr); info && !info->unavailable.empty()) {
-          notes[p.method] = "skipped: " + info->unavailable;
+          out.notes[p.method] = "skipped: " + info->unavailable;
           ++done;
           continue;
         }
@@ -223,121 +231,161 @@ int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, con
         ++done;
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!res.refused.empty()) {
-          notes[p.method + (p.config.method.direct ? " (direct)" : "")] = "skipped: " + res.refused;
+          out.notes[p.method + (p.config.method.direct ? " (direct)" : "")] = "skipped: " + res.refused;
           continue;
         }
         if (!res.ok()) {
           fmt::print("sweep: {} {} x={} {}: FAILED: {}\n", p.figure, p.panel, p.x, p.method, res.error);
-          failed = true;
+          out.failed = true;
           continue;
         }
-        if (!res.note.empty()) notes[p.method] = res.note;
+        if (!res.note.empty()) out.notes[p.method] = res.note;
         fmt::print("sweep: [{}/{}] fig {} {} x={} {}: {:.1f} MB/s, {:.2f} s (elapsed {:.0f} s, ETA {:.0f} s)\n", done,
                    total, p.figure, p.panel.empty() ? "-" : p.panel, p.x, p.method, res.bytes / 1e6 / res.wall_s,
                    res.wall_s, elapsed, elapsed / double(done) * double(total - done));
         std::fflush(stdout);
-        runs[p.figure][p.panel][p.x][p.method].push_back(std::move(res));
+        out.runs[p.figure][p.panel][p.x][p.method].push_back(std::move(res));
       }
+  return out;
+}
 
-  // Medians: the run with the median wall time gives every other figure of its point.
-  auto metric_series = [&](const std::string& fig, const std::function<double(const RunResult&)>& value) {
-    Series s;
-    for (const std::string& panel : figures[fig].panels)
-      for (const auto& [p, by_x] : runs[fig]) {
-        if (!p.empty() && p != panel) continue;
-        for (const auto& [x, by_method] : by_x)
-          for (const auto& [m, rs] : by_method) {
-            std::vector<RunResult> sorted = rs;
-            std::sort(sorted.begin(), sorted.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
-            std::vector<double> vals;
-            for (const RunResult& x_run : sorted) vals.push_back(value(x_run));
-            s[panel][x][m] = median(vals, std::nan(""));
-          }
+// Medians: the run with the median wall time gives every other figure of its point.
+Series metric_series(const Figure& figure, const SweepRuns& sweep, const std::string& fig,
+                     const std::function<double(const RunResult&)>& value) {
+  Series s;
+  const auto by_panel = sweep.runs.find(fig);
+  if (by_panel == sweep.runs.end()) return s;
+  for (const std::string& panel : figure.panels)
+    for (const auto& [p, by_x] : by_panel->second) {
+      if (!p.empty() && p != panel) continue;
+      for (const auto& [x, by_method] : by_x)
+        for (const auto& [m, rs] : by_method) {
+          std::vector<RunResult> sorted = rs;
+          std::sort(sorted.begin(), sorted.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
+          std::vector<double> vals;
+          for (const RunResult& x_run : sorted) vals.push_back(value(x_run));
+          s[panel][x][m] = median(vals, std::nan(""));
+        }
+    }
+  return s;
+}
+
+void write_results_header(std::FILE* md, const std::vector<EncodedImage>& input, const SweepOptions& o, unsigned hw,
+                          unsigned amplify, const std::map<std::string, std::string>& notes) {
+  std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::fprintf(md, "# tai-augment sweep\n\nCommand: `%s`\n\nRun %s on %u hardware threads; %zu images, amplify %u "
+               "(each run writes >= %.0f MiB), %u repeat(s), methods interleaved in a rotating order per repeat; "
+               "every figure is the median over the repeats.\n\n",
+               o.command.c_str(), when, hw, input.size(), amplify, o.bytes_per_point / 1048576.0, o.repeat);
+  for (const auto& [m, n] : notes) std::fprintf(md, "- %s: %s\n", m.c_str(), n.c_str());
+  std::fprintf(md, "\n");
+}
+
+// A figure's MB/s as a table per panel, each value with its ratio to posix.
+void write_figure_table(std::FILE* md, const std::string& id, const Figure& fig, const Series& s,
+                        const std::vector<std::string>& method_columns) {
+  std::fprintf(md, "## Figure %s: %s\n\nMB/s of un-overwritten output (ratio to posix).\n\n", id.c_str(), fig.title.c_str());
+  for (const std::string& panel : fig.panels) {
+    std::fprintf(md, "%s\n\n| %s |", panel.c_str(), fig.xlabel.c_str());
+    for (const std::string& m : method_columns) std::fprintf(md, " %s |", m.c_str());
+    std::fprintf(md, "\n|---|");
+    for (std::size_t i = 0; i < method_columns.size(); ++i) std::fprintf(md, "---|");
+    std::fprintf(md, "\n");
+    auto p = s.find(panel);
+    if (p == s.end()) continue;
+    for (const auto& [x, vals] : p->second) {
+      std::fprintf(md, "| %s |", x_label(fig, x).c_str());
+      const auto posix = vals.find("posix");
+      for (const std::string& m : method_columns) {
+        auto v = vals.find(m);
+        if (v == vals.end()) {
+          std::fprintf(md, " - |");
+          continue;
+        }
+        if (posix != vals.end() && posix->second > 0)
+          std::fprintf(md, " %.1f (%.2fx) |", v->second, v->second / posix->second);
+        else
+          std::fprintf(md, " %.1f |", v->second);
       }
-    return s;
-  };
-  auto mbps = [](const RunResult& r) { return r.bytes / 1e6 / r.wall_s; };
-  std::vector<std::string> method_columns = o.methods;
-
-  std::FILE* md = std::fopen((o.out_dir + "/results.md").c_str(), "w");
-  if (md) {
-    std::time_t now = std::time(nullptr);
-    char when[64];
-    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-    std::fprintf(md, "# tai-augment sweep\n\nCommand: `%s`\n\nRun %s on %u hardware threads; %zu images, amplify %u "
-                 "(each run writes >= %.0f MiB), %u repeat(s), methods interleaved in a rotating order per repeat; "
-                 "every figure is the median over the repeats.\n\n",
-                 o.command.c_str(), when, hw, input.size(), amplify, o.bytes_per_point / 1048576.0, o.repeat);
-    for (const auto& [m, n] : notes) std::fprintf(md, "- %s: %s\n", m.c_str(), n.c_str());
+      std::fprintf(md, "\n");
+    }
     std::fprintf(md, "\n");
   }
+}
+
+// Figures 3.2 and 3.8: other counters of figure 3.1's runs.
+void write_figure_3_1_companions(const std::string& out_dir, const Figure& fig, const SweepRuns& sweep,
+                                 const std::vector<std::string>& method_columns) {
+  Figure vcs = fig;
+  vcs.id = "3.2";
+  vcs.title = "Voluntary context switches (the runs of figure 3.1)";
+  write_dat_and_script(out_dir, "fig3_2", vcs,
+                       metric_series(fig, sweep, "3.1", [](const RunResult& r) { return double(r.voluntary_switches); }),
+                       method_columns, "voluntary context switches", true);
+  Figure one = fig;
+  one.panels = {"fixed"};
+  const std::pair<const char*, std::function<double(const RunResult&)>> parts[] = {
+      {"compute", [](const RunResult& r) { return r.compute_s; }},
+      {"minor_faults", [](const RunResult& r) { return double(r.minor_faults); }},
+      {"user", [](const RunResult& r) { return r.user_s; }},
+      {"sys", [](const RunResult& r) { return r.sys_s; }}};
+  for (const auto& [part, fn] : parts) {
+    one.id = "3.8";
+    one.title = std::string("The runs of figure 3.1 (fixed load): ") + part;
+    write_dat_and_script(out_dir, std::string("fig3_8_") + part, one, metric_series(fig, sweep, "3.1", fn),
+                         method_columns, std::string(part) + (std::string(part) == "minor_faults" ? "" : " (s)"));
+  }
+}
+
+// Draws the PNGs from the .gp scripts when gnuplot is there; false when it failed.
+bool draw_figures(const std::string& out_dir) {
+  if (!have_gnuplot()) {
+    fmt::print("sweep: gnuplot not found: the .dat tables, .gp scripts and results.md are in {}, no PNG drawn\n", out_dir);
+    return true;
+  }
+  const std::string draw = "cd '" + out_dir + "' && for g in fig*.gp; do gnuplot \"$g\" || exit 1; done";
+  if (std::system(draw.c_str()) != 0) {
+    fmt::print("sweep: gnuplot failed; the .dat and .gp files are in {}\n", out_dir);
+    return false;
+  }
+  fmt::print("sweep: figures (PNG), tables (.dat) and results.md in {}\n", out_dir);
+  return true;
+}
+
+}  // namespace
+
+int run_sweep(const std::vector<EncodedImage>& input, const RunConfig& base, const SweepOptions& o) {
+  if (!make_dir(o.out_dir)) return 2;
+  const std::string work = o.work_dir.empty() ? o.out_dir + "/runs" : o.work_dir;
+  if (!make_dir(work)) return 2;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned amplify = amplify_for(input, base, o.bytes_per_point);
+  fmt::print("sweep: {} images, amplify {} (each run writes >= {:.0f} MiB), {} repeat(s), threads {}, figures {}\n",
+             input.size(), amplify, o.bytes_per_point / 1048576.0, o.repeat, fmt::format("{}", fmt::join(o.threads, ",")),
+             o.figures.size());
+
+  const std::map<std::string, Figure> figures = sweep_figures();
+  const auto groups = sweep_points(base, o, figures, amplify, hw);
+  if (!groups) return 2;
+  const SweepRuns sweep = run_points(input, *groups, o, work);
+  bool failed = sweep.failed;
+
+  auto mbps = [](const RunResult& r) { return r.bytes / 1e6 / r.wall_s; };
+  const std::vector<std::string>& method_columns = o.methods;
+  std::FILE* md = std::fopen((o.out_dir + "/results.md").c_str(), "w");
+  if (md) write_results_header(md, input, o, hw, amplify, sweep.notes);
   for (const std::string& id : o.figures) {
-    const Figure& fig = figures[id];
-    const Series s = metric_series(id, mbps);
+    const Figure& fig = figures.at(id);
+    const Series s = metric_series(fig, sweep, id, mbps);
     write_dat_and_script(o.out_dir, file_id(id), fig, s, method_columns, "MB/s of un-overwritten output");
-    if (md) {
-      std::fprintf(md, "## Figure %s: %s\n\nMB/s of un-overwritten output (ratio to posix).\n\n", id.c_str(), fig.title.c_str());
-      for (const std::string& panel : fig.panels) {
-        std::fprintf(md, "%s\n\n| %s |", panel.c_str(), fig.xlabel.c_str());
-        for (const std::string& m : method_columns) std::fprintf(md, " %s |", m.c_str());
-        std::fprintf(md, "\n|---|");
-        for (std::size_t i = 0; i < method_columns.size(); ++i) std::fprintf(md, "---|");
-        std::fprintf(md, "\n");
-        auto p = s.find(panel);
-        if (p == s.end()) continue;
-        for (const auto& [x, vals] : p->second) {
-          std::fprintf(md, "| %s |", x_label(fig, x).c_str());
-          const auto posix = vals.find("posix");
-          for (const std::string& m : method_columns) {
-            auto v = vals.find(m);
-            if (v == vals.end()) {
-              std::fprintf(md, " - |");
-              continue;
-            }
-            if (posix != vals.end() && posix->second > 0)
-              std::fprintf(md, " %.1f (%.2fx) |", v->second, v->second / posix->second);
-            else
-              std::fprintf(md, " %.1f |", v->second);
-          }
-          std::fprintf(md, "\n");
-        }
-        std::fprintf(md, "\n");
-      }
-    }
-    if (id == "3.1") {
-      Figure vcs = fig;
-      vcs.id = "3.2";
-      vcs.title = "Voluntary context switches (the runs of figure 3.1)";
-      write_dat_and_script(o.out_dir, "fig3_2", vcs, metric_series(id, [](const RunResult& r) { return double(r.voluntary_switches); }),
-                           method_columns, "voluntary context switches", true);
-      Figure one = fig;
-      one.panels = {"fixed"};
-      const std::pair<const char*, std::function<double(const RunResult&)>> parts[] = {
-          {"compute", [](const RunResult& r) { return r.compute_s; }},
-          {"minor_faults", [](const RunResult& r) { return double(r.minor_faults); }},
-          {"user", [](const RunResult& r) { return r.user_s; }},
-          {"sys", [](const RunResult& r) { return r.sys_s; }}};
-      for (const auto& [part, fn] : parts) {
-        one.id = "3.8";
-        one.title = std::string("The runs of figure 3.1 (fixed load): ") + part;
-        write_dat_and_script(o.out_dir, std::string("fig3_8_") + part, one, metric_series(id, fn), method_columns,
-                             std::string(part) + (std::string(part) == "minor_faults" ? "" : " (s)"));
-      }
-    }
+    if (md) write_figure_table(md, id, fig, s, method_columns);
+    if (id == "3.1") write_figure_3_1_companions(o.out_dir, fig, sweep, method_columns);
   }
   if (md) std::fclose(md);
 
-  if (have_gnuplot()) {
-    const std::string draw = "cd '" + o.out_dir + "' && for g in fig*.gp; do gnuplot \"$g\" || exit 1; done";
-    if (std::system(draw.c_str()) != 0) {
-      fmt::print("sweep: gnuplot failed; the .dat and .gp files are in {}\n", o.out_dir);
-      failed = true;
-    } else {
-      fmt::print("sweep: figures (PNG), tables (.dat) and results.md in {}\n", o.out_dir);
-    }
-  } else {
-    fmt::print("sweep: gnuplot not found: the .dat tables, .gp scripts and results.md are in {}, no PNG drawn\n", o.out_dir);
-  }
+  if (!draw_figures(o.out_dir)) failed = true;
   return failed ? 1 : 0;
 }
 

@@ -31,6 +31,7 @@
 // glibc AIO are medians of the per-round ratios (runs next to each other in time), and so are the
 // target lines against the plain pwrite loop (the null rows' CPU per request, the posix Trivial
 // row's request rate).
+#include <cstdlib>
 #include <aio.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -185,6 +186,9 @@ Run run_tai(const OverheadOptions& o, const Config& c, const std::string& data_p
   Run run;
   ControllerOptions co;
   co.workers = o.workers;
+  // How late a write may wake a sleeping master (ControllerOptions::write_wake_delay_ns), for
+  // measuring what the delay changes here.
+  if (const char* wd = std::getenv("TAI_WRITE_WAKE_DELAY_NS"); wd && *wd) co.write_wake_delay_ns = std::strtoll(wd, nullptr, 10);
   std::unique_ptr<Controller> ctl;
   try {
     ctl = std::make_unique<Controller>(co);

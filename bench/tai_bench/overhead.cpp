@@ -31,7 +31,6 @@
 // glibc AIO are medians of the per-round ratios (runs next to each other in time), and so are the
 // target lines against the plain pwrite loop (the null rows' CPU per request, the posix Trivial
 // row's request rate).
-#include <cstdlib>
 #include <aio.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -43,6 +42,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>

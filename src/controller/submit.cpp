@@ -120,6 +120,8 @@ int ControllerCore::producer_index() {
 void ControllerCore::push(unsigned w, Task* t) {
   Worker& wk = *workers[w];
   const bool inside = on_own_worker();
+  // Decided before the push: once pushed, t may be run, finished and recycled by a worker.
+  const bool lazy = !inside && lazy_wake(*t);
   if (!inside) {
     if (const int p = producer_index(); p >= 0) {
       Worker::Inbox* q = wk.inbox[static_cast<unsigned>(p)].load(std::memory_order_relaxed);  // stored by this thread
@@ -132,7 +134,7 @@ void ControllerCore::push(unsigned w, Task* t) {
       }
       wk.stamp_admission(*t);
       q->push(t);
-      doorbell.ring(/*lazy=*/lazy_wake(*t));
+      doorbell.ring(lazy);
       return;
     }
   }
@@ -153,7 +155,7 @@ void ControllerCore::push(unsigned w, Task* t) {
       } while (!wk.pending.bounded_push(t));
     }
   }
-  doorbell.ring(/*lazy=*/!inside && lazy_wake(*t));
+  doorbell.ring(lazy);
 }
 
 void ControllerCore::stamp_submit(Task& t) const noexcept {

@@ -52,8 +52,10 @@ struct Settings {
   /// TAI_START_WRITEBACK: after this many bytes written to a file, ask the kernel to start
   /// writing the file's dirty pages to the device (sync_file_range(SYNC_FILE_RANGE_WRITE), on a
   /// worker), so that the program's fsync finds little left. 0: never (the kernel starts only at
-  /// fsync or after its dirty timeout).
-  std::uint64_t start_writeback_bytes = std::uint64_t{8} << 20;
+  /// fsync or after its dirty timeout). 1 MiB: a program that syncs every megabyte or few (the
+  /// serial image loop at fsync every 30 writes 0.8 MiB between syncs) gets its device write
+  /// started before the fsync; at 8 MiB it never did, and the fsync waited for all of it.
+  std::uint64_t start_writeback_bytes = std::uint64_t{1} << 20;
   /// TAI_WRITE_BEHIND_MS: a routed write reaches the kernel (written back, not synced) at most
   /// this many milliseconds after it was made, whatever the program does next: what a SIGKILL
   /// can take is bounded by it. 0: off (the cache keeps data until close, fsync, exit or the
@@ -76,6 +78,13 @@ struct Settings {
   /// Bytes held back behind epochs not yet durable before writes and fsyncs wait (order only).
   /// 0: the weak quota.
   std::uint64_t order_queue_bytes = 0;
+  /// TAI_FSYNC_LOG_DIR (order only): the directory of the log of epochs, where the order thread
+  /// writes every epoch queued behind the device in one batch with one device sync, instead of
+  /// a sync of every file per epoch (order_log.hpp). "": no log. Whatever the mode, a layer
+  /// given a directory first replays the logs that processes which died left there.
+  std::string fsync_log_dir;
+  /// TAI_FSYNC_LOG_CHECKPOINT: bytes of log after which the files are synced and the log voided.
+  std::uint64_t fsync_log_checkpoint_bytes = std::uint64_t{64} << 20;
   /// Benchmark only (TAI_FSYNC_BENCHMARK_ONLY_NONE=1): every fsync of the program is a no-op,
   /// the unsafe upper bound the benchmark compares `order` with. Not a user setting.
   bool fsync_none_for_benchmark = false;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fsync modes of the preload library side by side, on the local disk: `full` (POSIX
 # durability, the default), `order` (TAI_FSYNC=order: fsync is an ordering barrier, durability
-# lags), and `none` (every fsync a no-op: the unsafe upper bound, for this benchmark only; it is
+# lags), `log` (order with TAI_FSYNC_LOG_DIR: the epochs queued behind the device go to a log in
+# batches, one device sync per batch), and `none` (every fsync a no-op: the unsafe upper bound, for this benchmark only; it is
 # switched on by TAI_FSYNC_BENCHMARK_ONLY_NONE=1, which is no user setting). Workloads:
 #   sqlite-delete  N single-row transactions, journal_mode=DELETE, synchronous=FULL
 #   sqlite-wal     N single-row transactions, journal_mode=WAL, synchronous=FULL
@@ -15,7 +16,7 @@
 #                  and the tree of every commit
 # Interleaved (every workload and mode once per round, round after round), medians of the
 # rounds; each run starts from an empty directory, and every SQLite table is checked. The last
-# column is `order`'s gain as a fraction of `none`'s gain, both over `full`:
+# columns are `order`'s and `log`'s gains as fractions of `none`'s gain, all over `full`:
 # (full/order - 1) / (full/none - 1).
 #
 #   bench/preload/fsync_modes_bench.sh [--lib PATH] [--serial PATH] [--rounds 3] [--txns 2000]
@@ -59,7 +60,7 @@ for w in $only; do
 done
 [ -x "$serial" ] && serial=$(realpath "$serial")
 mkdir -p "$dir"
-modes=(full order none)
+modes=(full order log none)
 
 for jm in DELETE WAL WAL-EXCL; do
   awk -v n="$txns" -v jm="$jm" -f "$(dirname "${BASH_SOURCE[0]}")/sqlite_load.awk" >"$dir/load-$jm.sql"
@@ -91,6 +92,7 @@ env_of() {  # mode -> environment
   case $1 in
     full) echo "TAI_FSYNC=full" ;;
     order) echo "TAI_FSYNC=order" ;;
+    log) echo "TAI_FSYNC=order TAI_FSYNC_LOG_DIR=$dir/order-log" ;;
     none) echo "TAI_FSYNC=full TAI_FSYNC_BENCHMARK_ONLY_NONE=1" ;;
   esac
 }
@@ -98,7 +100,7 @@ now() { date +%s.%N; }
 declare -A times expect
 run() {  # workload mode -> seconds on stdout
   local w=$1 m=$2 out=$dir/out
-  rm -rf "$out" && mkdir -p "$out"
+  rm -rf "$out" "$dir/order-log" && mkdir -p "$out" "$dir/order-log"
   sync
   local pre="env LD_PRELOAD=$lib TAI_PRELOAD_PATHS=$out $(env_of "$m")"
   local t0 t1 got=""
@@ -143,14 +145,16 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
 echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"
-printf '%-14s %9s %9s %9s %10s %10s %12s\n' workload "full s" "order s" "none s" "full/order" "full/none" "order gain"
+printf '%-14s %9s %9s %9s %9s %10s %10s %10s %11s %11s\n' workload "full s" "order s" "log s" "none s" "full/order" "full/log" "full/none" "order gain" "log gain"
 for w in "${workloads[@]}"; do
   f=$(echo "${times[$w.full]}" | median)
   o=$(echo "${times[$w.order]}" | median)
+  l=$(echo "${times[$w.log]}" | median)
   n=$(echo "${times[$w.none]}" | median)
-  awk -v w="$w" -v f="$f" -v o="$o" -v n="$n" 'BEGIN {
-    so = f / o; sn = f / n
-    printf "%-14s %9.3f %9.3f %9.3f %9.2fx %9.2fx %11.2f\n", w, f, o, n, so, sn, (sn > 1 ? (so - 1) / (sn - 1) : 0)
+  awk -v w="$w" -v f="$f" -v o="$o" -v l="$l" -v n="$n" 'BEGIN {
+    so = f / o; sl = f / l; sn = f / n
+    printf "%-14s %9.3f %9.3f %9.3f %9.3f %9.2fx %9.2fx %9.2fx %11.2f %11.2f\n", w, f, o, l, n, so, sl, sn,
+           (sn > 1 ? (so - 1) / (sn - 1) : 0), (sn > 1 ? (sl - 1) / (sn - 1) : 0)
   }'
 done
 echo

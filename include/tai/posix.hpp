@@ -198,6 +198,11 @@ struct FsyncOrderStats {
   unsigned long long deferred_writes = 0;  ///< writes held back behind an epoch not yet durable
   unsigned long long backpressure = 0;     ///< fsyncs and writes that waited for the device
   unsigned long long max_queued_bytes = 0; ///< the most bytes held back at once
+  /// With TAI_FSYNC_LOG_DIR: epochs made durable by the log, the log's batches (one device sync
+  /// each, however many epochs they hold), and checkpoints (the files synced, the log voided).
+  unsigned long long epochs_logged = 0;
+  unsigned long long log_batches = 0;
+  unsigned long long log_checkpoints = 0;
 };
 FsyncOrderStats fsync_order_stats() noexcept;
 

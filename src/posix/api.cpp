@@ -398,6 +398,9 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.deferred_writes = detail::g_stat_deferred.load(std::memory_order_relaxed);
   s.backpressure = detail::g_stat_backpressure.load(std::memory_order_relaxed);
   s.max_queued_bytes = detail::g_stat_max_queued.load(std::memory_order_relaxed);
+  s.epochs_logged = detail::g_stat_logged.load(std::memory_order_relaxed);
+  s.log_batches = detail::g_stat_log_batches.load(std::memory_order_relaxed);
+  s.log_checkpoints = detail::g_stat_checkpoints.load(std::memory_order_relaxed);
   return s;
 }
 

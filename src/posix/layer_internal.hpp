@@ -13,6 +13,7 @@
 #pragma once
 
 #include "src/posix/layer.hpp"
+#include "src/posix/order_log.hpp"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -97,7 +98,8 @@ extern std::mutex g_through_mu;
 extern std::mutex g_pool_mu;
 extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<unsigned> g_skip_epoch_syncs;
-extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued;
+extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
+    g_stat_logged, g_stat_log_batches, g_stat_checkpoints;
 extern std::atomic<bool> g_forked_child;
 
 // Functions of one source used by another (the comments are at the definitions).
@@ -157,6 +159,9 @@ void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
 int order_fsync(bool data_only);
 int order_sync_all();
+void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes);
+void order_log_shutdown();
+std::string absolute_path_of(int fd, const char* path);
 ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
                  bool explicit_offset);
 ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos);
@@ -182,6 +187,9 @@ struct Inode {
   dev_t dev = 0;
   ino_t ino = 0;
   std::string name;          // for messages
+  // The absolute path the order mode's log names the file by (a replay opens it); "" when it
+  // could not be known (no /proc and a relative name): the file's writes then never go to the log.
+  std::string log_path;
   bool via_proc = true;      // TAI's engine reaches the file through /proc/self/fd/<fd> (else `name`)
   bool engine_readable = true;
   int opens = 0;             // descriptions referring to it (under g_reg_mu)
@@ -333,6 +341,29 @@ struct OrderState {
   int error = 0;  // a failed epoch, not yet returned: the thread stops until it is
   bool thread_started = false;
   bool held = false;  // hold_order_thread_for_testing: a device that does not answer
+  // Every epoch <= this is durable in the files themselves (not only in the log): what close,
+  // exit and sync_now wait for. Equal to durable_seq while the log is not in use.
+  std::uint64_t checkpointed_seq = 0;
+  std::uint64_t checkpoint_wanted = 0;  // order_sync_all waits for this epoch to be checkpointed
+  // Program threads waiting for the gate to open (order_point, order_drain) or for the queue to
+  // shrink (order_admit): with the log in use, the order thread then checkpoints at once instead
+  // of keeping the log open for the next epochs.
+  int gate_waiters = 0;
+  // The log of epochs (order_log.hpp, TAI_FSYNC_LOG_DIR). `dir` is set with the controller
+  // (under mu); the rest belongs to the order thread, and to order_log_shutdown once the
+  // thread is idle with the gate open.
+  struct Log {
+    std::string dir;  // "" : no log
+    std::string path;
+    int lock_fd = -1;
+    File file;
+    bool broken = false;  // it failed once: not used again by this process
+    bool active = false;  // batches written since the last checkpoint
+    std::uint64_t generation = 1;
+    std::uint64_t end = kOrderLogHeaderBytes;  // where the next batch goes
+    std::uint64_t checkpoint_bytes = std::uint64_t{64} << 20;
+    std::vector<Inode*> files;  // written through it since the last checkpoint, a reference each
+  } log;
 };
 
 // O_APPEND: the write goes through to the kernel on the program's own descriptor (opened with

@@ -2,6 +2,8 @@
 // thread, what it leaves out): the comment above struct Deferred in layer_internal.hpp.
 #include "src/posix/layer_internal.hpp"
 
+#include <sys/file.h>
+
 namespace tai::posix::detail {
 
 OrderState& ord() {
@@ -12,8 +14,11 @@ OrderState& ord() {
 // suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
 // skipped. Read once per epoch.
 std::atomic<unsigned> g_skip_epoch_syncs{0};
+// How long the log stays open after the queue of epochs empties, for the next ones, when nobody
+// waits for the gate (then: a checkpoint, and the writes go to the cache again).
+constexpr int kLogIdleMs = 50;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
-    g_stat_max_queued{0};
+    g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0};
 
 // Under o.mu: the open epoch must sync `ino`.
 void note_open_dirty_locked(OrderState& o, Inode& ino) {
@@ -119,12 +124,245 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   return err;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The log of epochs (order_log.hpp). The order thread's alone, without the state's mutex, except
+// order_log_configure (before any epoch) and order_log_shutdown (the thread idle, the gate open).
+
+std::string absolute_path_of(int fd, const char* path) {
+  if (path && path[0] == '/') return path;
+  if (!proc_fd_available()) return "";
+  char buf[PATH_MAX];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n <= 0 || buf[0] != '/') return "";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes) {
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lk(o.mu);
+  o.log.dir = dir;
+  o.log.checkpoint_bytes = checkpoint_bytes;
+  o.log.broken = false;
+}
+
+namespace {
+
+// errno of a failed log write or sync (the first), or 0. Waits.
+int log_write_sync(OrderState::Log& L, std::uint64_t pos, const std::string& bytes) {
+  const Receipt w = L.file.write(pos, bytes.data(), bytes.size());
+  const Receipt s = L.file.fdatasync();
+  const int e = error_of(w);
+  const int f = error_of(s);
+  return e ? e : f;
+}
+
+// Makes the log file (its header durable, its name durable in the directory). errno or 0.
+int log_open(OrderState::Log& L) {
+  Controller* c = g_ctl.load(std::memory_order_acquire);
+  if (!c) return ECANCELED;
+  L.path = order_log_path(L.dir);
+  int fd = ::open(L.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno;
+  fd = tai::detail::adopt_own_descriptor(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    (void)tai::detail::close_own_descriptor(fd);
+    return e;
+  }
+  L.lock_fd = fd;
+  // Through the controller (the trivial tree: no cache), so that its engine, the crash
+  // simulator's in the tests, sees the log beside the files.
+  auto f = c->open<BTreeTrivial>(L.path, OpenMode(Open::read | Open::write));
+  if (!f) return f.error().code.value() ? f.error().code.value() : EIO;
+  L.file = std::move(f.value());
+  L.generation = 1;
+  L.end = kOrderLogHeaderBytes;
+  if (const int e = log_write_sync(L, 0, encode_order_log_header(L.generation))) return e;
+  const int dfd = ::open(L.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return errno;
+  const int e = ::fsync(dfd) != 0 ? errno : 0;
+  ::close(dfd);
+  return e;
+}
+
+}  // namespace
+
+// A checkpoint (order thread, without the state's mutex): every file written through the log
+// synced, then the log voided (its generation up, durable). errno or 0; on failure the log stays
+// in use (its files keep their references) and the next checkpoint tries again.
+static int log_checkpoint(OrderState::Log& L) {
+  if (!L.active) return 0;
+  if (const int e = sync_files(L.files, true)) return e;
+  if (const int e = log_write_sync(L, 0, encode_order_log_header(L.generation + 1))) return e;
+  ++L.generation;
+  L.end = kOrderLogHeaderBytes;
+  L.active = false;
+  for (Inode* ip : L.files) inode_unref(ip);
+  L.files.clear();
+  return 0;
+}
+
+void order_log_shutdown() {
+  OrderState& o = ord();
+  OrderState::Log L;
+  {
+    std::unique_lock<std::mutex> lk(o.mu);
+    // order_sync_all has checkpointed: the thread is idle unless a program thread wrote since.
+    ++o.gate_waiters;
+    o.cv.notify_all();
+    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    --o.gate_waiters;
+    L.path = std::move(o.log.path);
+    L.lock_fd = std::exchange(o.log.lock_fd, -1);
+    L.file = std::move(o.log.file);
+    L.active = std::exchange(o.log.active, false);
+    L.files = std::move(o.log.files);
+    o.log.files.clear();
+    o.log.generation = 1;
+    o.log.end = kOrderLogHeaderBytes;
+  }
+  // Without the state's mutex, and past the preload's wrappers (an unlink there would wait for
+  // the order state).
+  if (L.active) {
+    // Only after a failure: the log stays for the next process's replay.
+    if (L.file.is_open()) L.file.detach();
+  } else if (L.file.is_open()) {
+    (void)L.file.close();
+    (void)::syscall(SYS_unlinkat, AT_FDCWD, L.path.c_str(), 0);
+  }
+  L.file = File();
+  for (Inode* ip : L.files) inode_unref(ip);
+  L.files.clear();
+  if (L.lock_fd >= 0) (void)tai::detail::close_own_descriptor(L.lock_fd);
+}
+
+// The order thread, under the state's mutex `lk`: writes the run of epochs at the front that
+// hold only held-back writes as one batch of the log, then gives them to the cache. true when
+// it did (the epochs are popped, durable), false when the log cannot take them (the caller
+// goes the direct way).
+static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
+  OrderState::Log& L = o.log;
+  if (L.dir.empty() || L.broken) return false;
+  std::size_t k = 0;
+  while (k < o.closed.size() && o.closed[k].dirty.empty()) {
+    bool loggable = true;
+    for (const auto& w : o.closed[k].writes) loggable = loggable && !w.ino->log_path.empty();
+    if (!loggable) break;
+    ++k;
+  }
+  // One epoch alone gains nothing from the log (one sync either way) unless the log is in use,
+  // when the direct way would first need a checkpoint.
+  if (k == 0 || (k == 1 && !L.active)) return false;
+  const std::uint64_t first = o.closed.front().seq, last = o.closed[k - 1].seq;
+  const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
+  bool skip = false;
+  for (std::size_t i = 0; i < k; ++i) skip = skip || (skip_every != 0 && o.closed[i].seq % skip_every == 0);
+  std::vector<std::vector<Deferred>> per_epoch(k);
+  for (std::size_t i = 0; i < k; ++i) per_epoch[i] = std::move(o.closed[i].writes);
+  const std::uint64_t started = now_ns();
+  o.front_started_ns = started;
+  lk.unlock();
+  int err = 0;
+  std::string batch;
+  try {
+    std::vector<OrderLogWriteView> views;
+    for (const auto& ws : per_epoch)
+      for (const auto& w : ws)
+        views.push_back({static_cast<std::uint64_t>(w.ino->dev), static_cast<std::uint64_t>(w.ino->ino), w.pos,
+                         &w.ino->log_path, w.bytes.data(), w.bytes.size()});
+    encode_order_log_batch(L.generation, first, last, views, batch);
+  } catch (const std::bad_alloc&) {
+    err = ENOMEM;
+  }
+  if (err == 0 && !L.file.is_open()) {
+    err = log_open(L);
+    if (err) logf("fsync order: cannot make the log in %s: %s", L.dir.c_str(), std::strerror(err));
+  }
+  std::vector<Inode*> touched;
+  // skip_epoch_syncs_for_testing: the writes reach the cache before the log is durable (and the
+  // log is not written at all): the crash suite's proof that it sees a broken log.
+  if (err == 0 && !skip) err = log_write_sync(L, L.end, batch);
+  if (err != 0) {
+    lk.lock();
+    for (std::size_t i = 0; i < k; ++i) o.closed[i].writes = std::move(per_epoch[i]);
+    o.front_started_ns = 0;
+    logf("fsync order: the log failed (%s): epochs go one by one from now on", std::strerror(err));
+    L.broken = true;
+    return false;
+  }
+  L.end += batch.size();
+  L.active = true;
+  int aerr = 0;
+  try {
+    for (auto& ws : per_epoch)
+      if (const int e = apply_writes(ws, touched); e && aerr == 0) aerr = e;
+  } catch (const std::bad_alloc&) {
+    aerr = ENOMEM;
+  }
+  for (Inode* ip : touched) {
+    if (std::find(L.files.begin(), L.files.end(), ip) == L.files.end())
+      L.files.push_back(ip);
+    else
+      inode_unref(ip);
+  }
+  int cerr = 0;
+  if (L.end - kOrderLogHeaderBytes >= L.checkpoint_bytes) cerr = log_checkpoint(L);
+  lk.lock();
+  const std::uint64_t took = now_ns() - started;
+  const std::uint64_t per = took / k;
+  o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
+  o.front_started_ns = 0;
+  for (std::size_t i = 0; i < k; ++i) o.closed.pop_front();
+  o.durable_seq += k;
+  g_stat_durable.fetch_add(k, std::memory_order_relaxed);
+  g_stat_logged.fetch_add(k, std::memory_order_relaxed);
+  g_stat_log_batches.fetch_add(1, std::memory_order_relaxed);
+  if (!L.active) o.checkpointed_seq = o.durable_seq;
+  // A write the cache refused is in the log, hence durable by its replay only: said, as a
+  // failed epoch is, by the next fsync, close or sync_now.
+  if (const int e = aerr ? aerr : cerr) {
+    o.error = e;
+    logf("fsync order: a logged batch failed: %s (returned by the next fsync, close or sync_now)", std::strerror(e));
+  }
+  o.cv.notify_all();
+  return true;
+}
+
 void order_thread_main() noexcept {
   tai::detail::mark_this_thread_as_tai();
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
   for (;;) {
     o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held; });
+    // A close, exit or sync_now waits for an epoch already in the log: checkpoint now.
+    if (o.log.active && o.checkpoint_wanted > o.checkpointed_seq && o.checkpoint_wanted <= o.durable_seq) {
+      const std::uint64_t upto = o.durable_seq;
+      lk.unlock();
+      const int e = log_checkpoint(o.log);
+      lk.lock();
+      if (e != 0) {
+        o.error = e;
+      } else {
+        o.checkpointed_seq = upto;
+        g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
+      }
+      o.cv.notify_all();
+      continue;
+    }
+    if (!o.closed.empty() && log_batch_locked(o, lk)) continue;
+    if (!o.closed.empty() && o.log.active) {
+      // The front epoch cannot go to the log: the direct way, after a checkpoint (a replay must
+      // not write the log's older bytes over what the direct way writes).
+      const std::uint64_t upto = o.durable_seq;
+      lk.unlock();
+      const int e = log_checkpoint(o.log);
+      lk.lock();
+      if (e != 0) o.error = e;
+      else o.checkpointed_seq = upto;
+      o.cv.notify_all();
+      continue;
+    }
     if (!o.closed.empty()) {
       Epoch& front = o.closed.front();
       std::vector<Deferred> writes = std::move(front.writes);
@@ -163,6 +401,7 @@ void order_thread_main() noexcept {
       o.front_started_ns = 0;
       o.closed.pop_front();
       ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
+      o.checkpointed_seq = o.durable_seq;  // the log is not in use (checked above)
       if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
       if (err != 0) {
         o.error = err;
@@ -172,7 +411,31 @@ void order_thread_main() noexcept {
       continue;
     }
     // Every closed epoch is durable: the open epoch's held writes go to the cache, then the gate
-    // opens (a write held back meanwhile is taken by the next round).
+    // opens (a write held back meanwhile is taken by the next round). With the log in use, a
+    // checkpoint first: what reaches the cache from now on is not in the log.
+    if (o.log.active) {
+      // Nobody waits for the gate: keep the log open a while for the next epochs (a program
+      // that fsyncs in a loop outruns the device again at once, and a checkpoint costs a sync
+      // of every file it wrote); the epochs are durable in it meanwhile.
+      if (o.gate_waiters == 0 && o.checkpoint_wanted <= o.checkpointed_seq &&
+          o.cv.wait_for(lk, std::chrono::milliseconds(kLogIdleMs), [&] {
+            return !o.closed.empty() || o.gate_waiters > 0 || o.checkpoint_wanted > o.checkpointed_seq ||
+                   o.error != 0 || o.held;
+          }))
+        continue;
+      const std::uint64_t upto = o.durable_seq;
+      lk.unlock();
+      const int e = log_checkpoint(o.log);
+      lk.lock();
+      if (e != 0) {
+        o.error = e;
+      } else {
+        o.checkpointed_seq = upto;
+        g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
+      }
+      o.cv.notify_all();
+      continue;
+    }
     if (o.open_writes.empty()) {
       o.gate_closed = false;
       o.cv.notify_all();
@@ -219,7 +482,10 @@ void order_admit(std::size_t n) {
   const std::uint64_t limit = g_order_limit.load(std::memory_order_relaxed);
   if (!o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit) return;
   g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
+  ++o.gate_waiters;
+  o.cv.notify_all();
   o.cv.wait(lk, [&] { return !o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit || o.error != 0; });
+  --o.gate_waiters;
 }
 
 // Under ino.mu (after order()): a write of the cached path in order mode. Returns bytes or -errno.
@@ -256,7 +522,12 @@ int order_point_impl() {
   if (!order_mode()) return 0;
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
-  o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+  if (o.gate_closed && o.error == 0) {
+    ++o.gate_waiters;
+    o.cv.notify_all();
+    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    --o.gate_waiters;
+  }
   return o.error;
 }
 
@@ -267,7 +538,12 @@ void order_drain() {
   if (!order_mode()) return;
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
-  o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+  if (o.gate_closed && o.error == 0) {
+    ++o.gate_waiters;
+    o.cv.notify_all();
+    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    --o.gate_waiters;
+  }
 }
 
 // Under ino.mu, in order mode, before a call that goes to the kernel behind the cache (an
@@ -329,7 +605,12 @@ int order_sync_all() {
   std::unique_lock<std::mutex> lk(o.mu);
   std::uint64_t seq = o.closed_seq;
   if (!open_epoch_empty_locked(o)) seq = close_epoch_locked(o, false);
-  o.cv.wait(lk, [&] { return o.durable_seq >= seq || o.error != 0; });
+  // Durable in the files themselves, not only in the log.
+  if (o.checkpoint_wanted < seq) {
+    o.checkpoint_wanted = seq;
+    o.cv.notify_all();
+  }
+  o.cv.wait(lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
   return take_error_locked(o);
 }
 

@@ -66,6 +66,7 @@ void at_exit() {
   // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
   if (order_mode() && g_ctl.load(std::memory_order_acquire) && !g_down.load(std::memory_order_acquire)) {
     if (const int err = order_sync_all()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
+    order_log_shutdown();
   }
   sigset_t all, old;
   sigfillset(&all);
@@ -121,6 +122,17 @@ Controller* controller() {
   g_max_delay_ns.store(s.fsync_max_delay_ms * 1'000'000u, std::memory_order_release);
   g_order_limit.store(s.order_queue_bytes ? s.order_queue_bytes : std::max<std::uint64_t>(c->options().weak_quota, 1),
                       std::memory_order_release);
+  // Before any file is routed: a log of epochs left by a process that died is replayed into
+  // its files, whatever this process's mode (the files alone may not hold a state of that
+  // program until then).
+  if (!s.fsync_log_dir.empty()) {
+    const OrderLogRecovery rec = recover_order_logs(s.fsync_log_dir);
+    if (rec.logs)
+      std::fprintf(stderr, "tai::posix: replayed %zu fsync order log(s) in %s: %zu batches, %zu writes, %zu skipped\n",
+                   rec.logs, s.fsync_log_dir.c_str(), rec.batches, rec.writes, rec.skipped);
+    for (const auto& n : rec.notes) std::fprintf(stderr, "tai::posix: %s\n", n.c_str());
+  }
+  order_log_configure(s.fsync_log_dir, s.fsync_log_checkpoint_bytes);
   if (s.fsync_none_for_benchmark)
     std::fprintf(stderr, "tai::posix: benchmark-only mode: every fsync is a no-op, nothing is durable\n");
   // A new controller caches nothing yet: a stamp left by the last one (restart_for_testing,
@@ -316,6 +328,7 @@ void disable_in_forked_child() noexcept {
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
   if (!order_mode() || !g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return;
   if (const int err = order_sync_all()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
+  order_log_shutdown();
 }
 
 std::vector<std::string> shutdown_for_exec() {
@@ -412,6 +425,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     // returned and the thread goes on, a few times, then what is left is dropped.
     for (int i = 0; i < 8 && order_sync_all() != 0; ++i) {
     }
+    order_log_shutdown();
   }
   {
     OrderState& o = ord();
@@ -436,6 +450,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
       o.queued_bytes = 0;
       o.durable_seq = o.closed_seq;
     }
+    o.checkpointed_seq = o.durable_seq;
     for (Inode* ip : o.open_dirty) {
       ip->in_open_dirty = false;
       inode_unref(ip);

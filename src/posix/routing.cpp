@@ -41,6 +41,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
       owned->dev = st.st_dev;
       owned->ino = st.st_ino;
       owned->name = path;
+      owned->log_path = absolute_path_of(fd, path);
       owned->via_proc = proc_fd_available();  // else the path (no /proc)
       if (g_sync_through.load(std::memory_order_relaxed) != 0 && !order_mode() && through_path_known(owned->name)) {
         // Made again under the name of a file that went write-through: it starts so, and gets

@@ -168,6 +168,13 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
       warn(std::string("TAI_FSYNC_MAX_DELAY='") + m + "' is not a delay (1s, 250ms, or milliseconds) in 1ms..1 day; using " +
            std::to_string(s.fsync_max_delay_ms) + "ms");
   }
+  if (const char* d = std::getenv("TAI_FSYNC_LOG_DIR"); d && *d) {
+    if (d[0] == '/')
+      s.fsync_log_dir = d;
+    else
+      warn(std::string("TAI_FSYNC_LOG_DIR='") + d + "' is not an absolute path; the order mode keeps no log");
+  }
+  env_bytes("TAI_FSYNC_LOG_CHECKPOINT", s.fsync_log_checkpoint_bytes);
   // Benchmark only, deliberately not documented as an option: the unsafe upper bound.
   if (const char* n = std::getenv("TAI_FSYNC_BENCHMARK_ONLY_NONE"); n && std::string(n) == "1")
     s.fsync_none_for_benchmark = true;

@@ -18,7 +18,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
@@ -27,6 +29,7 @@
 #include "engines/crashsim/crashsim_engine.hpp"
 #include "engines/posix/posix_engine.hpp"
 #include "posix_layer/support.hpp"
+#include "src/posix/order_log.hpp"
 #include "src/testing/epoch_oracle.hpp"
 
 namespace tai::test {
@@ -63,8 +66,9 @@ double order_crash_scale() {
 #endif
 }
 
-posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy) {
+posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, const std::string& log_dir = "") {
   posix::detail::Settings s = layer_settings();
+  s.fsync_log_dir = log_dir;
   s.fsync_mode = posix::FsyncMode::order;
   s.options.engine = "crashsim";
   s.options.flush_idle_ns = busy ? 200'000 : -1;
@@ -170,6 +174,13 @@ class OrderProgram {
     }
   }
   unsigned epoch() const { return epoch_; }
+  /// Each file's name (what the order log records) -> its path in the crash log.
+  std::map<std::string, std::string> engine_paths(const CrashLog& log) const {
+    std::map<std::string, std::string> out;
+    for (std::size_t f = 0; f < fds_.size(); ++f)
+      out[names_[f]] = log.file_index(proc_path(f)) >= 0 ? proc_path(f) : names_[f];
+    return out;
+  }
   std::size_t operations() const { return ops_.size() + syncs_; }
   /// The log with the crash log's paths filled in.
   std::vector<EpochOp> ops(const CrashLog& log) const {
@@ -302,15 +313,75 @@ void random_workload(OrderProgram& p, std::mt19937_64& rng, unsigned operations)
 struct OrderCrashTally {
   CrashStats stats;
   std::size_t runs = 0, operations = 0;
+  std::size_t replayed = 0;  // states whose log held batches to replay (with the log of epochs)
+  std::size_t saved_by_replay = 0;  // of those, states the files alone would not have explained
   std::vector<std::string> violations;  // the first few, with their state
+};
+
+// With the log of epochs (TAI_FSYNC_LOG_DIR): the files alone need not hold a state of the
+// program after a crash; the files after the replay of the log must. So each state is replayed
+// first, as recover_order_logs would (the log's bytes in that state parsed, each whole batch's
+// writes applied in order to the files' images), then judged by the epoch oracle.
+class ReplayingOracle : public engines::MultiCrashChecker {
+ public:
+  ReplayingOracle(const CrashLog& log, EpochOracle& inner, std::map<std::string, std::string> engine_path_of,
+                  std::string log_prefix)
+      : log_(log), inner_(inner), engine_path_of_(std::move(engine_path_of)), prefix_(std::move(log_prefix)) {
+    for (std::size_t i = 0; i < log_.paths.size(); ++i)
+      if (log_.paths[i].compare(0, prefix_.size(), prefix_) == 0) logs_.push_back(i);
+  }
+  std::uint64_t context(std::uint64_t seq) const override { return inner_.context(seq); }
+  void check(const MultiCrashState& state, std::vector<std::string>& out) override {
+    std::vector<std::vector<unsigned char>> images = *state.images;
+    bool any = false;
+    for (std::size_t li : logs_) {
+      const auto& img = (*state.images)[li];
+      const posix::detail::ParsedOrderLog parsed = posix::detail::parse_order_log(img.data(), img.size());
+      for (const auto& b : parsed.batches)
+        for (const auto& w : b.writes) {
+          const auto it = engine_path_of_.find(w.path);
+          const int fi = it == engine_path_of_.end() ? -1 : log_.file_index(it->second);
+          if (fi < 0) {
+            out.push_back("the log names a file the program did not write: " + w.path);
+            continue;
+          }
+          auto& f = images[static_cast<std::size_t>(fi)];
+          if (f.size() < w.pos + w.bytes.size()) f.resize(w.pos + w.bytes.size(), 0);
+          std::memcpy(f.data() + w.pos, w.bytes.data(), w.bytes.size());
+          any = true;
+        }
+    }
+    if (any) {
+      ++replayed;
+      // Would the files alone have kept the order? Counted: the states only the replay saves.
+      std::vector<std::string> without;
+      inner_.check(state, without);
+      if (!without.empty()) ++saved_by_replay;
+    }
+    MultiCrashState replayed_state = state;
+    replayed_state.images = &images;
+    inner_.check(replayed_state, out);
+  }
+  std::size_t replayed = 0;
+  std::size_t saved_by_replay = 0;
+
+ private:
+  const CrashLog& log_;
+  EpochOracle& inner_;
+  std::map<std::string, std::string> engine_path_of_;
+  std::string prefix_;
+  std::vector<std::size_t> logs_;
 };
 
 // One run: a fresh layer over a fresh crashsim engine, the workload, every file closed, then
 // every multi-file crash state of the log checked.
+// With `with_log`, the layer keeps its log of epochs in `dir` and every state is replayed first.
 void run_order_crash(const std::string& dir, const std::string& prefix, bool busy, std::uint64_t seed,
-                     const std::function<void(OrderProgram&, std::mt19937_64&)>& workload, OrderCrashTally& tally) {
+                     const std::function<void(OrderProgram&, std::mt19937_64&)>& workload, OrderCrashTally& tally,
+                     bool with_log = false) {
   SimSlot slot = std::make_shared<engines::CrashSimEngine*>(nullptr);
-  const ShutdownReport before = posix::detail::restart_for_testing(order_crash_settings(slot, busy));
+  const ShutdownReport before =
+      posix::detail::restart_for_testing(order_crash_settings(slot, busy, with_log ? dir : std::string()));
   ASSERT_TRUE(before.ok()) << before.to_string();
   // The controller (and the hook) is made at the first use: an open.
   ASSERT_NE(posix::detail::controller(), nullptr);
@@ -326,17 +397,21 @@ void run_order_crash(const std::string& dir, const std::string& prefix, bool bus
   const CrashLog log = (*slot)->snapshot();
   const std::vector<EpochOp> ops = prog.ops(log);
   EpochOracle oracle(log, ops);
+  ReplayingOracle replaying(log, oracle, prog.engine_paths(log), dir + "/tai-order.");
   CrashStateOptions opt;
   opt.sector_size = 512;
   opt.seed = seed;
   opt.samples = 256;
   tally.stats += engines::enumerate_multi_crash_states(
-      log, opt, oracle, [&](const MultiCrashState& s, const std::vector<std::string>& lines) {
+      log, opt, with_log ? static_cast<engines::MultiCrashChecker&>(replaying) : oracle,
+      [&](const MultiCrashState& s, const std::vector<std::string>& lines) {
         if (tally.violations.size() < 3)
           tally.violations.push_back("seed " + std::to_string(seed) + " " + prefix + (busy ? " busy" : " quiet") +
                                      ": " + lines.front() + "\n    state: " + s.describe());
       });
   ++tally.runs;
+  tally.replayed += replaying.replayed;
+  tally.saved_by_replay += replaying.saved_by_replay;
   tally.operations += prog.operations();
   const ShutdownReport after = posix::detail::restart_for_testing(layer_settings());
   EXPECT_TRUE(after.ok()) << after.to_string();
@@ -432,6 +507,79 @@ TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
                   static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique),
                   t.violations.empty() ? "" : ", e.g. ", t.violations.empty() ? "" : t.violations.front().c_str());
     }
+}
+
+// The log of epochs: the same workloads, the order thread held now and then so that epochs queue
+// and go to the log in batches (and, quiet, whenever the program outruns the thread), every state
+// replayed from the log's bytes in that state before it is judged.
+TEST_F(FsyncOrderCrash, EveryStateReplayedFromTheLogOfEpochsKeepsTheEpochOrder) {
+  const std::uint64_t seed = test_seed() ^ 0x10c;
+  const double scale = order_crash_scale();
+  auto runs = [&](unsigned n) { return std::max(1u, static_cast<unsigned>(n * scale + 0.5)); };
+  const std::string dir = file("");
+  struct Kind {
+    const char* name;
+    unsigned runs;
+    std::function<void(OrderProgram&, std::mt19937_64&)> body;
+  };
+  const std::vector<Kind> kinds = {
+      {"journal", runs(16), [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 5); }},
+      {"append", runs(10), [](OrderProgram& p, std::mt19937_64& r) { append_workload(p, r, 24); }},
+      {"overwrite", runs(12), [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 10); }},
+      {"random", runs(24), [](OrderProgram& p, std::mt19937_64& r) { random_workload(p, r, 50); }},
+  };
+  std::printf("[crashsim] order mode with the log of epochs: seed %llu, run scale %.2f\n",
+              static_cast<unsigned long long>(seed), scale);
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  OrderCrashTally total;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t run_seed = seed;
+  for (const Kind& k : kinds) {
+    OrderCrashTally t;
+    const auto k0 = std::chrono::steady_clock::now();
+    for (unsigned i = 0; i < k.runs; ++i) {
+      run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
+      run_order_crash(dir, std::string("log_") + k.name + std::to_string(i) + "_", i % 2 == 0, run_seed, k.body, t,
+                      true);
+      if (HasFatalFailure()) return;
+    }
+    print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
+    total.stats += t.stats;
+    total.runs += t.runs;
+    total.operations += t.operations;
+    total.replayed += t.replayed;
+    total.saved_by_replay += t.saved_by_replay;
+    for (auto& v : t.violations) total.violations.push_back(v);
+  }
+  print_order_crash("TOTAL", total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const posix::FsyncOrderStats after = posix::fsync_order_stats();
+  std::printf("[crashsim] order mode with the log: %llu epochs in %llu batches, %llu checkpoints, %zu states "
+              "replayed from the log, %zu of them out of order without the replay\n",
+              after.epochs_logged - before.epochs_logged, after.log_batches - before.log_batches,
+              after.log_checkpoints - before.log_checkpoints, total.replayed, total.saved_by_replay);
+  for (const auto& v : total.violations) ADD_FAILURE() << v;
+  EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << (seed ^ 0x10c) << ")";
+  // The suite means something only if the log was used and states needed its replay.
+  EXPECT_GT(after.log_batches - before.log_batches, 0u);
+  EXPECT_GT(total.replayed, 0u);
+  // Nothing left behind: every run's log was voided and removed at its shutdown.
+  const posix::detail::OrderLogRecovery rec = posix::detail::recover_order_logs(dir);
+  EXPECT_EQ(rec.logs, 0u);
+}
+
+// The proof that the replaying suite sees a broken log: the order thread told to give a batch's
+// writes to the cache without writing the log (skip_epoch_syncs_for_testing, every epoch).
+TEST_F(FsyncOrderCrash, ABatchAppliedBeforeTheLogIsWrittenIsCaught) {
+  const std::string dir = file("");
+  OrderCrashTally t;
+  posix::detail::skip_epoch_syncs_for_testing(1);
+  run_order_crash(dir, "broken_log_", true, 11, [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 8); },
+                  t, true);
+  posix::detail::skip_epoch_syncs_for_testing(0);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(t.stats.violations, 0u);
+  std::printf("[crashsim] order mode with the log, batches applied without the log: %llu of %llu states rejected\n",
+              static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique));
 }
 
 // --- the oracle on hand-made logs ------------------------------------------------------------

@@ -1,0 +1,280 @@
+// The order mode's log of epochs: see order_log.hpp.
+#include "src/posix/order_log.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <boost/crc.hpp>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+namespace tai::posix::detail {
+namespace {
+
+constexpr std::uint64_t kFileMagic = 0x314c44524f494154ull;   // "TAIORDL1"
+constexpr std::uint64_t kBatchMagic = 0x4843544142494154ull;  // "TAIBATCH"
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kHeaderSector = 512;
+constexpr std::size_t kFileHeaderUsed = 24;  // magic, version, generation, crc
+constexpr std::size_t kBatchHeaderBytes = 56;
+constexpr std::size_t kWriteHeaderBytes = 40;
+// A path longer than PATH_MAX or a payload field past this are a damaged log, not data.
+constexpr std::uint32_t kMaxPath = 4096;
+
+std::uint32_t crc32c(const void* p, std::size_t n) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> c;
+  c.process_bytes(p, n);
+  return c.checksum();
+}
+
+void put64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
+void put32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
+std::uint64_t get64(const unsigned char* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+std::uint32_t get32(const unsigned char* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+std::string errno_line(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+int write_all(int fd, const char* p, std::size_t n, std::uint64_t pos) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(pos));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+    pos += static_cast<std::uint64_t>(w);
+  }
+  return 0;
+}
+
+// The whole file, or errno.
+int read_all(int fd, std::vector<unsigned char>& out) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t r = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (r == 0) break;
+    done += static_cast<std::size_t>(r);
+  }
+  out.resize(done);
+  return 0;
+}
+
+// Replays one log (locked by the caller). 0, or errno of a failure that must keep the log.
+int replay_one(const std::string& path, int fd, OrderLogRecovery& rec) {
+  std::vector<unsigned char> bytes;
+  if (const int e = read_all(fd, bytes)) {
+    rec.notes.push_back(errno_line("reading " + path, e));
+    return e;
+  }
+  const ParsedOrderLog log = parse_order_log(bytes.data(), bytes.size());
+  std::map<std::string, int> files;  // path -> descriptor (-1: skipped)
+  int err = 0;
+  for (const auto& b : log.batches) {
+    ++rec.batches;
+    for (const auto& w : b.writes) {
+      auto it = files.find(w.path);
+      if (it == files.end()) {
+        int f = ::open(w.path.c_str(), O_WRONLY | O_CLOEXEC);
+        struct stat st;
+        if (f < 0) {
+          rec.notes.push_back(errno_line(path + ": " + w.path + " not replayed", errno));
+        } else if (::fstat(f, &st) != 0 || st.st_dev != w.dev || st.st_ino != w.ino) {
+          rec.notes.push_back(path + ": " + w.path + " not replayed: it is another file now");
+          ::close(f);
+          f = -1;
+        }
+        it = files.emplace(w.path, f).first;
+      }
+      if (it->second < 0) {
+        ++rec.skipped;
+        continue;
+      }
+      if (const int e = write_all(it->second, w.bytes.data(), w.bytes.size(), w.pos)) {
+        rec.notes.push_back(errno_line(path + ": replaying into " + w.path, e));
+        if (err == 0) err = e;
+      }
+      ++rec.writes;
+    }
+  }
+  for (auto& [name, f] : files) {
+    if (f < 0) continue;
+    if (::fsync(f) != 0) {
+      rec.notes.push_back(errno_line(path + ": fsync of " + name, errno));
+      if (err == 0) err = errno;
+    }
+    ::close(f);
+  }
+  return err;
+}
+
+}  // namespace
+
+std::string encode_order_log_header(std::uint64_t generation) {
+  std::string out;
+  out.reserve(kHeaderSector);
+  put64(out, kFileMagic);
+  put32(out, kVersion);
+  put64(out, generation);
+  put32(out, crc32c(out.data(), out.size()));
+  out.resize(kHeaderSector, '\0');
+  return out;
+}
+
+void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch, std::uint64_t last_epoch,
+                            const std::vector<OrderLogWriteView>& writes, std::string& out) {
+  std::string payload;
+  std::size_t total = 0;
+  for (const auto& w : writes) total += kWriteHeaderBytes + w.path->size() + w.size;
+  payload.reserve(total);
+  for (const auto& w : writes) {
+    put64(payload, w.dev);
+    put64(payload, w.ino);
+    put64(payload, w.pos);
+    put64(payload, w.size);
+    put32(payload, static_cast<std::uint32_t>(w.path->size()));
+    put32(payload, 0);
+    payload.append(*w.path);
+    payload.append(w.bytes, w.size);
+  }
+  const std::size_t start = out.size();
+  put64(out, kBatchMagic);
+  put64(out, generation);
+  put64(out, first_epoch);
+  put64(out, last_epoch);
+  put64(out, payload.size());
+  put32(out, static_cast<std::uint32_t>(writes.size()));
+  put32(out, crc32c(payload.data(), payload.size()));
+  put32(out, crc32c(out.data() + start, out.size() - start));
+  put32(out, 0);
+  out.append(payload);
+}
+
+ParsedOrderLog parse_order_log(const unsigned char* data, std::size_t size) {
+  ParsedOrderLog log;
+  if (size < kOrderLogHeaderBytes) return log;
+  if (get64(data) != kFileMagic || get32(data + 8) != kVersion ||
+      get32(data + kFileHeaderUsed - 4) != crc32c(data, kFileHeaderUsed - 4))
+    return log;
+  log.header_ok = true;
+  log.generation = get64(data + 12);
+  std::size_t at = kOrderLogHeaderBytes;
+  while (size - at >= kBatchHeaderBytes) {
+    const unsigned char* h = data + at;
+    if (get64(h) != kBatchMagic || get64(h + 8) != log.generation || get32(h + 48) != crc32c(h, 48) || get32(h + 52) != 0)
+      break;
+    const std::uint64_t payload = get64(h + 32);
+    const std::uint32_t count = get32(h + 40);
+    if (payload > size - at - kBatchHeaderBytes) break;
+    const unsigned char* p = h + kBatchHeaderBytes;
+    if (get32(h + 44) != crc32c(p, payload)) break;
+    OrderLogBatch b;
+    b.first_epoch = get64(h + 16);
+    b.last_epoch = get64(h + 24);
+    std::size_t off = 0;
+    bool whole = true;
+    for (std::uint32_t i = 0; i < count && whole; ++i) {
+      if (payload - off < kWriteHeaderBytes) {
+        whole = false;
+        break;
+      }
+      OrderLogWrite w;
+      w.dev = get64(p + off);
+      w.ino = get64(p + off + 8);
+      w.pos = get64(p + off + 16);
+      const std::uint64_t len = get64(p + off + 24);
+      const std::uint32_t plen = get32(p + off + 32);
+      off += kWriteHeaderBytes;
+      if (plen > kMaxPath || plen > payload - off || len > payload - off - plen) {
+        whole = false;
+        break;
+      }
+      w.path.assign(reinterpret_cast<const char*>(p + off), plen);
+      off += plen;
+      w.bytes.assign(p + off, p + off + len);
+      off += static_cast<std::size_t>(len);
+      b.writes.push_back(std::move(w));
+    }
+    // A checksummed payload that does not parse was not written by this code: stop there.
+    if (!whole || off != payload) break;
+    log.batches.push_back(std::move(b));
+    at += kBatchHeaderBytes + static_cast<std::size_t>(payload);
+  }
+  return log;
+}
+
+std::string order_log_path(const std::string& dir) {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return dir + "/tai-order." + std::to_string(::getpid()) + "." + std::to_string(ts.tv_sec) + "." +
+         std::to_string(ts.tv_nsec) + ".log";
+}
+
+OrderLogRecovery recover_order_logs(const std::string& dir) {
+  OrderLogRecovery rec;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno != ENOENT) {
+      rec.error = errno;
+      rec.notes.push_back(errno_line("opening " + dir, errno));
+    }
+    return rec;
+  }
+  std::vector<std::string> names;
+  while (const struct dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 14 && n.compare(0, 10, "tai-order.") == 0 && n.compare(n.size() - 4, 4, ".log") == 0)
+      names.push_back(n);
+  }
+  ::closedir(d);
+  bool removed = false;
+  for (const auto& n : names) {
+    const std::string path = dir + "/" + n;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;  // removed by its owner meanwhile
+    // The owner holds the lock for its whole life (flock: per open file description, so a
+    // second open in the owner's own process is refused as well).
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      continue;
+    }
+    ++rec.logs;
+    const int e = replay_one(path, fd, rec);
+    if (e == 0) {
+      if (::unlink(path.c_str()) == 0) removed = true;
+    } else if (rec.error == 0) {
+      rec.error = e;
+    }
+    ::close(fd);
+  }
+  if (removed) {
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  return rec;
+}
+
+}  // namespace tai::posix::detail

@@ -1,0 +1,212 @@
+// The order mode's log of epochs (src/posix/order_log.hpp): the format and its parser on whole,
+// torn, voided and damaged logs; the recovery of a dead process's log into real files; and the
+// layer writing its log on a real directory (fewer device syncs than epochs, the files right
+// after every close, the log gone at shutdown). The crash states with the log are in
+// fsync_order_crash_test.cpp.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "posix_layer/support.hpp"
+#include "src/posix/order_log.hpp"
+
+namespace tai::test {
+namespace {
+
+using posix::detail::OrderLogWriteView;
+
+void write_file(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+struct Rec {
+  std::string path;
+  std::uint64_t dev, ino, pos;
+  std::string bytes;
+};
+
+std::string log_of(std::uint64_t gen, const std::vector<std::vector<Rec>>& batches, std::uint64_t batch_gen = 0) {
+  std::string out = posix::detail::encode_order_log_header(gen);
+  out.resize(posix::detail::kOrderLogHeaderBytes, '\0');
+  std::uint64_t epoch = 1;
+  for (const auto& b : batches) {
+    std::vector<OrderLogWriteView> views;
+    for (const auto& r : b) views.push_back({r.dev, r.ino, r.pos, &r.path, r.bytes.data(), r.bytes.size()});
+    posix::detail::encode_order_log_batch(batch_gen ? batch_gen : gen, epoch, epoch + 1, views, out);
+    epoch += 2;
+  }
+  return out;
+}
+
+posix::detail::ParsedOrderLog parse(const std::string& s) {
+  return posix::detail::parse_order_log(reinterpret_cast<const unsigned char*>(s.data()), s.size());
+}
+
+TEST(OrderLog, BatchesRoundTrip) {
+  const std::vector<std::vector<Rec>> batches = {
+      {{"/a/f", 1, 2, 0, "hello"}, {"/a/g", 1, 3, 4096, std::string(5000, 'x')}},
+      {{"/a/f", 1, 2, 5, ""}},
+  };
+  const auto p = parse(log_of(7, batches));
+  ASSERT_TRUE(p.header_ok);
+  EXPECT_EQ(p.generation, 7u);
+  ASSERT_EQ(p.batches.size(), 2u);
+  EXPECT_EQ(p.batches[0].first_epoch, 1u);
+  EXPECT_EQ(p.batches[0].last_epoch, 2u);
+  ASSERT_EQ(p.batches[0].writes.size(), 2u);
+  EXPECT_EQ(p.batches[0].writes[1].path, "/a/g");
+  EXPECT_EQ(p.batches[0].writes[1].ino, 3u);
+  EXPECT_EQ(p.batches[0].writes[1].pos, 4096u);
+  EXPECT_EQ(std::string(p.batches[0].writes[1].bytes.begin(), p.batches[0].writes[1].bytes.end()), std::string(5000, 'x'));
+  EXPECT_TRUE(p.batches[1].writes[0].bytes.empty());
+}
+
+TEST(OrderLog, ATornBatchEndsTheLogAndEveryCutParses) {
+  const std::string whole = log_of(3, {{{"/f", 1, 1, 0, "one"}}, {{"/f", 1, 1, 3, std::string(700, 't')}}});
+  const std::size_t first_end = parse(whole).batches.size() == 2 ? whole.size() - (56 + 40 + 2 + 700) : 0;
+  ASSERT_GT(first_end, 0u);
+  // Every prefix: the batches wholly inside it, never a partial one.
+  for (std::size_t cut = 0; cut <= whole.size(); ++cut) {
+    const auto p = parse(whole.substr(0, cut));
+    const std::size_t expect = cut < posix::detail::kOrderLogHeaderBytes ? 0 : cut < first_end ? 0 : cut < whole.size() ? 1 : 2;
+    ASSERT_EQ(p.batches.size(), expect) << "cut at " << cut;
+  }
+  // A byte changed anywhere in the second batch voids it (and only it).
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200; ++i) {
+    std::string damaged = whole;
+    const std::size_t at = first_end + rng() % (whole.size() - first_end);
+    damaged[at] = static_cast<char>(damaged[at] ^ (1 + rng() % 255));
+    EXPECT_EQ(parse(damaged).batches.size(), 1u) << "byte " << at;
+  }
+}
+
+TEST(OrderLog, BatchesOfAnotherGenerationAreVoid) {
+  // A checkpoint raised the header's generation: what follows it from before is stale.
+  EXPECT_TRUE(parse(log_of(4, {{{"/f", 1, 1, 0, "old"}}}, 3)).batches.empty());
+  std::string torn_header = log_of(4, {{{"/f", 1, 1, 0, "x"}}});
+  torn_header[13] ^= 1;
+  const auto p = parse(torn_header);
+  EXPECT_FALSE(p.header_ok);
+  EXPECT_TRUE(p.batches.empty());
+}
+
+TEST(OrderLog, RandomBytesNeverParseAsBatches) {
+  std::mt19937_64 rng(9);
+  const std::string header = log_of(1, {});
+  for (int i = 0; i < 300; ++i) {
+    std::string s = header;
+    const std::size_t n = rng() % 3000;
+    for (std::size_t k = 0; k < n; ++k) s.push_back(static_cast<char>(rng()));
+    EXPECT_TRUE(parse(s).batches.empty());
+  }
+}
+
+class OrderLogRecovery : public LayerTest {};
+
+TEST_F(OrderLogRecovery, ADeadProcessesLogIsReplayedInOrderAndRemoved) {
+  const std::string dir = file("");
+  const std::string data = file("data"), other = file("other");
+  write_file(data, std::string(8192, 'a'));
+  write_file(other, "keep");
+  struct stat st, so;
+  ASSERT_EQ(::stat(data.c_str(), &st), 0);
+  ASSERT_EQ(::stat(other.c_str(), &so), 0);
+  const std::uint64_t dev = st.st_dev, ino = st.st_ino;
+  // The second batch overwrites part of the first: order matters. The last write names `other`
+  // with a stale inode (the file was made again since): skipped.
+  const std::string log = log_of(2, {{{data, dev, ino, 0, std::string(4096, 'b')}, {data, dev, ino, 8192, "tail"}},
+                                     {{data, dev, ino, 100, "second"}, {other, so.st_dev, so.st_ino + 1000, 0, "XXXX"}}});
+  const std::string log_path = dir + "/tai-order.1.2.3.log";
+  write_file(log_path, log + std::string(300, '\x7f'));  // and a torn tail
+  const posix::detail::OrderLogRecovery rec = posix::detail::recover_order_logs(dir);
+  EXPECT_EQ(rec.logs, 1u);
+  EXPECT_EQ(rec.batches, 2u);
+  EXPECT_EQ(rec.writes, 3u);
+  EXPECT_EQ(rec.skipped, 1u);
+  EXPECT_EQ(rec.error, 0);
+  std::string expect = std::string(4096, 'b') + std::string(4096, 'a') + "tail";
+  expect.replace(100, 6, "second");
+  EXPECT_EQ(kernel_contents(data), expect);
+  EXPECT_EQ(kernel_contents(other), "keep");
+  EXPECT_NE(::access(log_path.c_str(), F_OK), 0) << "the replayed log is removed";
+}
+
+TEST_F(OrderLogRecovery, ALiveProcessesLogIsLeftAlone) {
+  const std::string dir = file("");
+  const std::string data = file("data");
+  write_file(data, "aaaa");
+  struct stat st;
+  ASSERT_EQ(::stat(data.c_str(), &st), 0);
+  const std::string log_path = dir + "/tai-order.4.5.6.log";
+  write_file(log_path, log_of(1, {{{data, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino), 0, "bbbb"}}}));
+  const int holder = ::open(log_path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 0u);
+  EXPECT_EQ(kernel_contents(data), "aaaa");
+  ::close(holder);
+  EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 1u);
+  EXPECT_EQ(kernel_contents(data), "bbbb");
+}
+
+// The layer on a real directory: a program far ahead of the device (the order thread held while
+// it makes 40 epochs) has them written with one log batch, the files hold every byte after
+// close, and the log is gone after the shutdown.
+TEST_F(OrderLogRecovery, TheLayerBatchesQueuedEpochsIntoTheLog) {
+  const std::string dir = file("");
+  posix::detail::Settings s = layer_settings();
+  s.fsync_mode = posix::FsyncMode::order;
+  s.fsync_log_dir = dir;
+  s.start_writeback_bytes = 0;
+  // The fsyncs' back-pressure (the queue at the thread's pace past the delay) would wait for the
+  // held thread: a delay far above what 40 epochs take.
+  s.fsync_max_delay_ms = 600'000;
+  restart(s);
+  const std::string a = file("a"), b = file("b");
+  const int fa = posix::open(a.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  const int fb = posix::open(b.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fa, 0);
+  ASSERT_GE(fb, 0);
+  ASSERT_TRUE(posix::routed(fa));
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  std::string ea, eb;
+  ASSERT_EQ(posix::pwrite(fa, "first", 5, 0), 5);
+  ea = "first";
+  ASSERT_EQ(posix::fsync(fa), 0);
+  ASSERT_EQ(posix::sync_now(), 0);  // the thread's time per epoch measured, the gate open
+  posix::detail::hold_order_thread_for_testing(true);
+  for (int i = 0; i < 40; ++i) {
+    const std::string rec = "record " + std::to_string(i) + "\n";
+    const int fd = i % 3 == 0 ? fb : fa;
+    std::string& e = i % 3 == 0 ? eb : ea;
+    ASSERT_EQ(posix::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(e.size())), static_cast<ssize_t>(rec.size()));
+    e += rec;
+    ASSERT_EQ(posix::fdatasync(fd), 0);
+  }
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::close(fa), 0);
+  ASSERT_EQ(posix::close(fb), 0);
+  const posix::FsyncOrderStats after = posix::fsync_order_stats();
+  EXPECT_EQ(kernel_contents(a), ea);
+  EXPECT_EQ(kernel_contents(b), eb);
+  EXPECT_GE(after.epochs_logged - before.epochs_logged, 2u);
+  EXPECT_LT(after.log_batches - before.log_batches, after.epochs_logged - before.epochs_logged)
+      << "a batch holds several epochs";
+  EXPECT_GE(after.log_checkpoints - before.log_checkpoints, 1u);
+  restart(layer_settings());
+  EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 0u) << "the log was removed at shutdown";
+}
+
+}  // namespace
+}  // namespace tai::test

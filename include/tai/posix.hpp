@@ -108,6 +108,14 @@
 //                of an epoch is returned by the next fsync, close or sync_now, and no later
 //                epoch is written before it was returned.
 //   TAI_FSYNC_MAX_DELAY  order only: 1s (default), 250ms, or milliseconds (a plain number).
+//   TAI_FSYNC_LOG_DIR  order only, an absolute directory: the epochs queued behind the device are
+//                written to a log there in batches, one device sync per batch, then to their
+//                files unsynced; a checkpoint (every file synced, the log voided) comes before
+//                anything is written outside the log's protection, and before close, exit and
+//                sync_now return. After a crash the files are as the contract says only once
+//                the log is replayed, which the next process routing a file with the same
+//                directory does before its first open (see docs/drop-in.md).
+//   TAI_FSYNC_LOG_CHECKPOINT  bytes of log between checkpoints (default 64M).
 //   TAI_LOG      1: one line on stderr per decision (configuration, routed or not and why,
 //                errors found at close and at exit)
 // A malformed value is reported on stderr and its default used.

@@ -94,7 +94,8 @@ struct Settings {
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
 /// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_SYNC_THROUGH, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_CLEAN_BUDGET,
-/// TAI_HUGE_PAGES, TAI_FSYNC, TAI_FSYNC_MAX_DELAY, TAI_LOG); a malformed value adds a line to `warnings` and keeps its default.
+/// TAI_HUGE_PAGES, TAI_FSYNC, TAI_FSYNC_MAX_DELAY, TAI_FSYNC_LOG_DIR, TAI_FSYNC_LOG_CHECKPOINT, TAI_LOG); a malformed
+/// value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 
 /// The process-wide controller, made on first call (thread-safe); nullptr when it cannot be made

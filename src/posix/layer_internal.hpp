@@ -160,6 +160,9 @@ int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
 int order_fsync(bool data_only);
 int order_sync_all();
 void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes);
+// Replays the logs of dead processes in `dir` ("" : none), once per directory and process: before
+// the first routed open, read-only ones included (a reader must not see the files unreplayed).
+void recover_order_logs_once(const std::string& dir);
 void order_log_shutdown();
 std::string absolute_path_of(int fd, const char* path);
 ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
@@ -363,6 +366,9 @@ struct OrderState {
     std::uint64_t end = kOrderLogHeaderBytes;  // where the next batch goes
     std::uint64_t checkpoint_bytes = std::uint64_t{64} << 20;
     std::vector<Inode*> files;  // written through it since the last checkpoint, a reference each
+    unsigned batches_since_checkpoint = 0;
+    unsigned short_runs = 0;     // forced checkpoints in a row after a single batch each
+    unsigned paused_epochs = 0;  // epochs sent the direct way while paused
   } log;
 };
 

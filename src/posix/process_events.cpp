@@ -125,13 +125,7 @@ Controller* controller() {
   // Before any file is routed: a log of epochs left by a process that died is replayed into
   // its files, whatever this process's mode (the files alone may not hold a state of that
   // program until then).
-  if (!s.fsync_log_dir.empty()) {
-    const OrderLogRecovery rec = recover_order_logs(s.fsync_log_dir);
-    if (rec.logs)
-      std::fprintf(stderr, "tai::posix: replayed %zu fsync order log(s) in %s: %zu batches, %zu writes, %zu skipped\n",
-                   rec.logs, s.fsync_log_dir.c_str(), rec.batches, rec.writes, rec.skipped);
-    for (const auto& n : rec.notes) std::fprintf(stderr, "tai::posix: %s\n", n.c_str());
-  }
+  recover_order_logs_once(s.fsync_log_dir);
   order_log_configure(s.fsync_log_dir, s.fsync_log_checkpoint_bytes);
   if (s.fsync_none_for_benchmark)
     std::fprintf(stderr, "tai::posix: benchmark-only mode: every fsync is a no-op, nothing is durable\n");

@@ -29,6 +29,9 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
   if (wants_write && !controller()) return "no controller";  // made here, before g_reg_mu (lock order: init, reg, inode)
+  // A reader makes no controller: the logs of epochs a dead process left are replayed here first.
+  if (!wants_write && !g_ctl.load(std::memory_order_acquire))
+    if (const char* d = std::getenv("TAI_FSYNC_LOG_DIR"); d && d[0] == '/') recover_order_logs_once(d);
   Inode* ino = nullptr;
   bool fresh = false;
   {

@@ -514,7 +514,8 @@ TEST(KillSummary, Total) {
   // what was checked (bytes for the writer, committed transactions for sqlite3) and violations.
   std::uint64_t preload_programs = 0, preload_violations = 0;
   std::string preload_checked;
-  const std::vector<const char*> programs = {"writer", "sqlite3", "sqlite3_order", "sqlite3_wal_order"};
+  const std::vector<const char*> programs = {"writer", "sqlite3", "sqlite3_order", "sqlite3_wal_order", "sqlite3_order_log",
+                                            "sqlite3_wal_order_log"};
   for (const char* program : programs) {
     std::ifstream in(std::string(TAI_KILL_TALLY_DIR) + "/preload_" + program + ".txt");
     std::uint64_t kills = 0, checked = 0, violations = 0;

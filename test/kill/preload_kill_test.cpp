@@ -472,7 +472,11 @@ struct OrderKillCounts {
   std::uint64_t violations = 0;
 };
 
-void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const std::string& tally) {
+// with_log: the order mode keeps its log of epochs (TAI_FSYNC_LOG_DIR, on the same file system,
+// through the same power cuts). After each kill a preloaded `cat` of the database makes the
+// controller that replays the dead process's log into the files (what the next program to route
+// them does), and only then does plain sqlite3 look.
+void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const std::string& tally, bool with_log = false) {
   if (const std::string why = preload_unavailable(); !why.empty()) GTEST_SKIP() << why;
   if (std::string(sanitizer_runtime()).find("tsan") != std::string::npos)
     GTEST_SKIP() << "under ThreadSanitizer an uninstrumented program cannot host the instrumented library (the preload.* "
@@ -494,8 +498,13 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
   const std::string root = no_power_cut.empty() ? fs.file("") : scratch.path().string() + "/";
   std::string modes;
   for (const std::string& m : journal_modes) modes += (modes.empty() ? "" : ", ") + m;
-  std::printf("[kill] preload sqlite3, journal_mode %s, TAI_FSYNC=order: %u kills, %s, seed %llu (replay: TAI_TEST_SEED=%llu)\n",
-              modes.c_str(), kills,
+  const std::string log_dir = root + "order-log";
+  if (with_log) {
+    std::filesystem::create_directories(log_dir);
+    sync_dir(root);
+  }
+  std::printf("[kill] preload sqlite3, journal_mode %s, TAI_FSYNC=order%s: %u kills, %s, seed %llu (replay: TAI_TEST_SEED=%llu)\n",
+              modes.c_str(), with_log ? " with its log of epochs" : "", kills,
               no_power_cut.empty() ? "every other one a power cut (ext4 on a loop device, shut down without its log)"
                                    : ("no power cuts: " + no_power_cut).c_str(),
               static_cast<unsigned long long>(base_seed), static_cast<unsigned long long>(base_seed));
@@ -524,9 +533,9 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
     sync_dir(dir);
     sync_dir(root);  // the directory itself survives the power cut
     const std::string db = dir + "/db";
-    Child c = spawn_preloaded({"sqlite3", "-batch", db},
-                              preload_env(dir, {"TAI_FSYNC=order"}),
-                              1, script);
+    std::vector<std::string> order_env = {"TAI_FSYNC=order"};
+    if (with_log) order_env.push_back("TAI_FSYNC_LOG_DIR=" + log_dir);
+    Child c = spawn_preloaded({"sqlite3", "-batch", db}, preload_env(dir, order_env), 1, script);
     ASSERT_TRUE(c.error.empty()) << c.error;
     // Each "c|k" line with the time it arrived (the commit was before).
     std::string out;
@@ -558,6 +567,15 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
       ASSERT_TRUE(why.empty()) << why;
       const std::string again = fs.remount();
       ASSERT_TRUE(again.empty()) << again;
+    }
+    std::string replayed;
+    if (with_log) {
+      std::string cmd = "env";
+      for (const std::string& v : preload_env(dir, order_env)) cmd += " '" + v + "'";
+      cmd += " cat " + db + " > /dev/null 2>&1; ls " + log_dir + " | wc -l";
+      replayed = run_plain(cmd, &ok);
+      ASSERT_TRUE(ok) << "the preloaded cat that replays the log failed: " << replayed;
+      ASSERT_EQ(std::strtoul(replayed.c_str(), nullptr, 10), 0u) << "a log of epochs is left in " << log_dir << " after its replay";
     }
     const std::uint64_t committed = reports.empty() ? 0 : reports.back().first;
     // What the contract requires (above): with a rollback journal, every reported commit under the
@@ -645,6 +663,17 @@ void sqlite3_order_kills(const std::vector<std::string>& journal_modes, const st
 TEST(PreloadKill, Sqlite3OrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"DELETE", "PERSIST"}, "sqlite3_order"); }
 
 TEST(PreloadKill, Sqlite3WalOrderModeKeepsAPrefixOfCommits) { sqlite3_order_kills({"WAL"}, "sqlite3_wal_order"); }
+
+// The same with the log of epochs: the epochs queued behind the device written to the log in
+// batches, the files written after it unsynced; a power cut leaves them out of order until the
+// log's replay.
+TEST(PreloadKill, Sqlite3OrderModeWithTheLogKeepsAPrefixOfCommits) {
+  sqlite3_order_kills({"DELETE", "PERSIST"}, "sqlite3_order_log", true);
+}
+
+TEST(PreloadKill, Sqlite3WalOrderModeWithTheLogKeepsAPrefixOfCommits) {
+  sqlite3_order_kills({"WAL"}, "sqlite3_wal_order_log", true);
+}
 
 }  // namespace
 }  // namespace tai::test::kill

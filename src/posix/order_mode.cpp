@@ -369,6 +369,22 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   return true;
 }
 
+// The order thread, under the state's mutex `lk` (released meanwhile): a checkpoint of the log,
+// then every epoch so far counts as durable in the files (or the failure stops the thread).
+static void checkpoint_locked(OrderState& o, std::unique_lock<std::mutex>& lk, bool forced) {
+  const std::uint64_t upto = o.durable_seq;
+  lk.unlock();
+  const int e = log_checkpoint(o.log, forced);
+  lk.lock();
+  if (e != 0) {
+    o.error = e;
+  } else {
+    o.checkpointed_seq = upto;
+    g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
+  }
+  o.cv.notify_all();
+}
+
 void order_thread_main() noexcept {
   tai::detail::mark_this_thread_as_tai();
   OrderState& o = ord();
@@ -377,34 +393,14 @@ void order_thread_main() noexcept {
     o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held; });
     // A close, exit or sync_now waits for an epoch already in the log: checkpoint now.
     if (o.log.active && o.checkpoint_wanted > o.checkpointed_seq && o.checkpoint_wanted <= o.durable_seq) {
-      const std::uint64_t upto = o.durable_seq;
-      lk.unlock();
-      const int e = log_checkpoint(o.log, true);
-      lk.lock();
-      if (e != 0) {
-        o.error = e;
-      } else {
-        o.checkpointed_seq = upto;
-        g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
-      }
-      o.cv.notify_all();
+      checkpoint_locked(o, lk, true);
       continue;
     }
     if (!o.closed.empty() && log_batch_locked(o, lk)) continue;
     if (!o.closed.empty() && o.log.active) {
       // The front epoch cannot go to the log: the direct way, after a checkpoint (a replay must
       // not write the log's older bytes over what the direct way writes).
-      const std::uint64_t upto = o.durable_seq;
-      lk.unlock();
-      const int e = log_checkpoint(o.log, true);
-      lk.lock();
-      if (e != 0) {
-        o.error = e;
-      } else {
-        o.checkpointed_seq = upto;
-        g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
-      }
-      o.cv.notify_all();
+      checkpoint_locked(o, lk, true);
       continue;
     }
     if (!o.closed.empty()) {
@@ -467,18 +463,7 @@ void order_thread_main() noexcept {
                    o.error != 0 || o.held;
           }))
         continue;
-      const bool forced = o.gate_waiters > 0 || o.checkpoint_wanted > o.checkpointed_seq;
-      const std::uint64_t upto = o.durable_seq;
-      lk.unlock();
-      const int e = log_checkpoint(o.log, forced);
-      lk.lock();
-      if (e != 0) {
-        o.error = e;
-      } else {
-        o.checkpointed_seq = upto;
-        g_stat_checkpoints.fetch_add(1, std::memory_order_relaxed);
-      }
-      o.cv.notify_all();
+      checkpoint_locked(o, lk, o.gate_waiters > 0 || o.checkpoint_wanted > o.checkpointed_seq);
       continue;
     }
     if (o.open_writes.empty()) {

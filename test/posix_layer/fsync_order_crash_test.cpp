@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -436,43 +437,57 @@ class FsyncOrderCrash : public LayerTest {
   }
 };
 
-TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed();
-  const double scale = order_crash_scale();
+// The four workloads, `counts` runs of each (scaled), every run checked; prints a line per
+// workload and the total. Busy runs are those with i % 2 == busy_parity.
+struct OrderCrashKind {
+  const char* name;
+  unsigned runs;
+  std::function<void(OrderProgram&, std::mt19937_64&)> body;
+};
+
+std::vector<OrderCrashKind> order_crash_kinds(const std::array<unsigned, 4>& counts, double scale) {
   auto runs = [&](unsigned n) { return std::max(1u, static_cast<unsigned>(n * scale + 0.5)); };
-  const std::string dir = file("");
-  struct Kind {
-    const char* name;
-    unsigned runs;
-    std::function<void(OrderProgram&, std::mt19937_64&)> body;
+  return {
+      {"journal", runs(counts[0]), [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 5); }},
+      {"append", runs(counts[1]), [](OrderProgram& p, std::mt19937_64& r) { append_workload(p, r, 24); }},
+      {"overwrite", runs(counts[2]), [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 10); }},
+      {"random", runs(counts[3]), [](OrderProgram& p, std::mt19937_64& r) { random_workload(p, r, 50); }},
   };
-  const std::vector<Kind> kinds = {
-      {"journal", runs(24), [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 5); }},
-      {"append", runs(10), [](OrderProgram& p, std::mt19937_64& r) { append_workload(p, r, 24); }},
-      {"overwrite", runs(16), [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 10); }},
-      {"random", runs(40), [](OrderProgram& p, std::mt19937_64& r) { random_workload(p, r, 50); }},
-  };
-  std::printf("[crashsim] order mode: seed %llu (TAI_TEST_SEED replays it), run scale %.2f\n",
-              static_cast<unsigned long long>(seed), scale);
-  OrderCrashTally total;
+}
+
+// Returns false after a fatal failure (the caller returns).
+bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, const std::vector<OrderCrashKind>& kinds,
+                           std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total) {
   const auto t0 = std::chrono::steady_clock::now();
   std::uint64_t run_seed = seed;
-  for (const Kind& k : kinds) {
+  for (const OrderCrashKind& k : kinds) {
     OrderCrashTally t;
     const auto k0 = std::chrono::steady_clock::now();
     for (unsigned i = 0; i < k.runs; ++i) {
       run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
-      run_order_crash(dir, std::string(k.name) + std::to_string(i) + "_", i % 2 == 1, run_seed, k.body, t);
-      if (HasFatalFailure()) return;
+      run_order_crash(dir, prefix + k.name + std::to_string(i) + "_", i % 2 == busy_parity, run_seed, k.body, t, with_log);
+      if (::testing::Test::HasFatalFailure()) return false;
     }
     print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
     total.stats += t.stats;
     total.runs += t.runs;
     total.operations += t.operations;
+    total.replayed += t.replayed;
+    total.saved_by_replay += t.saved_by_replay;
     for (auto& v : t.violations) total.violations.push_back(v);
   }
   print_order_crash("TOTAL", total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   for (const auto& v : total.violations) ADD_FAILURE() << v;
+  return true;
+}
+
+TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
+  const std::uint64_t seed = test_seed();
+  const double scale = order_crash_scale();
+  std::printf("[crashsim] order mode: seed %llu (TAI_TEST_SEED replays it), run scale %.2f\n",
+              static_cast<unsigned long long>(seed), scale);
+  OrderCrashTally total;
+  if (!run_order_crash_kinds(file(""), "", order_crash_kinds({24, 10, 16, 40}, scale), seed, 1, false, total)) return;
   EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << seed << ")";
   if (scale >= 1.0) {
     EXPECT_GE(total.stats.unique, 100'000u) << "an optimised build checks at least 100,000 states";
@@ -515,49 +530,17 @@ TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
 TEST_F(FsyncOrderCrash, EveryStateReplayedFromTheLogOfEpochsKeepsTheEpochOrder) {
   const std::uint64_t seed = test_seed() ^ 0x10c;
   const double scale = order_crash_scale();
-  auto runs = [&](unsigned n) { return std::max(1u, static_cast<unsigned>(n * scale + 0.5)); };
-  const std::string dir = file("");
-  struct Kind {
-    const char* name;
-    unsigned runs;
-    std::function<void(OrderProgram&, std::mt19937_64&)> body;
-  };
-  const std::vector<Kind> kinds = {
-      {"journal", runs(16), [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 5); }},
-      {"append", runs(10), [](OrderProgram& p, std::mt19937_64& r) { append_workload(p, r, 24); }},
-      {"overwrite", runs(12), [](OrderProgram& p, std::mt19937_64& r) { overwrite_workload(p, r, 10); }},
-      {"random", runs(24), [](OrderProgram& p, std::mt19937_64& r) { random_workload(p, r, 50); }},
-  };
   std::printf("[crashsim] order mode with the log of epochs: seed %llu, run scale %.2f\n",
               static_cast<unsigned long long>(seed), scale);
   const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  const std::string dir = file("");
   OrderCrashTally total;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t run_seed = seed;
-  for (const Kind& k : kinds) {
-    OrderCrashTally t;
-    const auto k0 = std::chrono::steady_clock::now();
-    for (unsigned i = 0; i < k.runs; ++i) {
-      run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
-      run_order_crash(dir, std::string("log_") + k.name + std::to_string(i) + "_", i % 2 == 0, run_seed, k.body, t,
-                      true);
-      if (HasFatalFailure()) return;
-    }
-    print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
-    total.stats += t.stats;
-    total.runs += t.runs;
-    total.operations += t.operations;
-    total.replayed += t.replayed;
-    total.saved_by_replay += t.saved_by_replay;
-    for (auto& v : t.violations) total.violations.push_back(v);
-  }
-  print_order_crash("TOTAL", total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!run_order_crash_kinds(dir, "log_", order_crash_kinds({16, 10, 12, 24}, scale), seed, 0, true, total)) return;
   const posix::FsyncOrderStats after = posix::fsync_order_stats();
   std::printf("[crashsim] order mode with the log: %llu epochs in %llu batches, %llu checkpoints, %zu states "
               "replayed from the log, %zu of them out of order without the replay\n",
               after.epochs_logged - before.epochs_logged, after.log_batches - before.log_batches,
               after.log_checkpoints - before.log_checkpoints, total.replayed, total.saved_by_replay);
-  for (const auto& v : total.violations) ADD_FAILURE() << v;
   EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << (seed ^ 0x10c) << ")";
   // The suite means something only if the log was used and states needed its replay.
   EXPECT_GT(after.log_batches - before.log_batches, 0u);

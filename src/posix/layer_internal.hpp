@@ -361,7 +361,6 @@ struct OrderState {
     int lock_fd = -1;
     File file;
     bool broken = false;  // it failed once: not used again by this process
-    bool active = false;  // batches written since the last checkpoint
     std::uint64_t generation = 1;
     std::uint64_t end = kOrderLogHeaderBytes;  // where the next batch goes
     std::uint64_t checkpoint_bytes = std::uint64_t{64} << 20;
@@ -369,6 +368,9 @@ struct OrderState {
     unsigned batches_since_checkpoint = 0;
     unsigned short_runs = 0;     // forced checkpoints in a row after a single batch each
     unsigned paused_epochs = 0;  // epochs sent the direct way while paused
+    // Batches written since the last checkpoint: a replay would write them, so nothing may reach
+    // the files outside the log until the next checkpoint.
+    bool active() const noexcept { return batches_since_checkpoint > 0; }
   } log;
 };
 

@@ -1,6 +1,8 @@
 // The order mode's log of epochs: see order_log.hpp.
 #include "src/posix/order_log.hpp"
 
+#include "engines/common/errno_text.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -34,6 +36,14 @@ std::uint32_t crc32c(const void* p, std::size_t n) {
 
 void put64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
 void put32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
+char* put64(char* p, std::uint64_t v) {
+  std::memcpy(p, &v, 8);
+  return p + 8;
+}
+char* put32(char* p, std::uint32_t v) {
+  std::memcpy(p, &v, 4);
+  return p + 4;
+}
 std::uint64_t get64(const unsigned char* p) {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
@@ -45,7 +55,7 @@ std::uint32_t get32(const unsigned char* p) {
   return v;
 }
 
-std::string errno_line(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+std::string errno_line(const std::string& what, int err) { return what + ": " + tai::detail::errno_text(err); }
 
 int write_all(int fd, const char* p, std::size_t n, std::uint64_t pos) {
   while (n > 0) {
@@ -141,33 +151,39 @@ std::string encode_order_log_header(std::uint64_t generation) {
   return out;
 }
 
-void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch, std::uint64_t last_epoch,
-                            const std::vector<OrderLogWriteView>& writes, std::string& out) {
-  std::string payload;
-  std::size_t total = 0;
+std::size_t order_log_batch_bytes(const std::vector<OrderLogWriteView>& writes) {
+  std::size_t total = kBatchHeaderBytes;
   for (const auto& w : writes) total += kWriteHeaderBytes + w.path->size() + w.size;
-  payload.reserve(total);
+  return total;
+}
+
+void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch, std::uint64_t last_epoch,
+                            const std::vector<OrderLogWriteView>& writes, char* out) {
+  char* const payload = out + kBatchHeaderBytes;
+  char* p = payload;
   for (const auto& w : writes) {
-    put64(payload, w.dev);
-    put64(payload, w.ino);
-    put64(payload, w.pos);
-    put64(payload, w.size);
-    put32(payload, static_cast<std::uint32_t>(w.path->size()));
-    put32(payload, 0);
-    payload.append(*w.path);
-    payload.append(w.bytes, w.size);
+    p = put64(p, w.dev);
+    p = put64(p, w.ino);
+    p = put64(p, w.pos);
+    p = put64(p, w.size);
+    p = put32(p, static_cast<std::uint32_t>(w.path->size()));
+    p = put32(p, 0);
+    std::memcpy(p, w.path->data(), w.path->size());
+    p += w.path->size();
+    if (w.size != 0) std::memcpy(p, w.bytes, w.size);
+    p += w.size;
   }
-  const std::size_t start = out.size();
-  put64(out, kBatchMagic);
-  put64(out, generation);
-  put64(out, first_epoch);
-  put64(out, last_epoch);
-  put64(out, payload.size());
-  put32(out, static_cast<std::uint32_t>(writes.size()));
-  put32(out, crc32c(payload.data(), payload.size()));
-  put32(out, crc32c(out.data() + start, out.size() - start));
-  put32(out, 0);
-  out.append(payload);
+  const std::size_t payload_bytes = static_cast<std::size_t>(p - payload);
+  char* h = out;
+  h = put64(h, kBatchMagic);
+  h = put64(h, generation);
+  h = put64(h, first_epoch);
+  h = put64(h, last_epoch);
+  h = put64(h, payload_bytes);
+  h = put32(h, static_cast<std::uint32_t>(writes.size()));
+  h = put32(h, crc32c(payload, payload_bytes));
+  h = put32(h, crc32c(out, 48));
+  put32(h, 0);
 }
 
 ParsedOrderLog parse_order_log(const unsigned char* data, std::size_t size) {
@@ -267,14 +283,16 @@ OrderLogRecovery recover_order_logs(const std::string& dir) {
     }
     ::close(fd);
   }
-  if (removed) {
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)::fsync(dfd);
-      ::close(dfd);
-    }
-  }
+  if (removed) (void)fsync_directory(dir);
   return rec;
+}
+
+int fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int e = ::fsync(fd) != 0 ? errno : 0;
+  ::close(fd);
+  return e;
 }
 
 }  // namespace tai::posix::detail

@@ -62,9 +62,13 @@ struct ParsedOrderLog {
 
 /// The 512 bytes at offset 0 (the rest of the header block stays zero). Thread-safe (pure).
 std::string encode_order_log_header(std::uint64_t generation);
-/// Appends one batch to `out`. Thread-safe (pure).
+/// The bytes encode_order_log_batch writes for `writes`. Thread-safe (pure).
+std::size_t order_log_batch_bytes(const std::vector<OrderLogWriteView>& writes);
+/// Writes one batch, exactly order_log_batch_bytes(writes) bytes, at `out` (the order thread
+/// encodes straight into the buffer the log's write then takes: no copy of the epochs' bytes
+/// besides this one). Thread-safe (pure).
 void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch, std::uint64_t last_epoch,
-                            const std::vector<OrderLogWriteView>& writes, std::string& out);
+                            const std::vector<OrderLogWriteView>& writes, char* out);
 /// Parses a log's bytes (see above). Thread-safe (pure).
 ParsedOrderLog parse_order_log(const unsigned char* data, std::size_t size);
 
@@ -85,5 +89,8 @@ OrderLogRecovery recover_order_logs(const std::string& dir);
 
 /// The log's file name in `dir` for this process: unique per process start.
 std::string order_log_path(const std::string& dir);
+
+/// fsync of the directory `dir` (a log made or removed there is durable in it). errno or 0.
+int fsync_directory(const std::string& dir);
 
 }  // namespace tai::posix::detail

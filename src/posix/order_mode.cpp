@@ -171,13 +171,19 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
 
 namespace {
 
-// errno of a failed log write or sync (the first), or 0. Waits.
-int log_write_sync(OrderState::Log& L, std::uint64_t pos, const std::string& bytes) {
-  const Receipt w = L.file.write(pos, bytes.data(), bytes.size());
+// errno of a failed log write or sync (the first), or 0. Waits. The buffer moves in (no copy).
+int log_write_sync(OrderState::Log& L, std::uint64_t pos, Buffer&& bytes) {
+  const Receipt w = L.file.write(pos, std::move(bytes));
   const Receipt s = L.file.fdatasync();
   const int e = error_of(w);
   const int f = error_of(s);
   return e ? e : f;
+}
+
+// The header with `generation`, written and synced. errno or 0.
+int write_header(OrderState::Log& L, std::uint64_t generation) {
+  const std::string h = encode_order_log_header(generation);
+  return log_write_sync(L, 0, Buffer::copy_of(h.data(), h.size()));
 }
 
 // Makes the log file (its header durable, its name durable in the directory). errno or 0.
@@ -201,12 +207,8 @@ int log_open(OrderState::Log& L) {
   L.file = std::move(f.value());
   L.generation = 1;
   L.end = kOrderLogHeaderBytes;
-  if (const int e = log_write_sync(L, 0, encode_order_log_header(L.generation))) return e;
-  const int dfd = ::open(L.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return errno;
-  const int e = ::fsync(dfd) != 0 ? errno : 0;
-  ::close(dfd);
-  return e;
+  if (const int e = write_header(L, L.generation)) return e;
+  return fsync_directory(L.dir);
 }
 
 }  // namespace
@@ -219,14 +221,13 @@ int log_open(OrderState::Log& L) {
 // program orders every few epochs by such a call (git renames after each object): the log then
 // costs a header sync per call and saves nothing, and log_batch_locked pauses it.
 static int log_checkpoint(OrderState::Log& L, bool forced) {
-  if (!L.active) return 0;
+  if (!L.active()) return 0;
   if (const int e = sync_files(L.files, true)) return e;
-  if (const int e = log_write_sync(L, 0, encode_order_log_header(L.generation + 1))) return e;
+  if (const int e = write_header(L, L.generation + 1)) return e;
   L.short_runs = forced && L.batches_since_checkpoint <= 1 ? L.short_runs + 1 : 0;
   L.batches_since_checkpoint = 0;
   ++L.generation;
   L.end = kOrderLogHeaderBytes;
-  L.active = false;
   for (Inode* ip : L.files) inode_unref(ip);
   L.files.clear();
   return 0;
@@ -245,7 +246,7 @@ void order_log_shutdown() {
     L.path = std::move(o.log.path);
     L.lock_fd = std::exchange(o.log.lock_fd, -1);
     L.file = std::move(o.log.file);
-    L.active = std::exchange(o.log.active, false);
+    L.batches_since_checkpoint = std::exchange(o.log.batches_since_checkpoint, 0);
     L.files = std::move(o.log.files);
     o.log.files.clear();
     o.log.generation = 1;
@@ -253,7 +254,7 @@ void order_log_shutdown() {
   }
   // Without the state's mutex, and past the preload's wrappers (an unlink there would wait for
   // the order state).
-  if (L.active) {
+  if (L.active()) {
     // Only after a failure: the log stays for the next process's replay.
     if (L.file.is_open()) L.file.detach();
   } else if (L.file.is_open()) {
@@ -273,7 +274,7 @@ void order_log_shutdown() {
 static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   OrderState::Log& L = o.log;
   if (L.dir.empty() || L.broken) return false;
-  if (!L.active && L.short_runs >= kLogShortRunsToPause) {
+  if (!L.active() && L.short_runs >= kLogShortRunsToPause) {
     // Paused (see log_checkpoint): the direct way for a while, then the log is tried again.
     if (++L.paused_epochs < kLogPauseEpochs) return false;
     L.paused_epochs = 0;
@@ -292,7 +293,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   }
   // One epoch alone gains nothing from the log (one sync either way) unless the log is in use,
   // when the direct way would first need a checkpoint.
-  if (k == 0 || (k == 1 && !L.active)) return false;
+  if (k == 0 || (k == 1 && !L.active())) return false;
   const std::uint64_t first = o.closed.front().seq, last = o.closed[k - 1].seq;
   const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
   bool skip = false;
@@ -303,17 +304,19 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   o.front_started_ns = started;
   lk.unlock();
   int err = 0;
-  std::string batch;
+  Buffer batch;
   try {
     std::vector<OrderLogWriteView> views;
     for (const auto& ws : per_epoch)
       for (const auto& w : ws)
         views.push_back({static_cast<std::uint64_t>(w.ino->dev), static_cast<std::uint64_t>(w.ino->ino), w.pos,
                          &w.ino->log_path, w.bytes.data(), w.bytes.size()});
-    encode_order_log_batch(L.generation, first, last, views, batch);
+    batch = Buffer(order_log_batch_bytes(views));
+    encode_order_log_batch(L.generation, first, last, views, batch.chars());
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
   }
+  const std::size_t batch_bytes = batch.size();
   if (err == 0 && !L.file.is_open()) {
     err = log_open(L);
     if (err) logf("fsync order: cannot make the log in %s: %s", L.dir.c_str(), std::strerror(err));
@@ -321,7 +324,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   std::vector<Inode*> touched;
   // skip_epoch_syncs_for_testing: the writes reach the cache before the log is durable (and the
   // log is not written at all): the crash suite's proof that it sees a broken log.
-  if (err == 0 && !skip) err = log_write_sync(L, L.end, batch);
+  if (err == 0 && !skip) err = log_write_sync(L, L.end, std::move(batch));
   if (err != 0) {
     lk.lock();
     for (std::size_t i = 0; i < k; ++i) o.closed[i].writes = std::move(per_epoch[i]);
@@ -330,8 +333,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     L.broken = true;
     return false;
   }
-  L.end += batch.size();
-  L.active = true;
+  L.end += batch_bytes;
   ++L.batches_since_checkpoint;
   int aerr = 0;
   try {
@@ -358,7 +360,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   g_stat_durable.fetch_add(k, std::memory_order_relaxed);
   g_stat_logged.fetch_add(k, std::memory_order_relaxed);
   g_stat_log_batches.fetch_add(1, std::memory_order_relaxed);
-  if (!L.active) o.checkpointed_seq = o.durable_seq;
+  if (!L.active()) o.checkpointed_seq = o.durable_seq;
   // A write the cache refused is in the log, hence durable by its replay only: said, as a
   // failed epoch is, by the next fsync, close or sync_now.
   if (const int e = aerr ? aerr : cerr) {
@@ -392,12 +394,12 @@ void order_thread_main() noexcept {
   for (;;) {
     o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held; });
     // A close, exit or sync_now waits for an epoch already in the log: checkpoint now.
-    if (o.log.active && o.checkpoint_wanted > o.checkpointed_seq && o.checkpoint_wanted <= o.durable_seq) {
+    if (o.log.active() && o.checkpoint_wanted > o.checkpointed_seq && o.checkpoint_wanted <= o.durable_seq) {
       checkpoint_locked(o, lk, true);
       continue;
     }
     if (!o.closed.empty() && log_batch_locked(o, lk)) continue;
-    if (!o.closed.empty() && o.log.active) {
+    if (!o.closed.empty() && o.log.active()) {
       // The front epoch cannot go to the log: the direct way, after a checkpoint (a replay must
       // not write the log's older bytes over what the direct way writes).
       checkpoint_locked(o, lk, true);
@@ -453,7 +455,7 @@ void order_thread_main() noexcept {
     // Every closed epoch is durable: the open epoch's held writes go to the cache, then the gate
     // opens (a write held back meanwhile is taken by the next round). With the log in use, a
     // checkpoint first: what reaches the cache from now on is not in the log.
-    if (o.log.active) {
+    if (o.log.active()) {
       // Nobody waits for the gate: keep the log open a while for the next epochs (a program
       // that fsyncs in a loop outruns the device again at once, and a checkpoint costs a sync
       // of every file it wrote); the epochs are durable in it meanwhile.

@@ -187,6 +187,9 @@ void hold_order_thread_for_testing(bool hold);
 /// and the next epoch starts at once), so a later epoch's writes can reach the device before an
 /// earlier epoch's are durable. 0: the normal order.
 void skip_epoch_syncs_for_testing(unsigned every);
+/// For tests: each write of the order log's batches takes `ms` milliseconds longer (a slow
+/// device while a batch is in flight). 0: no delay.
+void delay_order_log_writes_for_testing(unsigned ms);
 /// Every routed write durable (tai::posix::sync_now()): errno or 0.
 int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.

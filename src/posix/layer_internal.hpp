@@ -98,6 +98,7 @@ extern std::mutex g_through_mu;
 extern std::mutex g_pool_mu;
 extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<unsigned> g_skip_epoch_syncs;
+extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
     g_stat_logged, g_stat_log_batches, g_stat_checkpoints;
 extern std::atomic<bool> g_forked_child;
@@ -341,6 +342,9 @@ struct OrderState {
   // queue's length it predicts when a new epoch will be durable (order_fsync).
   std::uint64_t epoch_ns = 0;
   std::uint64_t front_started_ns = 0;  // when the order thread took the epoch in flight; 0: none
+  // How many epochs are in flight since front_started_ns: 1 the direct way, a log batch's count
+  // with the log (they become durable together, with one sync).
+  std::size_t front_epochs = 0;
   int error = 0;  // a failed epoch, not yet returned: the thread stops until it is
   bool thread_started = false;
   bool held = false;  // hold_order_thread_for_testing: a device that does not answer

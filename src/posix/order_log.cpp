@@ -1,6 +1,8 @@
 // The order mode's log of epochs: see order_log.hpp.
 #include "src/posix/order_log.hpp"
 
+#include "src/posix/crc32c.hpp"
+
 #include "engines/common/errno_text.hpp"
 
 #include <dirent.h>
@@ -10,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <boost/crc.hpp>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -27,12 +28,6 @@ constexpr std::size_t kBatchHeaderBytes = 56;
 constexpr std::size_t kWriteHeaderBytes = 40;
 // A path longer than PATH_MAX or a payload field past this are a damaged log, not data.
 constexpr std::uint32_t kMaxPath = 4096;
-
-std::uint32_t crc32c(const void* p, std::size_t n) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> c;
-  c.process_bytes(p, n);
-  return c.checksum();
-}
 
 void put64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
 void put32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }

@@ -3,6 +3,8 @@
 #include "src/posix/layer_internal.hpp"
 
 #include <sys/file.h>
+#include <chrono>
+#include <thread>
 
 namespace tai::posix::detail {
 
@@ -14,6 +16,8 @@ OrderState& ord() {
 // suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
 // skipped. Read once per epoch.
 std::atomic<unsigned> g_skip_epoch_syncs{0};
+// delay_order_log_writes_for_testing: milliseconds added to each batch's write; 0 normally.
+std::atomic<unsigned> g_log_write_delay_ms{0};
 // How long the log stays open after the queue of epochs empties, for the next ones, when nobody
 // waits for the gate (then: a checkpoint, and the writes go to the cache again).
 constexpr int kLogIdleMs = 50;
@@ -167,12 +171,17 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
   o.log.dir = dir;
   o.log.checkpoint_bytes = checkpoint_bytes;
   o.log.broken = false;
+  // A new controller's program starts unpaused (the pause rule judges this run's checkpoints).
+  o.log.short_runs = 0;
+  o.log.paused_epochs = 0;
 }
 
 namespace {
 
 // errno of a failed log write or sync (the first), or 0. Waits. The buffer moves in (no copy).
 int log_write_sync(OrderState::Log& L, std::uint64_t pos, Buffer&& bytes) {
+  if (const unsigned ms = g_log_write_delay_ms.load(std::memory_order_relaxed))
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   const Receipt w = L.file.write(pos, std::move(bytes));
   const Receipt s = L.file.fdatasync();
   const int e = error_of(w);
@@ -302,6 +311,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   for (std::size_t i = 0; i < k; ++i) per_epoch[i] = std::move(o.closed[i].writes);
   const std::uint64_t started = now_ns();
   o.front_started_ns = started;
+  o.front_epochs = k;
   lk.unlock();
   int err = 0;
   Buffer batch;
@@ -414,6 +424,7 @@ void order_thread_main() noexcept {
       const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
       const std::uint64_t started = now_ns();
       o.front_started_ns = started;
+      o.front_epochs = 1;
       lk.unlock();
       int err = 0;
       try {
@@ -611,16 +622,26 @@ int order_fsync(bool data_only) {
   // oldest waiting epoch is older than the delay, or when the queue, at the order thread's
   // recent time per epoch, would pass the delay (a program that closes epochs faster than the
   // device syncs them is held to the device's pace instead of letting the lag grow with the
-  // queue). The time per epoch: the recent average, at least how long the epoch in flight has
-  // taken so far, and before any epoch was measured at least a sixteenth of the delay (so a
-  // burst of fsyncs at the start queues about 16 epochs before the device's pace is known).
+  // queue). The time per epoch: the recent average, and before any epoch was measured a
+  // sixteenth of the delay (so a burst of fsyncs at the start queues about 16 epochs before the
+  // device's pace is known). The direct way syncs each epoch on its own, so an epoch in flight
+  // for longer than the average says the device is that slow now: it stands for the time of
+  // each. A log batch in flight makes its epochs durable together and the next batch takes all
+  // queued epochs with one sync: its time so far is added once, not multiplied.
   bool wait = false;
   if (!o.closed.empty()) {
     const std::uint64_t now = now_ns();
     std::uint64_t per = o.epoch_ns != 0 ? o.epoch_ns : delay / 16;
-    if (o.front_started_ns != 0) per = std::max(per, now - o.front_started_ns);
+    std::uint64_t lag = 0;
+    std::size_t waiting = o.closed.size() + 1;
+    if (o.front_started_ns != 0 && o.front_epochs > 1) {
+      lag = now - o.front_started_ns;
+      waiting -= std::min(o.front_epochs, o.closed.size());
+    } else if (o.front_started_ns != 0) {
+      per = std::max(per, now - o.front_started_ns);
+    }
     wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) || now - o.closed.front().closed_ns > delay ||
-           (o.closed.size() + 1) * per > delay;
+           lag + waiting * per > delay;
   }
   const std::uint64_t seq = close_epoch_locked(o, data_only);
   if (!wait) return 0;

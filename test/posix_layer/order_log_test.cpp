@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "posix_layer/support.hpp"
@@ -213,6 +215,49 @@ TEST_F(OrderLogRecovery, TheLayerBatchesQueuedEpochsIntoTheLog) {
   EXPECT_GE(after.log_checkpoints - before.log_checkpoints, 1u);
   restart(layer_settings());
   EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 0u) << "the log was removed at shutdown";
+}
+
+// The delay bound with the log: a batch in flight makes all its epochs durable with one sync,
+// and the next batch takes every queued epoch with one more. So its time so far counts once,
+// not once per queued epoch: 30 small epochs closed while a slow batch is in flight do not
+// wait (the direct way's estimate, an epoch's time in flight for each queued epoch, would put
+// them past the delay and make them wait for the device).
+TEST_F(OrderLogRecovery, ABatchInFlightDoesNotMakeTheQueuedEpochsWait) {
+  const std::string dir = file("");
+  posix::detail::Settings s = order_with_log(dir);
+  s.fsync_max_delay_ms = 5'000;
+  restart(s);
+  const std::string a = file("a");
+  const int fa = posix::open(a.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fa, 0);
+  std::string expect = "first";
+  ASSERT_EQ(posix::pwrite(fa, expect.data(), expect.size(), 0), 5);
+  ASSERT_EQ(posix::fsync(fa), 0);
+  ASSERT_EQ(posix::sync_now(), 0);  // the thread's time per epoch measured, the gate open
+  auto append_and_sync = [&](int i) {
+    const std::string rec = "r" + std::to_string(i) + ";";
+    ASSERT_EQ(posix::pwrite(fa, rec.data(), rec.size(), static_cast<off_t>(expect.size())), static_cast<ssize_t>(rec.size()));
+    expect += rec;
+    ASSERT_EQ(posix::fdatasync(fa), 0);
+  };
+  // Queued behind a held thread, then taken as one batch whose write takes 1.5 s.
+  posix::detail::delay_order_log_writes_for_testing(1'500);
+  posix::detail::hold_order_thread_for_testing(true);
+  for (int i = 0; i < 5; ++i) append_and_sync(i);
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  posix::detail::hold_order_thread_for_testing(false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the batch in flight
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 5; i < 35; ++i) append_and_sync(i);
+  const auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  const posix::FsyncOrderStats during = posix::fsync_order_stats();
+  posix::detail::delay_order_log_writes_for_testing(0);
+  EXPECT_EQ(during.backpressure, before.backpressure) << "an fsync waited for the batch in flight";
+  EXPECT_LT(during.epochs_logged, before.epochs_logged + 35) << "the epochs were durable before they were closed?";
+  EXPECT_LT(took_ms, 1'000) << "the fsyncs took as long as the batch in flight";
+  ASSERT_EQ(posix::close(fa), 0);
+  EXPECT_EQ(kernel_contents(a), expect);
+  EXPECT_GE(posix::fsync_order_stats().epochs_logged - before.epochs_logged, 4u);
 }
 
 // A log that cannot be made (its directory is a regular file): the order thread says so and goes

@@ -272,6 +272,21 @@ static void order_point(void) {
   LEAVE();
 }
 
+/* Before an fsync of a descriptor that is not routed. A regular file's fsync waits for the epochs
+ * before it: its writes went straight to the kernel, and the program expects them durable after
+ * the routed writes it synced first. A directory's fsync does not: it makes names durable, and the
+ * name changes that could break the order (unlink, rename, link, truncate) already waited for the
+ * epochs before them; what else it can make durable (a new, empty name) the kernel may commit at
+ * any moment anyway, so it adds no crash state the order mode did not already allow. SQLite syncs
+ * the directory after creating each rollback journal: this keeps that sync from waiting for the
+ * journal's own epoch. */
+static void order_point_before_sync(int fd) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
+  struct stat st;
+  if (REAL(fstat)(fd, &st) == 0 && S_ISDIR(st.st_mode)) return;
+  order_point();
+}
+
 static int under_prefix(const char* path) {
   for (int i = 0; i < g_prefixes; ++i) {
     const size_t n = g_prefix_len[i];
@@ -649,7 +664,7 @@ LSEEK_WRAPPER(lseek64, off64_t)
 
 EXPORT int fsync(int fd) {
   if (!routed(fd)) {
-    order_point();
+    order_point_before_sync(fd);
     if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
     return REAL(fsync)(fd);
   }
@@ -660,7 +675,7 @@ EXPORT int fsync(int fd) {
 }
 EXPORT int fdatasync(int fd) {
   if (!routed(fd)) {
-    order_point();
+    order_point_before_sync(fd);
     if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
     return REAL(fdatasync)(fd);
   }

@@ -144,6 +144,11 @@ ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uin
 ssize_t clamp_count(const void* buf, std::size_t& n);
 bool shut_down_locked(const Inode& ino) noexcept;
 bool kernel_locked(const Inode& ino) noexcept;
+// Under ino.mu, in order mode: the file is write-through and its writes still pass the epoch
+// gate (held back while it is closed, then written by the order thread on Inode::direct_fd, its
+// syncs made there too). False for a file write-through without that descriptor and while the
+// layer shuts down: those go to the kernel at once, as `full` does.
+bool order_through_locked(const Inode& ino) noexcept;
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);
@@ -154,7 +159,7 @@ int sync_files(const std::vector<Inode*>& files, bool data_only);
 void order_thread_main() noexcept;
 int take_error_locked(OrderState& o);
 void order_admit(std::size_t n);
-ssize_t order_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t pos);
+ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
 int order_point_impl();
 void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
@@ -214,6 +219,11 @@ struct Inode {
   // one, several times per transaction). Written under mu.
   std::atomic<std::uint64_t> clean_upto{0};
   int writeback_fd = -1;             // TAI's own duplicate, for sync_file_range (-1: none)
+  // Order mode: TAI's own descriptor of the file, opened anew (its own open file description:
+  // write access, never O_APPEND), for the order thread's writes and syncs while the file is
+  // write-through (the program's descriptor may be closed by then). -1: none, and then the file
+  // never goes write-through in order mode. Set before the inode is published, closed with it.
+  int direct_fd = -1;
   std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
   // Under mu: something went through `file` (a cached write or a read, which may cache what it
   // read) since it was opened. An O_APPEND write goes to the kernel (see append_through_locked),
@@ -240,6 +250,7 @@ struct Inode {
   Inode& operator=(const Inode&) = delete;
   ~Inode() {
     if (writeback_fd >= 0) (void)tai::detail::close_own_descriptor(writeback_fd);
+    if (direct_fd >= 0) (void)tai::detail::close_own_descriptor(direct_fd);
   }
 };
 
@@ -299,20 +310,27 @@ struct Ref {
 // unlink/rename/link, open with O_TRUNC, an fsync of a descriptor that is not routed) first
 // waits until the gate is open (order_drain) or the closed epochs are durable (order_point), and
 // is done with the gate held open (the state's mutex), so that the next fsync covers it.
-// Not covered: a file that cannot leave write-through (its engine cannot open it) keeps writing
-// to the kernel directly; mkdir, symlink and the creation of a file are not ordered (an empty
-// new file or directory may appear before the epoch that precedes it is durable).
+// A write-through file (Settings::sync_through_bytes: synced after little data) keeps the rule:
+// while the gate is open its writes go to the kernel under the state's mutex (so the next fsync
+// covers them), while it is closed they are held back like cached ones, and the order thread
+// writes them and syncs the file on the inode's own descriptor (Inode::direct_fd), with no
+// controller hand-off. A file goes write-through after the order thread's sync of it covered
+// every write submitted to it (one made write-through in `full` goes back to the cache at its
+// next write). Not covered: a file that cannot leave write-through (its engine cannot open it)
+// keeps writing to the kernel directly; mkdir, symlink and the creation of a file are not ordered (an empty new file or directory may appear before the
+// epoch that precedes it is durable).
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.
 //
-// Unfinished: one device sync per epoch, one epoch at a time, is as many syncs as `full`; the
-// mode wins only the overlap of the program's work with the sync, and loses a hand-off per epoch
-// (docs/results/fsync-order.md). Fewer syncs than epochs needs a TAI-side log of epochs (not
-// started). The rule is checked on the recording engine's log (test/posix_layer/fsync_order_test.cpp),
-// on every multi-file crash state of the crash simulator's log
-// (test/posix_layer/fsync_order_crash_test.cpp, docs/crashsim.md), and the kill suite runs sqlite3
-// under this mode (test/kill/preload_kill_test.cpp).
+// Without the log of epochs there is one device sync per epoch, one epoch at a time, as many
+// syncs as `full`: the mode wins the overlap of the program's work with the sync. With it
+// (TAI_FSYNC_LOG_DIR, order_log.hpp) a run of epochs costs one sync of the log. The rule is
+// checked on the recording engine's log (test/posix_layer/fsync_order_test.cpp), on every
+// multi-file crash state of the crash simulator's log (test/posix_layer/fsync_order_crash_test.cpp,
+// docs/crashsim.md), for write-through files by what the kernel holds while an epoch is held
+// (test/posix_layer/order_through_test.cpp), and the kill suite runs sqlite3 under this mode
+// (test/kill/preload_kill_test.cpp).
 
 struct Deferred {
   Inode* ino;  // holds a reference

@@ -46,7 +46,13 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
       owned->name = path;
       owned->log_path = absolute_path_of(fd, path);
       owned->via_proc = proc_fd_available();  // else the path (no /proc)
-      if (g_sync_through.load(std::memory_order_relaxed) != 0 && !order_mode() && through_path_known(owned->name)) {
+      const bool through_allowed = g_sync_through.load(std::memory_order_relaxed) != 0;
+      if (through_allowed && order_mode() && owned->via_proc) {
+        // The order thread's own way to the file while it is write-through (see Inode).
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        owned->direct_fd = tai::detail::adopt_own_descriptor(::open(self.c_str(), O_WRONLY | O_CLOEXEC));
+      }
+      if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && through_path_known(owned->name)) {
         // Made again under the name of a file that went write-through: it starts so, and gets
         // its engine file only if it goes back to the cache (leave_through_locked).
         owned->through = true;

@@ -100,12 +100,18 @@ bool shut_down_locked(const Inode& ino) noexcept {
 
 bool kernel_locked(const Inode& ino) noexcept { return ino.through || shut_down_locked(ino); }
 
+bool order_through_locked(const Inode& ino) noexcept {
+  return ino.through && ino.direct_fd >= 0 && !g_down.load(std::memory_order_acquire);
+}
+
 // Under ino.mu, before a write of n bytes: a write-through file that has had more than
 // sync_through_bytes written since its last sync goes back to the cache (this write included).
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept {
   ino.bytes_since_sync += n;
-  // Under order every cached write must pass the epoch gate: a write-through file leaves.
-  if (ino.through && (order_mode() || ino.bytes_since_sync > g_sync_through.load(std::memory_order_relaxed)))
+  // Under order a write-through file's writes pass the epoch gate as cached ones do
+  // (order_write_locked) when the order thread has its own descriptor of it; one without (made
+  // write-through in `full`) goes back to the cache.
+  if (ino.through && ((order_mode() && ino.direct_fd < 0) || ino.bytes_since_sync > g_sync_through.load(std::memory_order_relaxed)))
     (void)leave_through_locked(ino, fd);
 }
 
@@ -144,6 +150,7 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
     return r;
   }
   count_write_locked(ino, fd, n);
+  if (ordered && order_through_locked(ino)) return order_write_locked(ino, fd, buf, n, pos);
   if (kernel_locked(ino)) {  // write-through, or see shut_down_locked
     ssize_t r;
     do {
@@ -153,7 +160,7 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
     grow_size(ino, pos + static_cast<std::uint64_t>(r));
     return r;
   }
-  if (ordered) return order_write_locked(ino, buf, n, pos);
+  if (ordered) return order_write_locked(ino, fd, buf, n, pos);
   return submit_write_locked(ino, buf, n, pos, false);
   }
 }
@@ -196,14 +203,15 @@ int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   if (g_fsync_none.load(std::memory_order_relaxed)) return 0;  // benchmark only: see Settings
   if (order_mode()) {
-    bool kernel;
+    bool kernel, through;
     {
       std::lock_guard<std::mutex> lock(ino.mu);
       kernel = kernel_locked(ino);
+      through = order_through_locked(ino);
     }
-    // A file still write-through (its engine cannot open it) or a layer shutting down: the
-    // kernel's own fsync below, which waits.
-    if (!kernel) return order_fsync(data_only);
+    // A file write-through without the order thread's descriptor (see order_through_locked) or
+    // a layer shutting down: the kernel's own fsync below, which waits.
+    if (!kernel || through) return order_fsync(data_only);
   }
   Receipt r;
   std::uint64_t target;

@@ -1,0 +1,182 @@
+// Write-through under the order mode (TAI_FSYNC=order with Settings::sync_through_bytes): a file
+// synced after little data goes write-through after the order thread's sync of it, and from then
+// on the order thread writes its held-back bytes and syncs it on its own descriptor, not through
+// the controller. The epoch rule must hold all the same: a write made while an earlier epoch is
+// not durable stays out of the kernel until it is. What the kernel has is read with a plain
+// ::open/::pread; the recording engine shows what bypassed the controller.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "engines/recording/recording_engine.hpp"
+#include "posix_layer/support.hpp"
+
+namespace tai::test {
+namespace {
+
+constexpr std::uint64_t kOrderThroughBytes = 64 * 1024;
+
+class OrderThrough : public LayerTest {
+ protected:
+  void SetUp() override { restart(settings()); }
+  void TearDown() override {
+    posix::detail::hold_order_thread_for_testing(false);
+    LayerTest::TearDown();
+  }
+
+  // No idle write-back, no write-behind, no started write-back: a cached write reaches the
+  // kernel only at a sync or a close, so kernel_contents() tells a cached write from one that
+  // went to the kernel.
+  posix::detail::Settings settings() {
+    posix::detail::Settings s = layer_settings();
+    s.fsync_mode = posix::FsyncMode::order;
+    s.fsync_max_delay_ms = 600'000;  // the fsyncs below never wait for the held thread
+    s.options.flush_idle_ns = -1;
+    s.write_behind_ms = 0;
+    s.start_writeback_bytes = 0;
+    s.sync_through_bytes = kOrderThroughBytes;
+    auto rec = std::make_shared<engines::RecordingEngine*>(nullptr);
+    recording_ = rec;
+    s.options.engine = "recording";
+    s.setup = [rec](Controller& c) {
+      auto r = engines::make_recording(engines::make_posix({}));
+      *rec = r.get();
+      c.add_engine("recording", std::move(r));
+    };
+    return s;
+  }
+  engines::RecordingEngine& log() { return **recording_; }
+
+  std::string read_back(int fd, std::size_t n) {
+    std::string got(n, '\0');
+    const ssize_t r = posix::pread(fd, got.data(), n, 0);
+    if (r < 0) return "<pread failed: " + std::string(std::strerror(errno)) + ">";
+    got.resize(static_cast<std::size_t>(r));
+    return got;
+  }
+
+  // Writes `s` at the end of what `want` holds, through the layer, and appends it to `want`.
+  static void append(int fd, std::string& want, const std::string& s) {
+    ASSERT_EQ(posix::pwrite(fd, s.data(), s.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(s.size()));
+    want += s;
+  }
+
+  // Small records, each synced: the file goes write-through once the order thread synced it.
+  std::string make_through(int fd) {
+    std::string want;
+    append(fd, want, pattern(300, 1));
+    EXPECT_EQ(posix::fdatasync(fd), 0);
+    EXPECT_EQ(posix::sync_now(), 0);
+    return want;
+  }
+
+ private:
+  std::shared_ptr<engines::RecordingEngine*> recording_;
+};
+
+TEST_F(OrderThrough, ASmallSyncedFileGoesWriteThroughAndItsLaterEpochsWaitForTheEarlierOnes) {
+  const std::string path = file("journal.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  std::string want = make_through(fd);
+  ASSERT_EQ(kernel_contents(path), want);
+  const std::size_t engine_requests = log().size();
+
+  // The gate open: a write goes to the kernel as it returns.
+  append(fd, want, pattern(200, 2));
+  EXPECT_EQ(kernel_contents(path), want) << "the file did not go write-through after a small synced epoch";
+
+  // The device stuck on the next epoch: what is written after its fsync is held back, out of
+  // the kernel, until that epoch is durable.
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::fdatasync(fd), 0);  // epoch n: returns without waiting
+  const std::string durable_first = want;
+  append(fd, want, pattern(500, 3));
+  EXPECT_EQ(kernel_contents(path), durable_first) << "a write of epoch n+1 reached the kernel before epoch n was durable";
+  ASSERT_EQ(posix::fdatasync(fd), 0);  // epoch n+1
+  append(fd, want, pattern(100, 4));
+  EXPECT_EQ(kernel_contents(path), durable_first);
+  posix::detail::hold_order_thread_for_testing(false);
+
+  // Every epoch durable: the order thread wrote the held bytes and synced on its own descriptor.
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(kernel_contents(path), want);
+  EXPECT_EQ(read_back(fd, want.size() + 10), want);
+  const posix::FsyncOrderStats s = posix::fsync_order_stats();
+  EXPECT_EQ(s.epochs_durable, s.epochs_closed);
+  EXPECT_EQ(log().size(), engine_requests) << "a write-through file's writes and syncs bypass the controller's engine";
+  struct stat st {};
+  ASSERT_EQ(posix::fstat(fd, &st), 0);
+  EXPECT_EQ(static_cast<std::size_t>(st.st_size), want.size());
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_EQ(kernel_contents(path), want);
+}
+
+// The write-through file's writes held back behind another file's epoch: the other file's
+// bytes reach the kernel and are synced first (epochs are process-wide).
+TEST_F(OrderThrough, AWriteThroughFileWaitsForAnotherFilesEarlierEpoch) {
+  const std::string jpath = file("journal.dat"), dpath = file("db.dat");
+  const int j = posix::open(jpath.c_str(), O_RDWR | O_CREAT, 0644);
+  const int d = posix::open(dpath.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(j, 0);
+  ASSERT_GE(d, 0);
+  std::string jwant = make_through(j);
+  std::string dwant;
+  posix::detail::hold_order_thread_for_testing(true);
+  append(d, dwant, pattern(8192, 5));  // the gate is open: cached, or written around the cache
+  ASSERT_EQ(posix::fsync(d), 0);       // epoch n: the database's pages
+  append(j, jwant, pattern(64, 6));    // epoch n+1: held back
+  ASSERT_EQ(posix::fsync(j), 0);
+  EXPECT_EQ(kernel_contents(jpath), pattern(300, 1)) << "the journal's write passed the database's epoch";
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_TRUE(kernel_contents(dpath) == dwant);
+  EXPECT_TRUE(kernel_contents(jpath) == jwant);
+  ASSERT_EQ(posix::close(j), 0);
+  ASSERT_EQ(posix::close(d), 0);
+}
+
+TEST_F(OrderThrough, ManyBytesBetweenSyncsGoBackToTheCache) {
+  const std::string path = file("back.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  std::string want = make_through(fd);
+  const std::size_t engine_requests = log().size();
+  for (int i = 0; i < 20; ++i) append(fd, want, pattern(8192, 10 + static_cast<unsigned>(i)));
+  EXPECT_LT(kernel_contents(path).size(), want.size()) << "the writes past the threshold are cached";
+  EXPECT_TRUE(read_back(fd, want.size()) == want);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_TRUE(kernel_contents(path) == want);
+  EXPECT_GT(log().size(), engine_requests) << "back in the cache, the file's writes go through the engine";
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
+// SQLite deletes its rollback journal after each transaction and makes it again: a file made
+// again under the name of one that went write-through starts so, in order mode too.
+TEST_F(OrderThrough, AFileMadeAgainUnderAWriteThroughNameStartsWriteThrough) {
+  const std::string path = file("t.db-journal");
+  int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  (void)make_through(fd);
+  ASSERT_EQ(posix::close(fd), 0);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(posix::routed(fd));
+  std::string want;
+  append(fd, want, pattern(700, 7));
+  EXPECT_EQ(kernel_contents(path), want) << "the new file did not start write-through";
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::fdatasync(fd), 0);
+  const std::string first = want;
+  append(fd, want, pattern(50, 8));
+  EXPECT_EQ(kernel_contents(path), first) << "held back behind the epoch in flight";
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::close(fd), 0);  // waits for every epoch
+  EXPECT_EQ(kernel_contents(path), want);
+}
+
+}  // namespace
+}  // namespace tai::test

@@ -69,7 +69,9 @@ struct Settings {
   /// cache has nothing to hide (the fsync waits for the write-back and the device either way),
   /// and each fsync through the workers costs a wake-up and a round trip. The path is
   /// remembered, so a file made again under the same name (SQLite's rollback journal, made and
-  /// deleted by every transaction) starts write-through. 0: off (every routed file is cached).
+  /// deleted by every transaction) starts write-through; in order mode so does an empty file.
+  /// Under order a write-through file's writes still pass the epoch gate, and the order thread
+  /// writes and syncs them on its own descriptor. 0: off (every routed file is cached).
   std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
   /// TAI_FSYNC (tai/posix.hpp).
   FsyncMode fsync_mode = FsyncMode::full;

@@ -52,9 +52,14 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
         const std::string self = "/proc/self/fd/" + std::to_string(fd);
         owned->direct_fd = tai::detail::adopt_own_descriptor(::open(self.c_str(), O_WRONLY | O_CLOEXEC));
       }
-      if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && through_path_known(owned->name)) {
-        // Made again under the name of a file that went write-through: it starts so, and gets
-        // its engine file only if it goes back to the cache (leave_through_locked).
+      // Made again under the name of a file that went write-through, or in order mode empty: it
+      // starts so, and gets its engine file only if it goes back to the cache (more than
+      // sync_through_bytes between two syncs: leave_through_locked). Under order an empty file
+      // is most often a small one synced at once (a lock file, git's objects, a journal), whose
+      // every sync would otherwise be an order-thread and a worker hand-off; a large output
+      // goes back to the cache after its first sync_through_bytes.
+      const bool starts_through = through_path_known(owned->name) || (order_mode() && st.st_size == 0);
+      if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && starts_through) {
         owned->through = true;
       } else {
         const std::string how = owned->via_proc ? "/proc/self/fd/" + std::to_string(fd) : owned->name;

@@ -62,9 +62,18 @@ class OrderThrough : public LayerTest {
     want += s;
   }
 
-  // Small records, each synced: the file goes write-through once the order thread synced it.
-  std::string make_through(int fd) {
-    std::string want;
+  // A file that exists with `bytes` before the layer opens it: it starts cached (an empty one
+  // starts write-through in order mode), then opened through the layer.
+  int open_nonempty(const std::string& path, const std::string& bytes) {
+    const int k = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (k < 0 || ::write(k, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return -1;
+    ::close(k);
+    return posix::open(path.c_str(), O_RDWR, 0644);
+  }
+
+  // Small records, each synced: the file goes write-through once the order thread synced it
+  // (the file holds `want` before).
+  std::string make_through(int fd, std::string want = "") {
     append(fd, want, pattern(300, 1));
     EXPECT_EQ(posix::fdatasync(fd), 0);
     EXPECT_EQ(posix::sync_now(), 0);
@@ -77,11 +86,14 @@ class OrderThrough : public LayerTest {
 
 TEST_F(OrderThrough, ASmallSyncedFileGoesWriteThroughAndItsLaterEpochsWaitForTheEarlierOnes) {
   const std::string path = file("journal.dat");
-  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  const std::string before = pattern(1000, 9);
+  const int fd = open_nonempty(path, before);
   ASSERT_GE(fd, 0);
-  std::string want = make_through(fd);
+  const std::size_t engine_requests_cached = log().size();
+  std::string want = make_through(fd, before);
   ASSERT_EQ(kernel_contents(path), want);
   const std::size_t engine_requests = log().size();
+  EXPECT_GT(engine_requests, engine_requests_cached) << "the file was cached before its first sync";
 
   // The gate open: a write goes to the kernel as it returns.
   append(fd, want, pattern(200, 2));
@@ -118,11 +130,11 @@ TEST_F(OrderThrough, ASmallSyncedFileGoesWriteThroughAndItsLaterEpochsWaitForThe
 TEST_F(OrderThrough, AWriteThroughFileWaitsForAnotherFilesEarlierEpoch) {
   const std::string jpath = file("journal.dat"), dpath = file("db.dat");
   const int j = posix::open(jpath.c_str(), O_RDWR | O_CREAT, 0644);
-  const int d = posix::open(dpath.c_str(), O_RDWR | O_CREAT, 0644);
+  const int d = open_nonempty(dpath, "x");  // cached
   ASSERT_GE(j, 0);
   ASSERT_GE(d, 0);
   std::string jwant = make_through(j);
-  std::string dwant;
+  std::string dwant = "x";
   posix::detail::hold_order_thread_for_testing(true);
   append(d, dwant, pattern(8192, 5));  // the gate is open: cached, or written around the cache
   ASSERT_EQ(posix::fsync(d), 0);       // epoch n: the database's pages
@@ -139,7 +151,7 @@ TEST_F(OrderThrough, AWriteThroughFileWaitsForAnotherFilesEarlierEpoch) {
 
 TEST_F(OrderThrough, ManyBytesBetweenSyncsGoBackToTheCache) {
   const std::string path = file("back.dat");
-  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);  // empty: starts write-through
   ASSERT_GE(fd, 0);
   std::string want = make_through(fd);
   const std::size_t engine_requests = log().size();
@@ -151,6 +163,24 @@ TEST_F(OrderThrough, ManyBytesBetweenSyncsGoBackToTheCache) {
   EXPECT_TRUE(kernel_contents(path) == want);
   EXPECT_GT(log().size(), engine_requests) << "back in the cache, the file's writes go through the engine";
   ASSERT_EQ(posix::close(fd), 0);
+}
+
+// An empty file opened in order mode starts write-through (a lock file, an object, a journal:
+// small and synced at once); one that is not empty starts cached.
+TEST_F(OrderThrough, AnEmptyFileStartsWriteThroughANonEmptyOneCached) {
+  const std::string epath = file("empty.lock"), fpath = file("full.dat");
+  const int e = posix::open(epath.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+  const int f = open_nonempty(fpath, "0123456789");
+  ASSERT_GE(e, 0);
+  ASSERT_GE(f, 0);
+  std::string ewant, fwant = "0123456789";
+  append(e, ewant, pattern(40, 11));
+  append(f, fwant, pattern(40, 12));
+  EXPECT_EQ(kernel_contents(epath), ewant) << "the empty file did not start write-through";
+  EXPECT_EQ(kernel_contents(fpath), "0123456789") << "the non-empty file's write went to the kernel before any sync";
+  ASSERT_EQ(posix::close(e), 0);
+  ASSERT_EQ(posix::close(f), 0);
+  EXPECT_EQ(kernel_contents(fpath), fwant);
 }
 
 // SQLite deletes its rollback journal after each transaction and makes it again: a file made

@@ -149,6 +149,9 @@ bool kernel_locked(const Inode& ino) noexcept;
 // syncs made there too). False for a file write-through without that descriptor and while the
 // layer shuts down: those go to the kernel at once, as `full` does.
 bool order_through_locked(const Inode& ino) noexcept;
+// Under ino.mu: a write of a write-through file to the kernel on the program's descriptor (EINTR
+// retried), the file's size grown. Bytes or -errno.
+ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);

@@ -607,15 +607,7 @@ ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, s
   }
   // Under o.mu: an fsync of another thread cannot close the epoch between the check and the
   // write reaching the cache or the kernel (the order thread's sync would miss it).
-  if (ino.through) {
-    ssize_t r;
-    do {
-      r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
-    } while (r < 0 && errno == EINTR);
-    if (r < 0) return -errno;
-    grow_size(ino, pos + static_cast<std::uint64_t>(r));
-    return r;
-  }
+  if (ino.through) return kernel_write_locked(ino, fd, buf, n, pos);
   return submit_write_locked(ino, buf, n, pos, false);
 }
 

@@ -100,6 +100,16 @@ bool shut_down_locked(const Inode& ino) noexcept {
 
 bool kernel_locked(const Inode& ino) noexcept { return ino.through || shut_down_locked(ino); }
 
+ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos) {
+  ssize_t r;
+  do {
+    r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  grow_size(ino, pos + static_cast<std::uint64_t>(r));
+  return r;
+}
+
 bool order_through_locked(const Inode& ino) noexcept {
   return ino.through && ino.direct_fd >= 0 && !g_down.load(std::memory_order_acquire);
 }
@@ -151,15 +161,7 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   }
   count_write_locked(ino, fd, n);
   if (ordered && order_through_locked(ino)) return order_write_locked(ino, fd, buf, n, pos);
-  if (kernel_locked(ino)) {  // write-through, or see shut_down_locked
-    ssize_t r;
-    do {
-      r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
-    } while (r < 0 && errno == EINTR);
-    if (r < 0) return -errno;
-    grow_size(ino, pos + static_cast<std::uint64_t>(r));
-    return r;
-  }
+  if (kernel_locked(ino)) return kernel_write_locked(ino, fd, buf, n, pos);  // write-through, or see shut_down_locked
   if (ordered) return order_write_locked(ino, fd, buf, n, pos);
   return submit_write_locked(ino, buf, n, pos, false);
   }

@@ -11,6 +11,7 @@
 
 #include "engines/recording/recording_engine.hpp"
 #include "posix_layer/support.hpp"
+#include "posix_layer/through_settings.hpp"
 
 namespace tai::test {
 namespace {
@@ -25,25 +26,10 @@ class OrderThrough : public LayerTest {
     LayerTest::TearDown();
   }
 
-  // No idle write-back, no write-behind, no started write-back: a cached write reaches the
-  // kernel only at a sync or a close, so kernel_contents() tells a cached write from one that
-  // went to the kernel.
   posix::detail::Settings settings() {
-    posix::detail::Settings s = layer_settings();
+    posix::detail::Settings s = through_settings(kOrderThroughBytes, recording_);
     s.fsync_mode = posix::FsyncMode::order;
     s.fsync_max_delay_ms = 600'000;  // the fsyncs below never wait for the held thread
-    s.options.flush_idle_ns = -1;
-    s.write_behind_ms = 0;
-    s.start_writeback_bytes = 0;
-    s.sync_through_bytes = kOrderThroughBytes;
-    auto rec = std::make_shared<engines::RecordingEngine*>(nullptr);
-    recording_ = rec;
-    s.options.engine = "recording";
-    s.setup = [rec](Controller& c) {
-      auto r = engines::make_recording(engines::make_posix({}));
-      *rec = r.get();
-      c.add_engine("recording", std::move(r));
-    };
     return s;
   }
   engines::RecordingEngine& log() { return **recording_; }

@@ -9,6 +9,7 @@
 
 #include "engines/recording/recording_engine.hpp"
 #include "posix_layer/support.hpp"
+#include "posix_layer/through_settings.hpp"
 
 namespace tai::test {
 namespace {
@@ -19,24 +20,7 @@ class Through : public LayerTest {
  protected:
   void SetUp() override { restart(settings(kThrough)); }
 
-  // No idle write-back and no write-behind: a cached write reaches the kernel only at a sync
-  // or close, so kernel_contents() tells a cached write from one that went through.
-  posix::detail::Settings settings(std::uint64_t through) {
-    posix::detail::Settings s = layer_settings();
-    s.options.flush_idle_ns = -1;
-    s.write_behind_ms = 0;
-    s.start_writeback_bytes = 0;
-    s.sync_through_bytes = through;
-    auto rec = std::make_shared<engines::RecordingEngine*>(nullptr);
-    recording_ = rec;
-    s.options.engine = "recording";
-    s.setup = [rec](Controller& c) {
-      auto r = engines::make_recording(engines::make_posix({}));
-      *rec = r.get();
-      c.add_engine("recording", std::move(r));
-    };
-    return s;
-  }
+  posix::detail::Settings settings(std::uint64_t through) { return through_settings(through, recording_); }
   engines::RecordingEngine& log() { return **recording_; }
 
   std::string read_back(int fd, std::size_t n, std::uint64_t at) {

@@ -310,18 +310,20 @@ struct Ref {
 // per file per epoch, no merging of epochs (which would break the rule).
 //
 // What goes to the kernel behind the cache (O_APPEND writes, ftruncate, and in the preload
-// unlink/rename/link, open with O_TRUNC, an fsync of a descriptor that is not routed) first
+// unlink/rename/link, open with O_TRUNC, an fsync of a non-routed descriptor but a directory) first
 // waits until the gate is open (order_drain) or the closed epochs are durable (order_point), and
 // is done with the gate held open (the state's mutex), so that the next fsync covers it.
 // A write-through file (Settings::sync_through_bytes: synced after little data) keeps the rule:
 // while the gate is open its writes go to the kernel under the state's mutex (so the next fsync
 // covers them), while it is closed they are held back like cached ones, and the order thread
 // writes them and syncs the file on the inode's own descriptor (Inode::direct_fd), with no
-// controller hand-off. A file goes write-through after the order thread's sync of it covered
-// every write submitted to it (one made write-through in `full` goes back to the cache at its
-// next write). Not covered: a file that cannot leave write-through (its engine cannot open it)
-// keeps writing to the kernel directly; mkdir, symlink and the creation of a file are not ordered (an empty new file or directory may appear before the
-// epoch that precedes it is durable).
+// controller hand-off. A file starts write-through when it is empty at its open (or made again
+// under a write-through name), and goes write-through after an order-thread sync of it that
+// covered every write submitted to it; one made write-through in `full` goes back to the cache
+// at its next write. Not covered: a file that cannot leave write-through (its engine cannot
+// open it) keeps writing to the kernel directly; mkdir, symlink and the creation of a file are
+// not ordered (an empty new file or directory may appear before the epoch that precedes it is
+// durable).
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.

@@ -152,6 +152,8 @@ bool order_through_locked(const Inode& ino) noexcept;
 // Under ino.mu: a write of a write-through file to the kernel on the program's descriptor (EINTR
 // retried), the file's size grown. Bytes or -errno.
 ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
+// The kernel's fdatasync (data_only) or fsync of fd, EINTR retried. errno or 0.
+int kernel_sync(int fd, bool data_only) noexcept;
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);

@@ -52,19 +52,24 @@ std::uint32_t get32(const unsigned char* p) {
 
 std::string errno_line(const std::string& what, int err) { return what + ": " + tai::detail::errno_text(err); }
 
-int write_all(int fd, const char* p, std::size_t n, std::uint64_t pos) {
+}  // namespace
+
+int pwrite_all(int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(pos));
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
+    if (w == 0) return EIO;  // no progress: never loop for ever
     p += w;
     n -= static_cast<std::size_t>(w);
     pos += static_cast<std::uint64_t>(w);
   }
   return 0;
 }
+
+namespace {
 
 // The whole file, or errno.
 int read_all(int fd, std::vector<unsigned char>& out) {
@@ -115,7 +120,7 @@ int replay_one(const std::string& path, int fd, OrderLogRecovery& rec) {
         ++rec.skipped;
         continue;
       }
-      if (const int e = write_all(it->second, w.bytes.data(), w.bytes.size(), w.pos)) {
+      if (const int e = pwrite_all(it->second, w.bytes.data(), w.bytes.size(), w.pos)) {
         rec.notes.push_back(errno_line(path + ": replaying into " + w.path, e));
         if (err == 0) err = e;
       }

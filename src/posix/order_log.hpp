@@ -93,4 +93,7 @@ std::string order_log_path(const std::string& dir);
 /// fsync of the directory `dir` (a log made or removed there is durable in it). errno or 0.
 int fsync_directory(const std::string& dir);
 
+/// All n bytes at p written to fd at pos (EINTR and short writes retried). errno or 0.
+int pwrite_all(int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept;
+
 }  // namespace tai::posix::detail

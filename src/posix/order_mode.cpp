@@ -33,20 +33,6 @@ constexpr unsigned kLogPauseEpochs = 256;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0};
 
-// A whole write of n bytes at pos on descriptor fd, retried on EINTR and short writes. 0 or errno.
-static int pwrite_all(int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
-  while (n > 0) {
-    const ssize_t r = ::pwrite(fd, p, n, static_cast<off_t>(pos));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errno;
-    if (r == 0) return EIO;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-    pos += static_cast<std::uint64_t>(r);
-  }
-  return 0;
-}
-
 // Under o.mu: the open epoch must sync `ino`.
 void note_open_dirty_locked(OrderState& o, Inode& ino) {
   if (ino.in_open_dirty) return;
@@ -154,13 +140,8 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   int err = 0;
   // Without the inodes' mutexes: the program's writes to these files meanwhile are held back
   // (the gate is closed) and must not wait for the device.
-  for (const int fd : direct) {
-    int rc;
-    do {
-      rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
-    } while (rc < 0 && errno == EINTR);
-    if (rc < 0 && err == 0) err = errno;
-  }
+  for (const int fd : direct)
+    if (const int e = kernel_sync(fd, data_only); e && err == 0) err = e;
   for (auto& p : pending) {
     const int e = error_of(p.r);
     settle(*p.ino, p.target);

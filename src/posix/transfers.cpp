@@ -110,6 +110,14 @@ ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, 
   return r;
 }
 
+int kernel_sync(int fd, bool data_only) noexcept {
+  int rc;
+  do {
+    rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+  } while (rc < 0 && errno == EINTR);
+  return rc < 0 ? errno : 0;
+}
+
 bool order_through_locked(const Inode& ino) noexcept {
   return ino.through && ino.direct_fd >= 0 && !g_down.load(std::memory_order_acquire);
 }
@@ -227,11 +235,7 @@ int sync_routed(Description& d, int fd, bool data_only) {
         order(ino);
         ino.bytes_since_sync = 0;
       }
-      int rc;
-      do {
-        rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
-      } while (rc < 0 && errno == EINTR);
-      if (rc < 0) return -errno;
+      if (const int e = kernel_sync(fd, data_only)) return -e;
       // An error of a write-back from before the file went write-through (a close of its stale
       // cache) is reported here, once, as the cached path does.
       if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;

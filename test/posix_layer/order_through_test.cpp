@@ -4,6 +4,8 @@
 // the controller. The epoch rule must hold all the same: a write made while an earlier epoch is
 // not durable stays out of the kernel until it is. What the kernel has is read with a plain
 // ::open/::pread; the recording engine shows what bypassed the controller.
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,6 +169,39 @@ TEST_F(OrderThrough, AnEmptyFileStartsWriteThroughANonEmptyOneCached) {
   ASSERT_EQ(posix::close(e), 0);
   ASSERT_EQ(posix::close(f), 0);
   EXPECT_EQ(kernel_contents(fpath), fwant);
+}
+
+// The errors promise for write-through files: a held-back write that the kernel refuses when the
+// order thread makes it (here a file-size limit, EFBIG) is returned by the next fsync, and the
+// program is never told that epoch is durable.
+TEST_F(OrderThrough, AWriteTheKernelRefusesLaterIsReturnedByTheNextFsync) {
+  const std::string path = file("limited.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  std::string want = make_through(fd);
+  struct rlimit before {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  if (before.rlim_max != RLIM_INFINITY && before.rlim_max < 8192) GTEST_SKIP() << "RLIMIT_FSIZE hard limit below 8 KiB";
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  posix::detail::hold_order_thread_for_testing(true);
+  append(fd, want, pattern(100, 14));  // the gate open: to the kernel
+  ASSERT_EQ(posix::fdatasync(fd), 0);  // an epoch in flight: what follows is held back
+  const std::string big = pattern(8000, 13);
+  ASSERT_EQ(posix::pwrite(fd, big.data(), big.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(big.size()))
+      << "held back: the kernel has not seen it yet";
+  ASSERT_EQ(posix::fdatasync(fd), 0);  // closes the epoch holding that write
+  struct rlimit small = before;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  posix::detail::hold_order_thread_for_testing(false);
+  errno = 0;
+  const int r = posix::sync_now();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(r, -1) << "the epoch whose write failed was reported durable";
+  EXPECT_EQ(errno, EFBIG);
+  EXPECT_LT(kernel_contents(path).size(), want.size() + big.size());
+  ASSERT_EQ(posix::close(fd), 0);
 }
 
 // SQLite deletes its rollback journal after each transaction and makes it again: a file made

@@ -71,6 +71,11 @@ posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, con
   posix::detail::Settings s = layer_settings();
   s.fsync_log_dir = log_dir;
   s.fsync_mode = posix::FsyncMode::order;
+  // The back-pressure (fsync_order_test.cpp tests it) must not make a write or an fsync wait for
+  // the order thread the busy program holds (the program would wait for ever): no bound on the
+  // queue or the delay that a loaded machine could reach (see also OrderProgram::nothing_queued).
+  s.fsync_max_delay_ms = 600'000;
+  s.order_queue_bytes = std::uint64_t{1} << 30;
   s.options.engine = "crashsim";
   s.options.flush_idle_ns = busy ? 200'000 : -1;
   s.write_behind_ms = busy ? 1 : 0;
@@ -93,7 +98,8 @@ class OrderProgram {
   /// busy: now and then a pause (the cache's idle flush and write-behind run) and the order
   /// thread held for a few epochs (a slow device: later epochs queue up behind the first).
   OrderProgram(engines::CrashSimEngine* sim, std::string dir, std::string prefix, bool busy, std::uint64_t seed)
-      : sim_(sim), dir_(std::move(dir)), prefix_(std::move(prefix)), busy_(busy), jitter_(seed ^ 0x5bd1e995u) {}
+      : sim_(sim), dir_(std::move(dir)), prefix_(std::move(prefix)), busy_(busy), jitter_(seed ^ 0x5bd1e995u),
+        never_durable_(not_durable()) {}
   ~OrderProgram() { release(); }
 
   std::size_t open(const std::string& name) {
@@ -127,12 +133,11 @@ class OrderProgram {
     ++epoch_;
     ++syncs_;
     if (!busy_) return;
-    // At most 4 epochs behind a held thread: the fsync's back-pressure (TAI_FSYNC_MAX_DELAY over
-    // the expected time per epoch, a sixteenth of it before any was measured) would wait for the
-    // held thread.
+    // At most 4 epochs behind a held thread (later epochs queue up behind the first; the delay
+    // of order_crash_settings keeps the back-pressure from waiting for the held thread).
     if (held_ && ++held_epochs_ >= 1 + jitter_() % 4) {
       release();
-    } else if (!held_ && jitter_() % 4 == 0) {
+    } else if (!held_ && jitter_() % 4 == 0 && nothing_queued()) {
       posix::detail::hold_order_thread_for_testing(true);
       held_ = true;
       held_epochs_ = 0;
@@ -200,6 +205,16 @@ class OrderProgram {
     const CrashLog log = sim_->snapshot();
     return log.file_index(proc_path(f)) >= 0 ? proc_path(f) : names_[f];
   }
+  // No epoch waits for the order thread: a hold begun now keeps at most the epochs this program
+  // closes during it behind the thread. (Begun with epochs still queued, as on a loaded machine
+  // where the thread falls behind, the fsync's back-pressure could wait for the held thread.)
+  // (The counters are the process's: epochs that failed before this program never count as
+  // durable, hence the count at its start.)
+  bool nothing_queued() const { return not_durable() == never_durable_; }
+  static unsigned long long not_durable() {
+    const posix::FsyncOrderStats s = posix::fsync_order_stats();
+    return s.epochs_closed - s.epochs_durable;
+  }
   void release() {
     if (!held_) return;
     posix::detail::hold_order_thread_for_testing(false);
@@ -230,6 +245,7 @@ class OrderProgram {
   std::mt19937_64 jitter_;
   bool held_ = false;
   unsigned held_epochs_ = 0;
+  unsigned long long never_durable_;  // closed and not durable when the program started
 };
 
 // Bytes that differ per (file, offset, epoch, salt): a write's bytes name where and when they were made.

@@ -101,6 +101,10 @@ Controller* controller() {
   g_log.store(s.log, std::memory_order_relaxed);
   for (const auto& w : warnings) std::fprintf(stderr, "tai::posix: %s\n", w.c_str());
   Controller* c = nullptr;
+  // The layer starts the device write-back itself (start_writeback_every: it first hands the
+  // cache's dirty bytes to the kernel, which the engine's own write-behind cannot), so the
+  // engine's is off: one sync_file_range per interval, not two.
+  s.options.engine_options.start_writeback_bytes = 0;
   try {
     c = new Controller(s.options);
     if (s.setup) s.setup(*c);

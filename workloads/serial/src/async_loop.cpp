@@ -33,6 +33,8 @@ LoopResult run_async_loop(const LoopSettings& settings, RecordSource& records, c
   // interfaces can be measured with and without them (docs/results/cache-cost.md).
   if (const char* b = std::getenv("TAI_CLEAN_BUDGET"); b && *b) options.clean_budget = std::strtoull(b, nullptr, 10);
   if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) options.huge_pages = h[0] == '1';
+  if (const char* s = std::getenv("TAI_START_WRITEBACK"); s && *s)
+    options.engine_options.start_writeback_bytes = std::strtoull(s, nullptr, 10);
   if (const char* w = std::getenv("TAI_WRITE_AROUND"); w && *w)
     options.tree_options.write_around_bytes = std::strtoull(w, nullptr, 10);
   auto controller = std::make_unique<tai::Controller>(options);

@@ -34,6 +34,10 @@ class TaiMethod final : public Method {
     // uncached (default 4096, as in the drop-in layer; 0 caches every write).
     if (const char* w = std::getenv("TAI_WRITE_AROUND"); w && *w)
       opts.tree_options.write_around_bytes = std::strtoull(w, nullptr, 10);
+    // The engine's write-behind (EngineOptions::start_writeback_bytes, 0 turns it off), for
+    // measuring what starting the device early buys.
+    if (const char* sw = std::getenv("TAI_START_WRITEBACK"); sw && *sw)
+      opts.engine_options.start_writeback_bytes = std::strtoull(sw, nullptr, 10);
     // How long waiting workers and receipts spin before they sleep (ControllerOptions::spin_ns),
     // for measuring what spinning costs when the compute threads fill every core.
     if (const char* sp = std::getenv("TAI_SPIN_NS"); sp && *sp) opts.spin_ns = std::strtoll(sp, nullptr, 10);

@@ -1,0 +1,115 @@
+// The posix engine's write-behind (EngineOptions::start_writeback_bytes): after every interval of
+// bytes written to a buffered file, the kernel is asked to start writing the file's dirty pages
+// below the highest written end less one interval; the last interval stays dirty in memory. The
+// page states come from the kernel itself (cachestat(2): dirty and under-write-back pages of a
+// range of one file), so the test skips where that call or a page cache with write-back is not
+// there.
+#include "engines/posix/posix_engine.hpp"
+
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/engine_test_support.hpp"
+#include "support/test_env.hpp"
+
+namespace {
+
+using tai::Open;
+using tai::Op;
+using tai::test::run_request;
+
+// cachestat(2), Linux 6.5: the same number on every architecture (the common table of new calls).
+constexpr long kCachestat = 451;
+struct CachestatRange {
+  std::uint64_t off, len;
+};
+struct Cachestat {
+  std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+bool cachestat(int fd, std::uint64_t off, std::uint64_t len, Cachestat& out) {
+  CachestatRange range{off, len};
+  std::memset(&out, 0, sizeof out);
+  return ::syscall(kCachestat, fd, &range, &out, 0u) == 0;
+}
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr long kTmpfsMagic = 0x01021994;
+
+// Writes `total` bytes in 256 KiB pieces from offset 0 through a posix engine whose write-behind
+// interval is `every`, and returns the page states of [0, total - kMiB) and of the last MiB.
+// `skip` is set when this machine cannot tell (and says why).
+struct Pages {
+  Cachestat before_last{}, last{};
+  std::string skip;
+};
+
+Pages write_and_look(const tai::test::ScratchDir& dir, std::uint64_t every, std::uint64_t total) {
+  Pages p;
+  struct statfs fs {};
+  if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic) {
+    p.skip = "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
+    return p;
+  }
+  tai::EngineOptions options;
+  options.start_writeback_bytes = every;
+  auto engine = tai::engines::make_posix(options);
+  auto f = engine->open(dir.file("behind"), {Open::write | Open::create | Open::truncate, 0644});
+  if (!f) {
+    p.skip = "open: " + f.error().message;
+    return p;
+  }
+  Cachestat probe{};
+  if (!cachestat(f.value()->fd(), 0, 0, probe)) {
+    p.skip = std::string("cachestat(2) is not available here: ") + std::strerror(errno);
+    return p;
+  }
+  std::vector<unsigned char> piece(256 * 1024, 0x5a);
+  for (std::uint64_t off = 0; off < total; off += piece.size())
+    EXPECT_EQ(run_request(*engine, Op::write, f->get(), piece.data(), off, piece.size()).result,
+              static_cast<std::int64_t>(piece.size()));
+  EXPECT_TRUE(cachestat(f.value()->fd(), 0, total - kMiB, p.before_last));
+  EXPECT_TRUE(cachestat(f.value()->fd(), total - kMiB, kMiB, p.last));
+  EXPECT_FALSE(engine->close(**f));
+  return p;
+}
+
+TEST(PosixEngineWriteBehind, StartsTheDeviceWriteOfAllButTheLastInterval) {
+  tai::test::ScratchDir dir;
+  const Pages p = write_and_look(dir, kMiB, 8 * kMiB);
+  if (!p.skip.empty()) GTEST_SKIP() << p.skip;
+  // Started: each page is either under write-back or already written (clean), none still dirty.
+  EXPECT_EQ(p.before_last.nr_dirty, 0u) << "pages below the highest end less one interval left dirty ("
+                                        << p.before_last.nr_writeback << " under write-back, "
+                                        << p.before_last.nr_cache << " cached)";
+  // The last interval is kept for a prompt overwrite to meet in memory.
+  EXPECT_GT(p.last.nr_dirty, 0u) << "the last interval was sent to the device too";
+}
+
+TEST(PosixEngineWriteBehind, OffLeavesTheDirtyPagesToTheKernel) {
+  // What the test above tells apart: without write-behind the kernel starts nothing of a few
+  // MiB on its own within milliseconds (its dirty timeout is 30 s by default), so the pages are
+  // still dirty. Skipped where the kernel is told to write back after less than this file.
+  std::uint64_t background = 0;
+  if (FILE* in = std::fopen("/proc/sys/vm/dirty_background_bytes", "r")) {
+    if (std::fscanf(in, "%lu", &background) != 1) background = 0;
+    std::fclose(in);
+  }
+  if (background != 0 && background < 64 * kMiB)
+    GTEST_SKIP() << "vm.dirty_background_bytes is " << background << ": the kernel may start the write itself";
+  tai::test::ScratchDir dir;
+  const Pages p = write_and_look(dir, 0, 8 * kMiB);
+  if (!p.skip.empty()) GTEST_SKIP() << p.skip;
+  EXPECT_GT(p.before_last.nr_dirty, 0u);
+}
+
+}  // namespace

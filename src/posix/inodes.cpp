@@ -18,6 +18,13 @@ namespace tai::posix::detail {
 // write of another thread racing with the read is one made after the call, as with libc.
 std::atomic<long> g_cached_files{0};
 
+// The order mode's gate, mirrored out of OrderState::gate_closed (stored under o.mu wherever
+// that changes, seq_cst as g_cached_files): while it is open no epoch is waiting and no write is
+// held back, so the kernel has every byte of every write-through file, as in the full mode. Read
+// by nothing_cached() without the state's mutex; a thread that reads it open has every write it
+// happened-after in the kernel (the order thread stores it after applying the held writes).
+std::atomic<bool> g_order_gate_open{true};
+
 void inode_unref(Inode* ino) noexcept {
   if (ino->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete ino;
 }

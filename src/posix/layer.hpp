@@ -197,8 +197,8 @@ int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.
 bool fsync_is_noop() noexcept;
 /// Lock-free (two atomic loads, callable from anywhere): true when no routed file can have
-/// bytes in the cache (every routed file is write-through, or none is routed) and the fsync
-/// mode is `full`. Then write_back_all, write_back_inode and write_back_fd have nothing to do
+/// bytes in the cache (every routed file is write-through, or none is routed) and, in the
+/// order fsync mode, its gate is open (no epoch waits to be durable, no write is held back). Then write_back_all, write_back_inode and write_back_fd have nothing to do
 /// and cached_size never raises the kernel's size, so the preload library skips them (and
 /// their signal masking) for record locks, stat and metadata calls. A write another thread
 /// makes concurrently may make it false the next moment, as it may land after the caller's

@@ -93,6 +93,7 @@ extern std::atomic<std::uint32_t> g_end_done;
 extern std::atomic<bool> g_keeper_started;
 extern std::atomic<bool> g_keeper_failed;
 extern std::atomic<long> g_cached_files;
+extern std::atomic<bool> g_order_gate_open;
 extern std::mutex g_reg_mu;
 extern std::mutex g_through_mu;
 extern std::mutex g_pool_mu;

@@ -54,6 +54,7 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only) {
   e.data_only = data_only;
   o.closed.push_back(std::move(e));
   o.gate_closed = true;
+  g_order_gate_open.store(false, std::memory_order_seq_cst);
   g_stat_closed.fetch_add(1, std::memory_order_relaxed);
   if (!o.thread_started) {
     o.thread_started = true;
@@ -512,6 +513,7 @@ void order_thread_main() noexcept {
     }
     if (o.open_writes.empty()) {
       o.gate_closed = false;
+      g_order_gate_open.store(true, std::memory_order_seq_cst);
       o.cv.notify_all();
       continue;
     }

@@ -354,9 +354,11 @@ void delay_order_log_writes_for_testing(unsigned ms) { g_log_write_delay_ms.stor
 bool fsync_is_noop() noexcept { return g_fsync_none.load(std::memory_order_relaxed); }
 
 bool nothing_cached() noexcept {
-  // The order mode holds writes back behind epochs (and never makes a file write-through): a
-  // write-back there always has its drain to do.
-  return !order_mode() && g_cached_files.load(std::memory_order_seq_cst) == 0;
+  // The order mode holds writes back behind epochs while its gate is closed: a record lock then
+  // has them to publish, a stat their size to fix, a rename or unlink the epochs to wait for.
+  // With the gate open there is nothing of that (no epoch waits, nothing is held back).
+  return g_cached_files.load(std::memory_order_seq_cst) == 0 &&
+         (!order_mode() || g_order_gate_open.load(std::memory_order_seq_cst));
 }
 
 // full mode: a durable sync of every routed file, all submitted, then all waited for.
@@ -457,6 +459,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     }
     o.open_dirty.clear();
     o.gate_closed = false;
+    g_order_gate_open.store(true, std::memory_order_seq_cst);
     o.cv.notify_all();
   }
   g_fsync_mode_set.store(false, std::memory_order_release);

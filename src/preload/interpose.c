@@ -267,6 +267,8 @@ static inline void leave_layer(void) {
 
 static void order_point(void) {
   if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
+  /* In the order mode nothing is cached only while the gate is open: no epoch to wait for. */
+  if (tai_bridge_nothing_cached()) return;
   ENTER();
   tai_bridge_order_point();
   LEAVE();
@@ -405,8 +407,8 @@ static void unroute_for(int fd, const char* call) {
   errno = saved;
 }
 
-/* Each skip below on tai_bridge_nothing_cached() (every routed file write-through, full fsync
- * mode: the kernel has every byte) saves the layer's two rt_sigprocmask calls, and the fstatat of
+/* Each skip below on tai_bridge_nothing_cached() (every routed file write-through and, in the
+ * order fsync mode, its gate open: the kernel has every byte) saves the layer's two rt_sigprocmask calls, and the fstatat of
  * a path: SQLite takes and drops record locks and stats its files about a dozen times per
  * transaction, and its files are write-through after their first small fsyncs. */
 static void write_back_for(const char* call) {

@@ -1,7 +1,11 @@
 // nothing_cached(): the lock-free answer the preload library asks before a record lock, a stat
 // or a metadata call, to skip the layer (and its two rt_sigprocmask calls) when no routed file
 // can have bytes in the cache. It must be false whenever a routed file may hold cached bytes,
-// and true once every routed file is write-through (SQLite's steady state) or closed.
+// or (in the order fsync mode) an epoch waits or a write is held back, and true once every routed
+// file is write-through (SQLite's steady state) or closed and nothing waits.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <string>
 
 #include "posix_layer/support.hpp"
@@ -14,6 +18,10 @@ constexpr std::uint64_t kThrough = 64 * 1024;
 class NothingCached : public LayerTest {
  protected:
   void SetUp() override { restart(settings(posix::FsyncMode::full)); }
+  void TearDown() override {
+    posix::detail::hold_order_thread_for_testing(false);
+    LayerTest::TearDown();
+  }
   // No idle write-back and no write-behind: a cached write stays cached until a sync or close.
   static posix::detail::Settings settings(posix::FsyncMode mode) {
     posix::detail::Settings s = layer_settings();
@@ -75,18 +83,45 @@ TEST_F(NothingCached, ASecondCachedFileKeepsItFalse) {
   EXPECT_TRUE(nothing_cached());
 }
 
-TEST_F(NothingCached, IsNeverTrueInTheOrderMode) {
+TEST_F(NothingCached, InTheOrderModeOnlyWhileTheGateIsOpen) {
   restart(settings(posix::FsyncMode::order));
-  // Writes are held back behind epochs there (an fsync returns before its epoch is durable, and
-  // a file never goes write-through): a write-back always has a drain to do, even after the last
-  // close of every routed file.
-  const int fd = posix::open(file("journal.dat").c_str(), O_RDWR | O_CREAT, 0644);
+  // A file empty at its open is write-through in the order mode: with the gate open the kernel
+  // has every byte, as in the full mode.
+  const std::string path = file("journal.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(posix::pwrite(fd, "x", 1, 0), 1);
+  ASSERT_TRUE(posix::routed(fd));
+  EXPECT_TRUE(nothing_cached()) << "order mode, one write-through file, no epoch";
+
+  // An epoch waits for the device (the order thread held): a record lock would have writes to
+  // publish, an unlink epochs to wait for.
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::pwrite(fd, "a", 1, 0), 1);
   ASSERT_EQ(posix::fsync(fd), 0);
-  EXPECT_FALSE(nothing_cached()) << "order mode, a file synced after one byte";
+  EXPECT_FALSE(nothing_cached()) << "an epoch is closed and not durable";
+  ASSERT_EQ(posix::pwrite(fd, "b", 1, 1), 1);
+  EXPECT_FALSE(nothing_cached()) << "a write is held back behind the gate";
+  EXPECT_EQ(kernel_contents(path), "a");
+
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_TRUE(nothing_cached()) << "every epoch durable, the held write in the kernel: the gate is open";
+  EXPECT_EQ(kernel_contents(path), "ab");
+
+  // A file that was not empty at its open starts cached: false with the gate open too.
+  const std::string other = file("db.dat");
+  {
+    const int k = ::open(other.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(k, 0);
+    ASSERT_EQ(::write(k, "z", 1), 1);
+    ::close(k);
+  }
+  const int db = posix::open(other.c_str(), O_RDWR, 0644);
+  ASSERT_GE(db, 0);
+  EXPECT_FALSE(nothing_cached()) << "order mode, a cached file";
+  ASSERT_EQ(posix::close(db), 0);
   ASSERT_EQ(posix::close(fd), 0);
-  EXPECT_FALSE(nothing_cached()) << "order mode, every routed file closed";
+  EXPECT_TRUE(nothing_cached()) << "order mode, every routed file closed, the gate open";
 }
 
 }  // namespace

@@ -43,19 +43,6 @@ std::error_code PosixFile::close_descriptor() noexcept {
   return {};
 }
 
-std::uint64_t PosixFile::written(std::uint64_t n, std::uint64_t end, std::uint64_t every) noexcept {
-  std::uint64_t high = high_.load(std::memory_order_relaxed);
-  while (high < end && !high_.compare_exchange_weak(high, end, std::memory_order_relaxed)) {
-  }
-  if (high < end) high = end;
-  std::uint64_t cur = unstarted_.load(std::memory_order_relaxed);
-  for (;;) {
-    const bool crossed = cur + n >= every;
-    if (unstarted_.compare_exchange_weak(cur, crossed ? 0 : cur + n, std::memory_order_relaxed))
-      return crossed && high > every ? high - every : 0;
-  }
-}
-
 PosixEngine::PosixEngine(EngineOptions options) : SyncEngine("posix", posix_capabilities(), options) {}
 
 Result<std::unique_ptr<EngineFile>> PosixEngine::do_open(const std::string& path, OpenMode mode) {
@@ -70,20 +57,6 @@ Result<std::unique_ptr<EngineFile>> PosixEngine::do_open(const std::string& path
 
 std::error_code PosixEngine::do_close(EngineFile& file) {
   return static_cast<PosixFile&>(file).close_descriptor();
-}
-
-void PosixEngine::start_writeback_every(PosixFile& file, std::uint64_t offset, std::uint64_t n) noexcept {
-  const std::uint64_t every = options().start_writeback_bytes;
-  const FileCapabilities& caps = file.capabilities();
-  if (every == 0 || caps.direct || caps.dsync) return;
-  // Everything below the highest end written less one interval: the last interval's bytes stay
-  // in the page cache, where a prompt overwrite (a record written twice, a header rewritten)
-  // meets them, instead of sending both versions to the device. Pages already under write-back
-  // are skipped (no WAIT flags). May block while the device's queue is full, as the write itself
-  // may under the kernel's dirty throttling; errors are the next fsync's to report (the kernel
-  // keeps them for it).
-  const std::uint64_t end = file.written(n, offset + n, every);
-  if (end != 0) (void)::sync_file_range(file.fd(), 0, static_cast<off_t>(end), SYNC_FILE_RANGE_WRITE);
 }
 
 std::int64_t PosixEngine::transfer(const Request& request) {
@@ -117,8 +90,12 @@ std::int64_t PosixEngine::transfer(const Request& request) {
   if (n < 0) return -errno;
   if (n > 0 && has(request.file->mode().flags, Open::dontneed)) {
     detail::apply_dontneed(fd, request.offset, static_cast<std::uint64_t>(n));
-  } else if (n > 0 && request.op == Op::write) {
-    start_writeback_every(static_cast<PosixFile&>(*request.file), request.offset, static_cast<std::uint64_t>(n));
+  } else if (n > 0 && request.op == Op::write &&
+             detail::WriteBehind::applies(request.file->capabilities(), request.file->mode(),
+                                          options().start_writeback_bytes)) {
+    static_cast<PosixFile&>(*request.file)
+        .write_behind()
+        .written(fd, request.offset, static_cast<std::uint64_t>(n), options().start_writeback_bytes);
   }
   return n;
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "engines/common/write_behind.hpp"
 #include "tai/engine.hpp"
 
 namespace tai::engines {
@@ -30,18 +31,11 @@ class PosixFile final : public EngineFile {
   /// (an atomic exchange picks the one caller that closes), but no transfer may be running.
   std::error_code close_descriptor() noexcept;
 
-  /// Adds a write of n bytes ending at `end`; when they complete an interval of `every` bytes,
-  /// returns the end of the range whose write-back to start (the highest end written so far,
-  /// less one interval), else 0. Thread-safe (compare-and-swap loops): exactly one writer sees
-  /// each crossing.
-  std::uint64_t written(std::uint64_t n, std::uint64_t end, std::uint64_t every) noexcept;
+  /// The file's write-behind count (EngineOptions::start_writeback_bytes). Thread-safe.
+  tai::detail::WriteBehind& write_behind() noexcept { return behind_; }
 
  private:
-  // Bytes written since the last start of write-back. Relaxed: a count, changed only by
-  // compare-and-swap; it orders nothing (sync_file_range sees whatever the kernel holds at its call).
-  std::atomic<std::uint64_t> unstarted_{0};
-  // The highest end of a write so far (relaxed, as unstarted_: a bound, not a publication).
-  std::atomic<std::uint64_t> high_{0};
+  tai::detail::WriteBehind behind_;
   // Relaxed: the descriptor value carries no data; whoever hands this file to another thread
   // (submit, the queue) already orders its construction before the use. Written only by
   // close_descriptor, which the Engine::close contract keeps apart from every transfer.
@@ -58,9 +52,6 @@ class PosixEngine final : public SyncEngine {
   Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
   std::error_code do_close(EngineFile& file) override;
   std::int64_t transfer(const Request& request) override;
-
- private:
-  void start_writeback_every(PosixFile& file, std::uint64_t offset, std::uint64_t n) noexcept;
 };
 
 /// Creates a posix engine. Never fails: open/pread/pwrite exist everywhere.

@@ -207,7 +207,8 @@ struct UringEngine::Impl {
   struct Meta {
     std::uint64_t user_data = 0;  // the base's tag, returned on the completion
     int dontneed_fd = -1;         // >= 0: POSIX_FADV_DONTNEED on the transferred range at reap
-    std::uint64_t offset = 0;     // ... starting here
+    UringFile* behind = nullptr;  // a buffered write: the file's write-behind count, at reap
+    std::uint64_t offset = 0;     // ... starting here (both)
   };
   struct FixedBuffer {
     std::uintptr_t begin = 0;
@@ -227,6 +228,7 @@ struct UringEngine::Impl {
   std::vector<io_uring_cqe*> cqes;           // scratch of harvest()
   std::deque<Completion> made_in_submit;     // completions produced inside submit (IOPOLL syncs)
   std::size_t in_flight = 0;                 // SQEs taken whose CQE has not been harvested
+  std::uint64_t behind_every = 0;            // EngineOptions::start_writeback_bytes
 
   // Registered files: a sparse table made at init. open/close run on any thread.
   bool files_registered = false;
@@ -282,6 +284,10 @@ struct UringEngine::Impl {
         const Meta& m = meta[tag];
         if (m.dontneed_fd >= 0 && cqe->res > 0)
           detail::apply_dontneed(m.dontneed_fd, m.offset, static_cast<std::uint64_t>(cqe->res));
+        // The file is open: Engine::close is not called with a request of it in flight.
+        if (m.behind != nullptr && cqe->res > 0)
+          m.behind->write_behind().written(m.behind->fd(), m.offset, static_cast<std::uint64_t>(cqe->res),
+                                           behind_every);
         out[got++] = {m.user_data, cqe->res};
         free_meta.push_back(static_cast<std::uint32_t>(tag));
         --in_flight;
@@ -354,6 +360,7 @@ Result<std::unique_ptr<UringEngine>> UringEngine::create(const EngineOptions& op
   auto impl = std::make_unique<Impl>();
   impl->sqpoll = sqpoll;
   impl->iopoll = iopoll;
+  impl->behind_every = options.start_writeback_bytes;
 
   int err = ov.io_uring_setup_errno;
   if (err == 0 && ov.io_uring_disabled && io_uring_disabled_refuses(*ov.io_uring_disabled)) err = EPERM;
@@ -579,6 +586,7 @@ std::size_t UringEngine::do_submit(const Request* requests, std::size_t n) {
     Impl::Meta& meta = m.meta[index];
     meta.user_data = r.user_data;
     meta.dontneed_fd = -1;
+    meta.behind = nullptr;
 
     const auto& file = static_cast<const UringFile&>(*r.file);
     const int slot = file.fixed_slot();
@@ -602,6 +610,10 @@ std::size_t UringEngine::do_submit(const Request* requests, std::size_t n) {
         if (fixed) ++m.stats.fixed_buffer_sqes;
         if (has(r.file->mode().flags, Open::dontneed)) {
           meta.dontneed_fd = file.fd();
+          meta.offset = r.offset;
+        } else if (r.op == Op::write &&
+                   detail::WriteBehind::applies(r.file->capabilities(), r.file->mode(), m.behind_every)) {
+          meta.behind = static_cast<UringFile*>(r.file);
           meta.offset = r.offset;
         }
         break;

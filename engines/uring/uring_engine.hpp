@@ -55,6 +55,7 @@
 #include <memory>
 #include <string>
 
+#include "engines/common/write_behind.hpp"
 #include "tai/engine.hpp"
 #include "tai/error.hpp"
 
@@ -80,8 +81,13 @@ class UringFile final : public EngineFile {
   /// or EBADF when already closed. Called by UringEngine::do_close and the destructor only.
   std::error_code close_descriptor() noexcept;
 
+  /// The file's write-behind count (EngineOptions::start_writeback_bytes), advanced when a
+  /// write's completion is reaped. Thread-safe.
+  tai::detail::WriteBehind& write_behind() noexcept { return behind_; }
+
  private:
   UringEngine& owner_;
+  tai::detail::WriteBehind behind_;
   // Relaxed: the value carries no data of its own; handing the file to another thread (submit,
   // the queue) already orders its construction before any use. Written only by
   // close_descriptor, which Engine::close's contract keeps apart from every request.

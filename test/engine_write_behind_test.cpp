@@ -1,10 +1,10 @@
-// The posix engine's write-behind (EngineOptions::start_writeback_bytes): after every interval of
-// bytes written to a buffered file, the kernel is asked to start writing the file's dirty pages
-// below the highest written end less one interval; the last interval stays dirty in memory. The
-// page states come from the kernel itself (cachestat(2): dirty and under-write-back pages of a
-// range of one file), so the test skips where that call or a page cache with write-back is not
+// Write-behind of the engines that write buffered files through a descriptor (posix, uring;
+// EngineOptions::start_writeback_bytes): after every interval of bytes written to a file, the
+// kernel is asked to start writing the file's dirty pages below the highest written end less one
+// interval; the last interval stays dirty in memory. One body over both engines. The page states
+// come from the kernel itself (cachestat(2): dirty and under-write-back pages of a range of one
+// file), so the test skips where that call, a page cache with write-back, or the engine is not
 // there.
-#include "engines/posix/posix_engine.hpp"
 
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -20,6 +20,7 @@
 
 #include "support/engine_test_support.hpp"
 #include "support/test_env.hpp"
+#include "tai/engine_selector.hpp"
 
 namespace {
 
@@ -53,7 +54,8 @@ struct Pages {
   std::string skip;
 };
 
-Pages write_and_look(const tai::test::ScratchDir& dir, std::uint64_t every, std::uint64_t total) {
+Pages write_and_look(const std::string& engine_name, const tai::test::ScratchDir& dir, std::uint64_t every,
+                     std::uint64_t total) {
   Pages p;
   struct statfs fs {};
   if (::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic) {
@@ -62,7 +64,12 @@ Pages write_and_look(const tai::test::ScratchDir& dir, std::uint64_t every, std:
   }
   tai::EngineOptions options;
   options.start_writeback_bytes = every;
-  auto engine = tai::engines::make_posix(options);
+  auto made = tai::make_engine(engine_name, options);
+  if (!made) {
+    p.skip = "engine " + engine_name + " not available here: " + made.error().message;
+    return p;
+  }
+  std::unique_ptr<tai::Engine> engine = std::move(made.value());
   auto f = engine->open(dir.file("behind"), {Open::write | Open::create | Open::truncate, 0644});
   if (!f) {
     p.skip = "open: " + f.error().message;
@@ -83,9 +90,11 @@ Pages write_and_look(const tai::test::ScratchDir& dir, std::uint64_t every, std:
   return p;
 }
 
-TEST(PosixEngineWriteBehind, StartsTheDeviceWriteOfAllButTheLastInterval) {
+class EngineWriteBehind : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineWriteBehind, StartsTheDeviceWriteOfAllButTheLastInterval) {
   tai::test::ScratchDir dir;
-  const Pages p = write_and_look(dir, kMiB, 8 * kMiB);
+  const Pages p = write_and_look(GetParam(), dir, kMiB, 8 * kMiB);
   if (!p.skip.empty()) GTEST_SKIP() << p.skip;
   // Started: each page is either under write-back or already written (clean), none still dirty.
   EXPECT_EQ(p.before_last.nr_dirty, 0u) << "pages below the highest end less one interval left dirty ("
@@ -95,7 +104,7 @@ TEST(PosixEngineWriteBehind, StartsTheDeviceWriteOfAllButTheLastInterval) {
   EXPECT_GT(p.last.nr_dirty, 0u) << "the last interval was sent to the device too";
 }
 
-TEST(PosixEngineWriteBehind, OffLeavesTheDirtyPagesToTheKernel) {
+TEST_P(EngineWriteBehind, OffLeavesTheDirtyPagesToTheKernel) {
   // What the test above tells apart: without write-behind the kernel starts nothing of a few
   // MiB on its own within milliseconds (its dirty timeout is 30 s by default), so the pages are
   // still dirty. Skipped where the kernel is told to write back after less than this file.
@@ -107,9 +116,12 @@ TEST(PosixEngineWriteBehind, OffLeavesTheDirtyPagesToTheKernel) {
   if (background != 0 && background < 64 * kMiB)
     GTEST_SKIP() << "vm.dirty_background_bytes is " << background << ": the kernel may start the write itself";
   tai::test::ScratchDir dir;
-  const Pages p = write_and_look(dir, 0, 8 * kMiB);
+  const Pages p = write_and_look(GetParam(), dir, 0, 8 * kMiB);
   if (!p.skip.empty()) GTEST_SKIP() << p.skip;
   EXPECT_GT(p.before_last.nr_dirty, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, EngineWriteBehind, ::testing::Values("posix", "uring"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

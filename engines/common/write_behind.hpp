@@ -1,0 +1,42 @@
+// engines/common/write_behind.hpp - EngineOptions::start_writeback_bytes for engines whose
+// buffered writes go to the page cache through a descriptor (posix, uring).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "tai/engine.hpp"
+
+namespace tai::detail {
+
+/// One file's write-behind count: after every `every` bytes written, the kernel is asked to start
+/// writing the file's dirty pages below the highest written end less one interval
+/// (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, nothing made durable). The last
+/// interval stays in the page cache, where a prompt overwrite (a record written twice, a header
+/// rewritten) meets it instead of sending both versions to the device.
+/// Thread-safety: written() may be called from any number of threads at once (compare-and-swap
+/// loops: exactly one caller sees each crossing and makes the call).
+class WriteBehind {
+ public:
+  /// Whether a file opened with these capabilities has page-cache writes to start (not O_DIRECT,
+  /// not O_DSYNC, not Open::dontneed: those leave nothing dirty behind).
+  static bool applies(const FileCapabilities& caps, const OpenMode& mode, std::uint64_t every) noexcept {
+    return every != 0 && !caps.direct && !caps.dsync && !has(mode.flags, Open::dontneed);
+  }
+
+  /// After a completed write of n bytes at `offset` to descriptor fd. Errors of the call are
+  /// left for the next fsync to report (the kernel keeps a write-back error for it); it may block
+  /// while the device's queue is full, as the write itself may under the kernel's dirty
+  /// throttling.
+  void written(int fd, std::uint64_t offset, std::uint64_t n, std::uint64_t every) noexcept;
+
+ private:
+  // Relaxed, both: counts and bounds changed only by compare-and-swap or by the one caller
+  // that saw a crossing; they order nothing (sync_file_range acts on whatever the kernel holds
+  // when it is called, and the writes it follows completed on the calling thread or were reaped
+  // by it).
+  std::atomic<std::uint64_t> unstarted_{0};  // bytes written since the last start
+  std::atomic<std::uint64_t> high_{0};       // the highest end of a write so far
+};
+
+}  // namespace tai::detail

@@ -240,12 +240,13 @@ struct EngineOptions {
   bool uring_sqpoll = false;            ///< io_uring: kernel submission thread
   bool uring_iopoll = false;            ///< io_uring: polled completions (direct I/O only)
   /// Write-behind of buffered files (engines whose writes go to the page cache through a
-  /// descriptor: posix, and uring when a write's completion is reaped): after every this many bytes written to a file, the engine asks the
-  /// kernel to start writing the file's dirty pages below its highest written end less this
-  /// many bytes to the device (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, no
-  /// durability; the last interval stays behind for prompt overwrites to meet in memory). Without it the kernel starts the device
-  /// only at the program's fsync, or after its dirty timeout (30 s by default), so the fsync
-  /// waits for every byte since the last one while the device sat idle. 0 turns it off.
+  /// descriptor: posix after each write, uring when it reaps a write's completion): after every
+  /// this many bytes written to a file, the engine asks the kernel to start writing the file's
+  /// dirty pages below its highest written end less this many bytes to the device
+  /// (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, no durability; the last interval
+  /// stays behind for prompt overwrites to meet in memory). Without it the kernel starts the
+  /// device only at the program's fsync, or after its dirty timeout (30 s by default), so the
+  /// fsync waits for every byte since the last one while the device sat idle. 0 turns it off.
   /// Ignored for O_DIRECT, O_DSYNC and Open::dontneed files (nothing dirty stays behind).
   std::uint64_t start_writeback_bytes = std::uint64_t{1} << 20;
 };

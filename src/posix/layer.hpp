@@ -198,8 +198,9 @@ int sync_all();
 bool fsync_is_noop() noexcept;
 /// Lock-free (two atomic loads, callable from anywhere): true when no routed file can have
 /// bytes in the cache (every routed file is write-through, or none is routed) and, in the
-/// order fsync mode, its gate is open (no epoch waits to be durable, no write is held back). Then write_back_all, write_back_inode and write_back_fd have nothing to do
-/// and cached_size never raises the kernel's size, so the preload library skips them (and
+/// order fsync mode, its gate is open (no epoch waits to be durable, no write is held back).
+/// Then write_back_all, write_back_inode and write_back_fd have nothing to do and cached_size
+/// never raises the kernel's size, so the preload library skips them (and
 /// their signal masking) for record locks, stat and metadata calls. A write another thread
 /// makes concurrently may make it false the next moment, as it may land after the caller's
 /// call with libc.

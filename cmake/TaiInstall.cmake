@@ -38,10 +38,11 @@ foreach(engine IN LISTS TAI_ENGINES TAI_TESTING_ENGINES)
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()
 # engines/common: only what an engine header or a user's own engine needs: the wrapper base of
-# fault and recording, the stream base of cstdio and fstream, and direct-I/O alignment discovery
-# (defined in libtai). The others there (open(2) flags, the completion backlog, the kernel-probe
-# test seam) are private to the engines.
+# fault and recording, the stream base of cstdio and fstream, direct-I/O alignment discovery and
+# the write-behind count of posix and uring files (defined in libtai). The others there (open(2)
+# flags, the completion backlog, the kernel-probe test seam) are private to the engines.
 install(FILES engines/common/wrapper_engine.hpp engines/common/stream_file.hpp engines/common/alignment.hpp
+              engines/common/write_behind.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tai/engines/common)
 # The rigs of tai::testing, which include the test engines' headers and the controller's.
 if(TARGET tai_testing)

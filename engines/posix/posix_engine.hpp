@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "engines/common/write_behind.hpp"
+#include "tai/engines/common/write_behind.hpp"
 #include "tai/engine.hpp"
 
 namespace tai::engines {

@@ -55,7 +55,7 @@
 #include <memory>
 #include <string>
 
-#include "engines/common/write_behind.hpp"
+#include "tai/engines/common/write_behind.hpp"
 #include "tai/engine.hpp"
 #include "tai/error.hpp"
 

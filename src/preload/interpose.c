@@ -409,8 +409,9 @@ static void unroute_for(int fd, const char* call) {
 
 /* Each skip below on tai_bridge_nothing_cached() (every routed file write-through and, in the
  * order fsync mode, its gate open: the kernel has every byte) saves the layer's two
- * rt_sigprocmask calls, and the fstatat of a path: SQLite takes and drops record locks and stats its files about a dozen times per
- * transaction, and its files are write-through after their first small fsyncs. */
+ * rt_sigprocmask calls, and the fstatat of a path: SQLite takes and drops record locks and stats
+ * its files about a dozen times per transaction, and its files are write-through after their
+ * first small fsyncs. */
 static void write_back_for(const char* call) {
   if (!engaged() || tai_bridge_nothing_cached()) return;
   const int saved = errno;

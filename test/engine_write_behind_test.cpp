@@ -1,7 +1,7 @@
-// Write-behind of the engines that write buffered files through a descriptor (posix, uring;
+// Write-behind of the engines that write buffered files through a descriptor (posix, uring, libaio;
 // EngineOptions::start_writeback_bytes): after every interval of bytes written to a file, the
 // kernel is asked to start writing the file's dirty pages below the highest written end less one
-// interval; the last interval stays dirty in memory. One body over both engines. The page states
+// interval; the last interval stays dirty in memory. One body over the three engines. The page states
 // come from the kernel itself (cachestat(2): dirty and under-write-back pages of a range of one
 // file), so the test skips where that call, a page cache with write-back, or the engine is not
 // there.
@@ -121,7 +121,7 @@ TEST_P(EngineWriteBehind, OffLeavesTheDirtyPagesToTheKernel) {
   EXPECT_GT(p.before_last.nr_dirty, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, EngineWriteBehind, ::testing::Values("posix", "uring"),
+INSTANTIATE_TEST_SUITE_P(Engines, EngineWriteBehind, ::testing::Values("posix", "uring", "libaio"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

@@ -132,6 +132,7 @@ struct LibaioEngine::Impl {
   struct Meta {
     std::uint64_t user_data = 0;  // the base's tag, returned on the completion
     bool dontneed = false;        // apply POSIX_FADV_DONTNEED to the transferred range at reap
+    LibaioFile* behind = nullptr; // a buffered write's file: advance its write-behind at reap
   };
 
   io_context_t ctx = nullptr;
@@ -143,6 +144,7 @@ struct LibaioEngine::Impl {
   std::vector<io_event> events;             // scratch of do_reap
   std::deque<Completion> made_in_submit;    // completions io_submit refused to start (see do_submit)
   std::size_t in_flight = 0;                // iocbs the kernel has taken and not yet reported
+  std::uint64_t behind_every = 0;           // EngineOptions::start_writeback_bytes
 
   ~Impl() {
     // io_destroy waits for every request still in flight, so no transfer outlives the engine
@@ -183,6 +185,7 @@ Result<std::unique_ptr<LibaioEngine>> LibaioEngine::create(const EngineOptions& 
   impl->event_fd = tai::detail::make_own_eventfd();
   if (impl->event_fd < 0) return Error::from_errno(errno, "eventfd for the libaio engine");
 
+  impl->behind_every = options.start_writeback_bytes;
   impl->iocbs.resize(events);
   impl->meta.resize(events);
   impl->batch.resize(events);
@@ -243,8 +246,10 @@ std::size_t LibaioEngine::do_submit(const Request* requests, std::size_t n) {
         break;
     }
     io_set_eventfd(cb, m.event_fd);
-    m.meta[index] = {r.user_data, (r.op == Op::read || r.op == Op::write) &&
-                                      has(r.file->mode().flags, Open::dontneed)};
+    const bool dontneed = (r.op == Op::read || r.op == Op::write) && has(r.file->mode().flags, Open::dontneed);
+    const bool behind = r.op == Op::write && !dontneed &&
+                        detail::WriteBehind::applies(r.file->capabilities(), r.file->mode(), m.behind_every);
+    m.meta[index] = {r.user_data, dontneed, behind ? static_cast<LibaioFile*>(r.file) : nullptr};
     m.batch[prepared] = cb;
   }
 
@@ -310,6 +315,10 @@ std::size_t LibaioEngine::do_reap(Completion* out, std::size_t max, std::size_t 
     if (meta.dontneed && result > 0)
       detail::apply_dontneed(cb->aio_fildes, static_cast<std::uint64_t>(cb->u.c.offset),
                              static_cast<std::uint64_t>(result));
+    // The file is open: Engine::close is not called with a request of it in flight.
+    if (meta.behind != nullptr && result > 0)
+      meta.behind->write_behind().written(cb->aio_fildes, static_cast<std::uint64_t>(cb->u.c.offset),
+                                          static_cast<std::uint64_t>(result), m.behind_every);
     out[got++] = {meta.user_data, result};
     m.release(cb);
   }

@@ -16,6 +16,8 @@
 //    base class runs linked requests one after the other itself.
 //  * Open::dontneed: POSIX_FADV_DONTNEED is applied to each transferred range when reap()
 //    collects its completion (one extra system call per completion of such a file).
+//  * Buffered files get write-behind (EngineOptions::start_writeback_bytes), applied when reap()
+//    collects a write's completion, on the reaping thread.
 //  * The AIO context is created by the factory with io_setup(2 * depth) events: the base class
 //    keeps at most 2 * depth native requests in flight. Contexts count against the system-wide
 //    fs.aio-max-nr; the factory's error names fs.aio-max-nr and fs.aio-nr when that is reached.
@@ -28,6 +30,7 @@
 #include <string>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/write_behind.hpp"
 #include "tai/error.hpp"
 
 namespace tai::engines {
@@ -46,7 +49,12 @@ class LibaioFile final : public EngineFile {
   /// Called by LibaioEngine::do_close and the destructor only.
   std::error_code close_descriptor() noexcept;
 
+  /// The file's write-behind count (EngineOptions::start_writeback_bytes), advanced when reap()
+  /// collects a write's completion. Thread-safe.
+  tai::detail::WriteBehind& write_behind() noexcept { return behind_; }
+
  private:
+  tai::detail::WriteBehind behind_;
   // Relaxed: the value carries no data of its own; handing the file to another thread (submit,
   // the queue) already orders its construction before any use. Written only by
   // close_descriptor, which Engine::close's contract keeps apart from every request.

@@ -16,6 +16,14 @@
 // containers do not), mounted() is false and skip_reason() says which step failed, for
 // GTEST_SKIP(). The destructor unmounts (lazily when a file is still open), detaches the device
 // and removes the image.
+//
+// Backing::capped_memory puts the image on a tmpfs of its own instead, which holds only the
+// blocks written so far: fail_device_writes() fills that tmpfs, so that from then on the loop
+// device fails every write to a block never written before (its write to the image gets ENOSPC,
+// and the block layer gives the file system an I/O error), while the file system above still has
+// room and accepts write(2). That is a disk failing under write-back, the error a later fsync
+// must report; heal_device() frees the room again. (Without device-mapper's dm-error, which
+// some kernels lack, this is the failing device a test can make.)
 #pragma once
 
 #include <sys/ioctl.h>
@@ -47,6 +55,10 @@ constexpr std::uint32_t kExt4GoingDownNoLogFlush = 0x2;  // EXT4_GOING_FLAGS_NOL
 
 enum class FsType { ext4, xfs, btrfs };
 
+/// Where the image lives: a sparse file on the scratch directory's file system, or a tmpfs of its
+/// own that fail_device_writes() can fill (ext4 only).
+enum class Backing { scratch_file_system, capped_memory };
+
 inline const char* fs_name(FsType t) {
   switch (t) {
     case FsType::ext4: return "ext4";
@@ -60,10 +72,14 @@ class SmallLoopFs {
  public:
   /// A file system of type `type` under ScratchDir::default_root() ($TAI_TEST_DIR, else /var/tmp), mounted on a fresh
   /// directory, with about `free_mib` MiB free for the test.
-  SmallLoopFs(FsType type, unsigned free_mib) : type_(type) {
+  SmallLoopFs(FsType type, unsigned free_mib, Backing backing = Backing::scratch_file_system) : type_(type) {
     const std::string name = fs_name(type);
     if (::geteuid() != 0) {
       reason_ = "mounting a loop " + name + " needs root";
+      return;
+    }
+    if (backing == Backing::capped_memory && type != FsType::ext4) {
+      reason_ = "a device that fails its writes is made for ext4 only";
       return;
     }
     const std::filesystem::path root = ScratchDir::default_root();
@@ -76,6 +92,19 @@ class SmallLoopFs {
     image_ = dir_ + "/image";
     mnt_ = dir_ + "/mnt";
     ::mkdir(mnt_.c_str(), 0700);
+    if (backing == Backing::capped_memory) {
+      memory_ = dir_ + "/device";
+      ::mkdir(memory_.c_str(), 0700);
+      // Room for the whole image and then some: nothing fails until fail_device_writes().
+      if (!run("mount -t tmpfs -o size=" + std::to_string(free_mib + 64) + "m tai-device " + memory_ +
+               " >/dev/null 2>&1")) {
+        reason_ = "mount -t tmpfs " + memory_ + " failed (tmpfs mounts refused here)";
+        ::rmdir(memory_.c_str());
+        memory_.clear();
+        return;
+      }
+      image_ = memory_ + "/image";
+    }
     unsigned mib = free_mib;
     std::string mkfs, package;
     switch (type) {
@@ -118,7 +147,9 @@ class SmallLoopFs {
       device_.clear();
       return;
     }
-    if (!mount()) {
+    // A device that fails its writes: no journal commit on a timer while it fails (every commit
+    // then comes from an fsync, after heal_device()), and a data error leaves the file system up.
+    if (!mount(backing == Backing::capped_memory ? "-o commit=300,errors=continue" : "")) {
       reason_ = "mount " + device_ + " " + mnt_ + " (" + name + ") failed (the kernel lacks " + name +
                 ", or the mount is refused here)";
       return;
@@ -136,6 +167,10 @@ class SmallLoopFs {
     unmount();
     if (!device_.empty()) (void)run("losetup -d " + device_ + " >/dev/null 2>&1");
     if (!image_.empty()) ::unlink(image_.c_str());
+    if (!memory_.empty()) {
+      (void)run("umount " + memory_ + " >/dev/null 2>&1");
+      ::rmdir(memory_.c_str());
+    }
     if (!mnt_.empty()) ::rmdir(mnt_.c_str());
     if (!dir_.empty()) ::rmdir(dir_.c_str());
   }
@@ -174,6 +209,25 @@ class SmallLoopFs {
     return rc == 0 ? std::string() : std::string("shutdown ioctl: ") + std::strerror(err);
   }
 
+  /// Backing::capped_memory: fills the memory the image lives in, so that the device fails every
+  /// later write to a block not written before. "" or what went wrong.
+  std::string fail_device_writes() const {
+    if (memory_.empty()) return "the file system was not made with Backing::capped_memory";
+    struct statvfs sv {};
+    if (::statvfs(memory_.c_str(), &sv) != 0) return std::string("statvfs: ") + std::strerror(errno);
+    const std::uint64_t avail = std::uint64_t{sv.f_bavail} * sv.f_frsize;
+    const std::string p = memory_ + "/ballast";
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return "open " + p + ": " + std::strerror(errno);
+    const int err = avail == 0 ? 0 : ::posix_fallocate(fd, 0, static_cast<off_t>(avail));
+    ::close(fd);
+    return err == 0 ? std::string() : std::string("posix_fallocate on tmpfs: ") + std::strerror(err);
+  }
+  /// Backing::capped_memory: the device writes again.
+  void heal_device() const {
+    if (!memory_.empty()) ::unlink((memory_ + "/ballast").c_str());
+  }
+
   /// Unmounts and mounts the image again: after shut_down(), what the "disk" kept. "" or what
   /// went wrong.
   std::string remount() {
@@ -199,8 +253,8 @@ class SmallLoopFs {
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     return out;
   }
-  bool mount() {
-    mounted_ = run("mount " + device_ + " " + mnt_ + " >/dev/null 2>&1");
+  bool mount(const std::string& options = "") {
+    mounted_ = run("mount " + options + " " + device_ + " " + mnt_ + " >/dev/null 2>&1");
     return mounted_;
   }
   // True when the file system is gone. A process killed a moment ago may still hold a file on it
@@ -236,6 +290,7 @@ class SmallLoopFs {
 
   FsType type_;
   std::string dir_, image_, mnt_;
+  std::string memory_;  ///< Backing::capped_memory: the tmpfs the image is on
   std::string device_;  ///< /dev/loopN, attached from construction to destruction
   std::string reason_;
   bool mounted_ = false;

@@ -91,6 +91,9 @@ std::int64_t StreamFile::write_locked(const void* buffer, std::uint64_t offset, 
     if (int err = flush_locked(/*completed_writes_lost=*/false)) return -err;
     if (int err = complete_dsync()) return -err;
     if (has(mode().flags, Open::dontneed)) detail::apply_dontneed(sync_descriptor(), offset, length);
+  } else if (const std::uint64_t every = engine().options().start_writeback_bytes;
+             tai::detail::WriteBehind::applies(capabilities(), mode(), every)) {
+    behind_.written(sync_descriptor(), offset, length, every);
   }
   return static_cast<std::int64_t>(length);
 }

@@ -9,6 +9,10 @@
 // writes already reported complete, to the next fsync or fdatasync (or the close). What each
 // engine means by that is described in its header (cstdio_engine.hpp, fstream_engine.hpp).
 //
+// Buffered files get write-behind (EngineOptions::start_writeback_bytes) on the sync descriptor
+// after each write: the kernel starts what it holds below the highest end less one interval (the
+// stream's own buffer, 64 KiB, is far less than an interval, so that is everything there).
+//
 // The stream calls themselves differ (fseeko and fread on a FILE*, seekg and read on a
 // std::filebuf) and stay in each engine, behind the hooks below. Installed with the two engine
 // headers, which derive from these classes; the definitions are in libtai (stream_file.cpp).
@@ -21,6 +25,7 @@
 #include <system_error>
 
 #include "tai/engine.hpp"
+#include "tai/engines/common/write_behind.hpp"
 
 namespace tai::engines {
 
@@ -92,6 +97,7 @@ class StreamFile : public EngineFile {
   const std::uint64_t largest_offset_;
   std::uint64_t position_ = kUnknownPosition;
   LastOp last_op_ = LastOp::none;
+  tai::detail::WriteBehind behind_;  // EngineOptions::start_writeback_bytes, advanced after each write
   int unreported_error_ = 0;  // first failed flush that dropped completed writes; cleared by the sync that reports it
 };
 

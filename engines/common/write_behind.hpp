@@ -1,5 +1,5 @@
 // engines/common/write_behind.hpp - EngineOptions::start_writeback_bytes for engines whose
-// buffered writes go to the page cache through a descriptor (posix, uring, libaio).
+// buffered writes go to the page cache through a descriptor (posix, uring, libaio, and the cstdio and fstream streams' descriptors).
 #pragma once
 
 #include <atomic>

@@ -30,6 +30,7 @@
 //    count includes bytes it copied into the buffer that the failed flush then dropped.
 // No direct I/O: opening with Open::direct fails with EINVAL. Hints: sequential, random, noreuse
 // and willneed are applied at open; dontneed after each read, and after each write when dsync.
+// Buffered files get write-behind (EngineOptions::start_writeback_bytes) after each write.
 #pragma once
 
 #include <atomic>

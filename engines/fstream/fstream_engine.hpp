@@ -15,6 +15,8 @@
 //    file's page cache through the kept descriptor; sequential, random and noreuse are per open
 //    file description in Linux and cannot reach the stream's own descriptor: they are accepted
 //    and ignored.
+//  * write-behind (EngineOptions::start_writeback_bytes) after each write, through the kept
+//    descriptor.
 // Positioned I/O is seekg+read / seekp+write under a per-file mutex, with clear() before each
 // step so one failed or end-of-file read does not poison the next request.
 //

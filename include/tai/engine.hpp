@@ -240,9 +240,10 @@ struct EngineOptions {
   bool uring_sqpoll = false;            ///< io_uring: kernel submission thread
   bool uring_iopoll = false;            ///< io_uring: polled completions (direct I/O only)
   /// Write-behind of buffered files (engines whose writes go to the page cache through a
-  /// descriptor: posix after each write, uring and libaio when they reap a write's completion): after every
-  /// this many bytes written to a file, the engine asks the kernel to start writing the file's
-  /// dirty pages below its highest written end less this many bytes to the device
+  /// descriptor: posix, cstdio and fstream after each write, uring and libaio when they reap a
+  /// write's completion): after every this many bytes written to a file, the engine asks the
+  /// kernel to start writing the file's dirty pages below its highest written end less this many
+  /// bytes to the device
   /// (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, no durability; the last interval
   /// stays behind for prompt overwrites to meet in memory). Without it the kernel starts the
   /// device only at the program's fsync, or after its dirty timeout (30 s by default), so the

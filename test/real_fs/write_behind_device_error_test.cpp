@@ -1,6 +1,6 @@
 // A device that fails under write-behind (EngineOptions::start_writeback_bytes): the engines
-// that start the kernel's write-back before the program's fsync (posix, uring, libaio) must not
-// swallow the device's error on the way. The start is sync_file_range(SYNC_FILE_RANGE_WRITE),
+// that start the kernel's write-back before the program's fsync (posix, uring, libaio, cstdio,
+// fstream) must not swallow the device's error on the way. The start is sync_file_range(SYNC_FILE_RANGE_WRITE),
 // which leaves a write-back error for the next fsync of the file; with a WAIT flag it would
 // report the error to its own caller (the engine, which drops it) and the fsync after it would
 // say the data is durable. What is checked, one body per engine:
@@ -101,7 +101,7 @@ TEST_P(WriteBehindDeviceError, TheNextFsyncReportsTheFailedWriteBack) {
       << "; another descriptor's fsync returned " << std::strerror(witness_rc);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, WriteBehindDeviceError, testing::Values("posix", "uring", "libaio"),
+INSTANTIATE_TEST_SUITE_P(Engines, WriteBehindDeviceError, testing::Values("posix", "uring", "libaio", "cstdio", "fstream"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

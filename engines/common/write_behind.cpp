@@ -19,8 +19,14 @@ void WriteBehind::written(int fd, std::uint64_t offset, std::uint64_t n, std::ui
     if (unstarted_.compare_exchange_weak(cur, crossed ? 0 : cur + n, std::memory_order_relaxed)) break;
   }
   if (!crossed || high <= every) return;
+  // Only what no earlier call started: of two callers at once, each takes its own range.
+  const std::uint64_t to = high - every;
+  std::uint64_t from = started_.load(std::memory_order_relaxed);
+  while (from < to && !started_.compare_exchange_weak(from, to, std::memory_order_relaxed)) {
+  }
+  if (from >= to) return;
   // Pages already under write-back are skipped (no WAIT flags).
-  (void)::sync_file_range(fd, 0, static_cast<off_t>(high - every), SYNC_FILE_RANGE_WRITE);
+  (void)::sync_file_range(fd, static_cast<off_t>(from), static_cast<off_t>(to - from), SYNC_FILE_RANGE_WRITE);
 }
 
 }  // namespace tai::detail

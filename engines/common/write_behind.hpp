@@ -10,10 +10,15 @@
 namespace tai::detail {
 
 /// One file's write-behind count: after every `every` bytes written, the kernel is asked to start
-/// writing the file's dirty pages below the highest written end less one interval
-/// (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, nothing made durable). The last
-/// interval stays in the page cache, where a prompt overwrite (a record written twice, a header
-/// rewritten) meets it instead of sending both versions to the device.
+/// writing the file's dirty pages from where the last start ended up to the highest written end
+/// less one interval (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, nothing made
+/// durable). The last interval stays in the page cache, where a prompt overwrite (a record
+/// written twice, a header rewritten) meets it instead of sending both versions to the device.
+/// Each range is started once: a page overwritten below what was started stays for the kernel
+/// (its dirty timeout) or the next fsync, as without write-behind. Starting from 0 each time
+/// would send a page that random overwrites keep dirtying to the device again after every
+/// interval: 512 B overwrites at random offsets of a cached 64 MiB file ran at 0.24x a plain
+/// pwrite loop that way, against 0.9x without write-behind.
 /// Thread-safety: written() may be called from any number of threads at once (compare-and-swap
 /// loops: exactly one caller sees each crossing and makes the call).
 class WriteBehind {
@@ -31,12 +36,13 @@ class WriteBehind {
   void written(int fd, std::uint64_t offset, std::uint64_t n, std::uint64_t every) noexcept;
 
  private:
-  // Relaxed, both: counts and bounds changed only by compare-and-swap or by the one caller
+  // Relaxed, all three: counts and bounds changed only by compare-and-swap or by the one caller
   // that saw a crossing; they order nothing (sync_file_range acts on whatever the kernel holds
   // when it is called, and the writes it follows completed on the calling thread or were reaped
   // by it).
   std::atomic<std::uint64_t> unstarted_{0};  // bytes written since the last start
   std::atomic<std::uint64_t> high_{0};       // the highest end of a write so far
+  std::atomic<std::uint64_t> started_{0};    // the end of the ranges started so far (only grows)
 };
 
 }  // namespace tai::detail

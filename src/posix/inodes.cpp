@@ -1,6 +1,8 @@
 // tai/posix.hpp's layer: inodes: one per routed file, its tai::File, and write-through.
 #include "src/posix/layer_internal.hpp"
 
+#include <algorithm>
+
 namespace tai::posix::detail {
 
 // ---------------------------------------------------------------------------------------------
@@ -151,6 +153,7 @@ int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
   const int terr = rc < 0 ? errno : 0;
   struct stat st {};
   if (::fstat(fd, &st) == 0) ino.size.store(static_cast<std::uint64_t>(st.st_size), std::memory_order_release);
+  ino.writeback_started = std::min<std::uint64_t>(ino.writeback_started, ino.size.load(std::memory_order_relaxed));
   reopen_locked(ino, fd, "truncate");
   return -terr;
 }

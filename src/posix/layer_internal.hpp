@@ -231,6 +231,7 @@ struct Inode {
   // never goes write-through in order mode. Set before the inode is published, closed with it.
   int direct_fd = -1;
   std::uint64_t unstarted_bytes = 0; // under mu: written since the last start of write-back
+  std::uint64_t writeback_started = 0;  // under mu: the end of the ranges whose write-back was started
   // Under mu: something went through `file` (a cached write or a read, which may cache what it
   // read) since it was opened. An O_APPEND write goes to the kernel (see append_through_locked),
   // and the cache must then not hold bytes that the kernel's append would make stale.

@@ -30,24 +30,34 @@ void grow_size(Inode& ino, std::uint64_t end) noexcept {
 // at that fsync (or after its 30 s dirty timeout): the fsync would wait for all of it. Started
 // early, the device works while the program computes. Overwrites inside one interval still meet
 // in the cache. The continuation holds a reference so that the descriptor outlives it.
+// Each range of the file is started once, from the end of the last start to the file's size:
+// writes below it (random overwrites, a header rewritten) stay in the cache, which is there to
+// absorb them, until the fsync, the quota or the write-behind deadline, as a plain program's
+// pages wait for the kernel's timer. Starting the whole file every interval sent pages that
+// random overwrites keep dirtying to the device again after every interval.
 void start_writeback_every(Inode& ino, std::size_t n) {
   const std::uint64_t every = g_start_writeback.load(std::memory_order_relaxed);
   if (every == 0 || ino.writeback_fd < 0) return;
   ino.unstarted_bytes += n;
   if (ino.unstarted_bytes < every) return;
   ino.unstarted_bytes = 0;
+  const std::uint64_t from = ino.writeback_started;
+  const std::uint64_t to = ino.size.load(std::memory_order_relaxed);
+  if (to <= from) return;
+  ino.writeback_started = to;
   Controller* c = g_ctl.load(std::memory_order_acquire);
   if (!c) return;
   ino.refs.fetch_add(1, std::memory_order_relaxed);
   Inode* ip = &ino;
   Receipt r = c->flush();
-  r.then([ip, c](const Receipt&) {
+  r.then([ip, c, from, to](const Receipt&) {
     // A failed flush leaves its data dirty in the cache; the next fsync writes it again and
     // reports the error. The system call goes to a task of its own: a continuation runs inside a
     // round and must not block, and sync_file_range may (while the device's queue is full).
-    Receipt start = c->submit([ip] {
+    Receipt start = c->submit([ip, from, to] {
       // No WAIT flags: start the device write and return.
-      (void)::sync_file_range(ip->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+      (void)::sync_file_range(ip->writeback_fd, static_cast<off_t>(from), static_cast<off_t>(to - from),
+                              SYNC_FILE_RANGE_WRITE);
     });
     start.then([ip](const Receipt&) { inode_unref(ip); });
   });

@@ -1,0 +1,103 @@
+// The drop-in layer's device write-back started every TAI_START_WRITEBACK bytes
+// (Settings::start_writeback_bytes): a file written in sequence has its pages sent to the device
+// before any fsync, and each range is started once, so that random overwrites of started data
+// stay dirty for the fsync (as a plain program's pages wait for the kernel's timer) instead of
+// going to the device after every interval. The page states come from the kernel (cachestat(2));
+// skipped where that call or a page cache with write-back is not there.
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+
+#include <chrono>
+#include <thread>
+
+#include "posix_layer/support.hpp"
+
+namespace tai::test {
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr long kCachestat = 451;  // cachestat(2), Linux 6.5, the same number on every architecture
+constexpr long kTmpfsMagic = 0x01021994;
+
+struct PageStates {
+  std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+bool cachestat(int fd, std::uint64_t off, std::uint64_t len, PageStates& out) {
+  struct {
+    std::uint64_t off, len;
+  } range{off, len};
+  out = {};
+  return ::syscall(kCachestat, fd, &range, &out, 0u) == 0;
+}
+
+// Polls [0, len) of fd until every page of it is in the page cache (the layer hands its cache
+// to the kernel on a worker) and none is dirty or under write-back, or 20 s pass.
+PageStates wait_until_written(int fd, std::uint64_t len) {
+  PageStates st{};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cachestat(fd, 0, len, st) && (st.nr_cache < len / 4096 || st.nr_dirty + st.nr_writeback != 0) &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return st;
+}
+
+using StartWriteback = LayerTest;
+
+TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheFsync) {
+  const std::string path = file("started.dat");
+  struct statfs fs {};
+  if (::statfs(path.substr(0, path.rfind('/')).c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic)
+    GTEST_SKIP() << "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
+  posix::detail::Settings s = layer_settings();
+  s.start_writeback_bytes = kMiB;
+  s.write_behind_ms = 50;  // the overwrites below reach the kernel (not started) within 50 ms
+  restart(s);
+
+  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const int look = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(look, 0);
+  PageStates probe{};
+  if (!cachestat(look, 0, 0, probe)) {
+    ::close(look);
+    (void)posix::close(fd);
+    GTEST_SKIP() << "cachestat(2) is not available here: " << std::strerror(errno);
+  }
+
+  constexpr std::uint64_t kTotal = 8 * kMiB;
+  const std::string piece(256 * 1024, 's');
+  for (std::uint64_t off = 0; off < kTotal; off += piece.size())
+    ASSERT_EQ(write_all(fd, piece), static_cast<ssize_t>(piece.size()));
+  // Sequential: every interval was handed to the kernel and started, without an fsync.
+  const PageStates first = wait_until_written(look, kTotal);
+  EXPECT_EQ(first.nr_cache, kTotal / 4096) << "the data did not reach the kernel within 20 s";
+  EXPECT_EQ(first.nr_dirty + first.nr_writeback, 0u) << "the sequential data was not started within 20 s";
+
+  // 2 MiB of 4 KiB overwrites at 512 scattered pages below 6 MiB: two intervals' worth, over
+  // data already started.
+  const std::string page(4096, 'o');
+  const std::uint64_t pages = (kTotal - 2 * kMiB) / 4096;
+  for (std::uint64_t i = 0; i < 512; ++i)
+    ASSERT_EQ(posix::pwrite(fd, page.data(), page.size(), static_cast<off_t>((i * 7919 % pages) * 4096)),
+              static_cast<ssize_t>(page.size()));
+  // The write-behind deadline hands them to the kernel; nothing starts their device write.
+  PageStates after{};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cachestat(look, 0, kTotal - 2 * kMiB, after) && after.nr_dirty + after.nr_writeback < 512 &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for a start to follow, were there one
+  ASSERT_TRUE(cachestat(look, 0, kTotal - 2 * kMiB, after));
+  EXPECT_GE(after.nr_dirty, 500u) << "the overwritten pages were sent to the device again (" << after.nr_writeback
+                                  << " under write-back)";
+
+  EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
+  ASSERT_TRUE(cachestat(look, 0, kTotal, after));
+  EXPECT_EQ(after.nr_dirty, 0u);  // the fsync wrote them
+  ::close(look);
+  EXPECT_EQ(posix::close(fd), 0);
+}
+
+}  // namespace
+}  // namespace tai::test

@@ -1,5 +1,6 @@
 // engines/common/write_behind.hpp - EngineOptions::start_writeback_bytes for engines whose
-// buffered writes go to the page cache through a descriptor (posix, uring, libaio, and the cstdio and fstream streams' descriptors).
+// buffered writes go to the page cache through a descriptor (posix, uring, libaio, and the
+// descriptors under the cstdio and fstream streams).
 #pragma once
 
 #include <atomic>

@@ -242,10 +242,11 @@ struct EngineOptions {
   /// Write-behind of buffered files (engines whose writes go to the page cache through a
   /// descriptor: posix, cstdio and fstream after each write, uring and libaio when they reap a
   /// write's completion): after every this many bytes written to a file, the engine asks the
-  /// kernel to start writing the file's dirty pages below its highest written end less this many
-  /// bytes to the device
-  /// (sync_file_range with SYNC_FILE_RANGE_WRITE: no wait, no durability; the last interval
-  /// stays behind for prompt overwrites to meet in memory). Without it the kernel starts the
+  /// kernel to start writing the file's dirty pages to the device, from where its last start
+  /// ended to its highest written end less this many bytes (sync_file_range with
+  /// SYNC_FILE_RANGE_WRITE: no wait, no durability; the last interval stays behind for prompt
+  /// overwrites to meet in memory, and a range is started once, so random overwrites of started
+  /// data wait for the fsync as a plain program's do). Without it the kernel starts the
   /// device only at the program's fsync, or after its dirty timeout (30 s by default), so the
   /// fsync waits for every byte since the last one while the device sat idle. 0 turns it off.
   /// Ignored for O_DIRECT, O_DSYNC and Open::dontneed files (nothing dirty stays behind).

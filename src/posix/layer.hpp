@@ -52,8 +52,8 @@ struct Settings {
   /// TAI_START_WRITEBACK: after this many bytes written to a file, ask the kernel to start
   /// writing the file's dirty pages to the device (sync_file_range(SYNC_FILE_RANGE_WRITE), on a
   /// worker), so that the program's fsync finds little left. Each range is started once, from
-  /// the end of the last start to the file's size: overwrites below it wait for the fsync. 0: never (the kernel starts only at
-  /// fsync or after its dirty timeout). 1 MiB: a program that syncs every megabyte or few (the
+  /// the end of the last start to the file's size: overwrites below it wait for the fsync. 0:
+  /// never (the kernel starts only at fsync or after its dirty timeout). 1 MiB: a program that syncs every megabyte or few (the
   /// serial image loop at fsync every 30 writes 0.8 MiB between syncs) gets its device write
   /// started before the fsync; at 8 MiB it never did, and the fsync waited for all of it.
   std::uint64_t start_writeback_bytes = std::uint64_t{1} << 20;

@@ -7,7 +7,6 @@
 // engine is not there.
 
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_test_support.hpp"
+#include "support/page_states.hpp"
 #include "support/test_env.hpp"
 #include "tai/engine_selector.hpp"
 
@@ -30,21 +30,6 @@ namespace {
 using tai::Open;
 using tai::Op;
 using tai::test::run_request;
-
-// cachestat(2), Linux 6.5: the same number on every architecture (the common table of new calls).
-constexpr long kCachestat = 451;
-struct CachestatRange {
-  std::uint64_t off, len;
-};
-struct Cachestat {
-  std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-bool cachestat(int fd, std::uint64_t off, std::uint64_t len, Cachestat& out) {
-  CachestatRange range{off, len};
-  std::memset(&out, 0, sizeof out);
-  return ::syscall(kCachestat, fd, &range, &out, 0u) == 0;
-}
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr long kTmpfsMagic = 0x01021994;
@@ -56,7 +41,7 @@ constexpr long kTmpfsMagic = 0x01021994;
 // `overwritten` is the page states of [0, total - 2 MiB) after them. `skip` is set when this
 // machine cannot tell (and says why).
 struct Pages {
-  Cachestat before_last{}, last{}, overwritten{};
+  tai::test::PageStates before_last{}, last{}, overwritten{};
   std::string skip;
 };
 
@@ -84,8 +69,8 @@ Pages write_and_look(const std::string& engine_name, const tai::test::ScratchDir
   // The kernel's page states through a descriptor of our own (the fstream engine has none to
   // show; cachestat(2) reports the file's pages whichever descriptor asks).
   const int look = ::open(dir.file("behind").c_str(), O_RDONLY | O_CLOEXEC);
-  Cachestat probe{};
-  if (look < 0 || !cachestat(look, 0, 0, probe)) {
+  tai::test::PageStates probe{};
+  if (look < 0 || !tai::test::page_states(look, 0, 0, probe)) {
     p.skip = std::string("cachestat(2) is not available here: ") + std::strerror(errno);
     if (look >= 0) ::close(look);
     return p;
@@ -94,12 +79,12 @@ Pages write_and_look(const std::string& engine_name, const tai::test::ScratchDir
   for (std::uint64_t off = 0; off < total; off += piece.size())
     EXPECT_EQ(run_request(*engine, Op::write, f->get(), piece.data(), off, piece.size()).result,
               static_cast<std::int64_t>(piece.size()));
-  EXPECT_TRUE(cachestat(look, 0, total - kMiB, p.before_last));
-  EXPECT_TRUE(cachestat(look, total - kMiB, kMiB, p.last));
+  EXPECT_TRUE(tai::test::page_states(look, 0, total - kMiB, p.before_last));
+  EXPECT_TRUE(tai::test::page_states(look, total - kMiB, kMiB, p.last));
   if (overwrite) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    Cachestat now{};
-    while (cachestat(look, 0, total - kMiB, now) && now.nr_dirty + now.nr_writeback != 0 &&
+    tai::test::PageStates now{};
+    while (tai::test::page_states(look, 0, total - kMiB, now) && now.nr_dirty + now.nr_writeback != 0 &&
            std::chrono::steady_clock::now() < give_up)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(now.nr_dirty + now.nr_writeback, 0u) << "the device did not write the started pages within 20 s";
@@ -108,7 +93,7 @@ Pages write_and_look(const std::string& engine_name, const tai::test::ScratchDir
       const std::uint64_t off = (i * 7919 % pages) * 4096;  // 512 distinct pages: 7919 is prime
       EXPECT_EQ(run_request(*engine, Op::write, f->get(), piece.data(), off, 4096).result, 4096);
     }
-    EXPECT_TRUE(cachestat(look, 0, total - 2 * kMiB, p.overwritten));
+    EXPECT_TRUE(tai::test::page_states(look, 0, total - 2 * kMiB, p.overwritten));
   }
   ::close(look);
   EXPECT_FALSE(engine->close(**f));

@@ -4,39 +4,26 @@
 // stay dirty for the fsync (as a plain program's pages wait for the kernel's timer) instead of
 // going to the device after every interval. The page states come from the kernel (cachestat(2));
 // skipped where that call or a page cache with write-back is not there.
-#include <sys/syscall.h>
 #include <sys/vfs.h>
 
 #include <chrono>
 #include <thread>
 
 #include "posix_layer/support.hpp"
+#include "support/page_states.hpp"
 
 namespace tai::test {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-constexpr long kCachestat = 451;  // cachestat(2), Linux 6.5, the same number on every architecture
 constexpr long kTmpfsMagic = 0x01021994;
-
-struct PageStates {
-  std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-bool cachestat(int fd, std::uint64_t off, std::uint64_t len, PageStates& out) {
-  struct {
-    std::uint64_t off, len;
-  } range{off, len};
-  out = {};
-  return ::syscall(kCachestat, fd, &range, &out, 0u) == 0;
-}
 
 // Polls [0, len) of fd until every page of it is in the page cache (the layer hands its cache
 // to the kernel on a worker) and none is dirty or under write-back, or 20 s pass.
 PageStates wait_until_written(int fd, std::uint64_t len) {
   PageStates st{};
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (cachestat(fd, 0, len, st) && (st.nr_cache < len / 4096 || st.nr_dirty + st.nr_writeback != 0) &&
+  while (page_states(fd, 0, len, st) && (st.nr_cache < len / 4096 || st.nr_dirty + st.nr_writeback != 0) &&
          std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return st;
@@ -59,7 +46,7 @@ TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheF
   const int look = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(look, 0);
   PageStates probe{};
-  if (!cachestat(look, 0, 0, probe)) {
+  if (!page_states(look, 0, 0, probe)) {
     ::close(look);
     (void)posix::close(fd);
     GTEST_SKIP() << "cachestat(2) is not available here: " << std::strerror(errno);
@@ -84,16 +71,16 @@ TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheF
   // The write-behind deadline hands them to the kernel; nothing starts their device write.
   PageStates after{};
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (cachestat(look, 0, kTotal - 2 * kMiB, after) && after.nr_dirty + after.nr_writeback < 512 &&
+  while (page_states(look, 0, kTotal - 2 * kMiB, after) && after.nr_dirty + after.nr_writeback < 512 &&
          std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for a start to follow, were there one
-  ASSERT_TRUE(cachestat(look, 0, kTotal - 2 * kMiB, after));
+  ASSERT_TRUE(page_states(look, 0, kTotal - 2 * kMiB, after));
   EXPECT_GE(after.nr_dirty, 500u) << "the overwritten pages were sent to the device again (" << after.nr_writeback
                                   << " under write-back)";
 
   EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
-  ASSERT_TRUE(cachestat(look, 0, kTotal, after));
+  ASSERT_TRUE(page_states(look, 0, kTotal, after));
   EXPECT_EQ(after.nr_dirty, 0u);  // the fsync wrote them
   ::close(look);
   EXPECT_EQ(posix::close(fd), 0);

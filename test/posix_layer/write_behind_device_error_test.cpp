@@ -6,32 +6,17 @@
 // passes it), never 0. A descriptor opened before the writes sees the error too, which tells a
 // layer that lost the error from a setup whose device did not fail. Skipped with the reason
 // without root, tmpfs or loop mounts, or mkfs.ext4.
-#include <sys/syscall.h>
-
 #include <chrono>
 #include <thread>
 
 #include "posix_layer/support.hpp"
+#include "support/page_states.hpp"
 #include "support/small_loop_fs.hpp"
 
 namespace tai::test {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-constexpr long kCachestat = 451;  // cachestat(2), Linux 6.5, the same number on every architecture
-
-// Dirty plus under-write-back pages of [0, len) of fd, or -1 when the kernel has no cachestat(2).
-long pages_not_yet_written(int fd, std::uint64_t len) {
-  struct {
-    std::uint64_t off, len;
-  } range{0, len};
-  struct {
-    std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-  } st{};
-  if (::syscall(kCachestat, fd, &range, &st, 0u) != 0) return -1;
-  return static_cast<long>(st.nr_dirty + st.nr_writeback);
-}
-
 using LayerWriteBehindDeviceError = LayerTest;
 
 TEST_F(LayerWriteBehindDeviceError, TheNextFsyncReportsTheFailedWriteBack) {

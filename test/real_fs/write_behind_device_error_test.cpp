@@ -13,7 +13,6 @@
 //  * a descriptor opened before the writes sees the error too: the device did fail, so a
 //    successful fsync through the engine would be the engine's loss, not the setup's.
 // Skipped with the reason without root, tmpfs or loop mounts, mkfs.ext4 or the engine.
-#include <sys/syscall.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -28,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "support/engine_test_support.hpp"
+#include "support/page_states.hpp"
 #include "support/small_loop_fs.hpp"
 #include "tai/engine_selector.hpp"
 
@@ -35,20 +35,6 @@ namespace tai::test {
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-constexpr long kCachestat = 451;  // cachestat(2), Linux 6.5, the same number on every architecture
-
-// Dirty plus under-write-back pages of [0, len) of fd, or -1 when the kernel has no cachestat(2).
-long pages_not_yet_written(int fd, std::uint64_t len) {
-  struct {
-    std::uint64_t off, len;
-  } range{0, len};
-  struct {
-    std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-  } st{};
-  if (::syscall(kCachestat, fd, &range, &st, 0u) != 0) return -1;
-  return static_cast<long>(st.nr_dirty + st.nr_writeback);
-}
-
 class WriteBehindDeviceError : public testing::TestWithParam<std::string> {};
 
 TEST_P(WriteBehindDeviceError, TheNextFsyncReportsTheFailedWriteBack) {

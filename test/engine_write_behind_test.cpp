@@ -82,12 +82,8 @@ Pages write_and_look(const std::string& engine_name, const tai::test::ScratchDir
   EXPECT_TRUE(tai::test::page_states(look, 0, total - kMiB, p.before_last));
   EXPECT_TRUE(tai::test::page_states(look, total - kMiB, kMiB, p.last));
   if (overwrite) {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    tai::test::PageStates now{};
-    while (tai::test::page_states(look, 0, total - kMiB, now) && now.nr_dirty + now.nr_writeback != 0 &&
-           std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    EXPECT_EQ(now.nr_dirty + now.nr_writeback, 0u) << "the device did not write the started pages within 20 s";
+    EXPECT_EQ(tai::test::wait_until_written(look, total - kMiB, std::chrono::seconds(20)), 0)
+        << "the device did not write the started pages within 20 s";
     const std::uint64_t pages = (total - 2 * kMiB) / 4096;
     for (std::uint64_t i = 0; i < 512; ++i) {
       const std::uint64_t off = (i * 7919 % pages) * 4096;  // 512 distinct pages: 7919 is prime

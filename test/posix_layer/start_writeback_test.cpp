@@ -2,8 +2,9 @@
 // (Settings::start_writeback_bytes): a file written in sequence has its pages sent to the device
 // before any fsync, and each range is started once, so that random overwrites of started data
 // stay dirty for the fsync (as a plain program's pages wait for the kernel's timer) instead of
-// going to the device after every interval. The page states come from the kernel (cachestat(2));
-// skipped where that call or a page cache with write-back is not there.
+// going to the device after every interval; a truncation lets the rewritten file be started
+// again. The page states come from the kernel (cachestat(2)); skipped where that call or a page
+// cache with write-back is not there.
 #include <sys/vfs.h>
 
 #include <chrono>
@@ -20,7 +21,7 @@ constexpr long kTmpfsMagic = 0x01021994;
 
 // Polls [0, len) of fd until every page of it is in the page cache (the layer hands its cache
 // to the kernel on a worker) and none is dirty or under write-back, or 20 s pass.
-PageStates wait_until_written(int fd, std::uint64_t len) {
+PageStates wait_until_handed_over_and_written(int fd, std::uint64_t len) {
   PageStates st{};
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (page_states(fd, 0, len, st) && (st.nr_cache < len / 4096 || st.nr_dirty + st.nr_writeback != 0) &&
@@ -57,7 +58,7 @@ TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheF
   for (std::uint64_t off = 0; off < kTotal; off += piece.size())
     ASSERT_EQ(write_all(fd, piece), static_cast<ssize_t>(piece.size()));
   // Sequential: every interval was handed to the kernel and started, without an fsync.
-  const PageStates first = wait_until_written(look, kTotal);
+  const PageStates first = wait_until_handed_over_and_written(look, kTotal);
   EXPECT_EQ(first.nr_cache, kTotal / 4096) << "the data did not reach the kernel within 20 s";
   EXPECT_EQ(first.nr_dirty + first.nr_writeback, 0u) << "the sequential data was not started within 20 s";
 
@@ -82,6 +83,43 @@ TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheF
   EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
   ASSERT_TRUE(page_states(look, 0, kTotal, after));
   EXPECT_EQ(after.nr_dirty, 0u);  // the fsync wrote them
+  ::close(look);
+  EXPECT_EQ(posix::close(fd), 0);
+}
+
+TEST_F(StartWriteback, ATruncationStartsTheRewrittenFileAgain) {
+  // The started end goes back with the size: a file cut to 0 and written again in sequence has
+  // its new pages started as the first time, not only those past the old end.
+  const std::string path = file("truncated.dat");
+  struct statfs fs {};
+  if (::statfs(path.substr(0, path.rfind('/')).c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic)
+    GTEST_SKIP() << "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
+  posix::detail::Settings s = layer_settings();
+  s.start_writeback_bytes = kMiB;
+  s.write_behind_ms = 0;  // only the interval hands the cache over and starts the device
+  restart(s);
+
+  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const int look = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(look, 0);
+  PageStates probe{};
+  if (!page_states(look, 0, 0, probe)) {
+    ::close(look);
+    (void)posix::close(fd);
+    GTEST_SKIP() << "cachestat(2) is not available here: " << std::strerror(errno);
+  }
+  constexpr std::uint64_t kTotal = 8 * kMiB;
+  const std::string piece(256 * 1024, 't');
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint64_t off = 0; off < kTotal; off += piece.size())
+      ASSERT_EQ(posix::pwrite(fd, piece.data(), piece.size(), static_cast<off_t>(off)),
+                static_cast<ssize_t>(piece.size()));
+    const PageStates st = wait_until_handed_over_and_written(look, kTotal);
+    EXPECT_EQ(st.nr_dirty + st.nr_writeback, 0u) << "pass " << pass << ": the data was not started within 20 s ("
+                                                  << st.nr_cache << " pages cached, " << st.nr_dirty << " dirty)";
+    if (pass == 0) ASSERT_EQ(posix::ftruncate(fd, 0), 0) << std::strerror(errno);
+  }
   ::close(look);
   EXPECT_EQ(posix::close(fd), 0);
 }

@@ -42,12 +42,7 @@ TEST_F(LayerWriteBehindDeviceError, TheNextFsyncReportsTheFailedWriteBack) {
 
   // Every interval handed to the kernel has been started (the last one is handed over when the
   // last write crosses it); wait until the device has answered for everything but the last MiB.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  long left = pages_not_yet_written(witness, kTotal - kMiB);
-  while (left != 0 && left != -1 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    left = pages_not_yet_written(witness, kTotal - kMiB);
-  }
+  const long left = wait_until_written(witness, kTotal - kMiB, std::chrono::seconds(20));
   if (left < 0) std::this_thread::sleep_for(std::chrono::seconds(2));  // no cachestat(2): give the device time
 
   fs.heal_device();

@@ -1,7 +1,8 @@
 // A device that fails under write-behind (EngineOptions::start_writeback_bytes): the engines
 // that start the kernel's write-back before the program's fsync (posix, uring, libaio, cstdio,
-// fstream) must not swallow the device's error on the way. The start is sync_file_range(SYNC_FILE_RANGE_WRITE),
-// which leaves a write-back error for the next fsync of the file; with a WAIT flag it would
+// fstream) must not swallow the device's error on the way. The start is
+// sync_file_range(SYNC_FILE_RANGE_WRITE), which leaves a write-back error for the next fsync of
+// the file; with a WAIT flag it would
 // report the error to its own caller (the engine, which drops it) and the fsync after it would
 // say the data is durable. What is checked, one body per engine:
 //  * 16 MiB are written through the engine while the device fails every new block
@@ -62,12 +63,7 @@ TEST_P(WriteBehindDeviceError, TheNextFsyncReportsTheFailedWriteBack) {
 
   // The write-back the engine started below the last interval: wait until the device has
   // answered for all of it (failed pages end their write-back too).
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  long left = pages_not_yet_written(witness, kTotal - kMiB);
-  while (left > 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    left = pages_not_yet_written(witness, kTotal - kMiB);
-  }
+  const long left = wait_until_written(witness, kTotal - kMiB, std::chrono::seconds(20));
   if (left < 0) std::this_thread::sleep_for(std::chrono::seconds(2));  // no cachestat(2): give the device time
   ASSERT_LE(left, 0) << left << " pages below the last interval were neither written nor failed after 20 s";
 

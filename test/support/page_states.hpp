@@ -7,8 +7,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 namespace tai::test {
 
@@ -33,6 +35,19 @@ inline long pages_not_yet_written(int fd, std::uint64_t len) {
   PageStates st{};
   if (!page_states(fd, 0, len, st)) return -1;
   return static_cast<long>(st.nr_dirty + st.nr_writeback);
+}
+
+/// Polls [0, len) of fd until no page is dirty or under write-back (the device has answered
+/// for every started page, written or failed) or `limit` passes; returns pages_not_yet_written
+/// as last seen (0: done; -1: no cachestat(2), nothing to poll). Thread-safe.
+inline long wait_until_written(int fd, std::uint64_t len, std::chrono::seconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  long left = pages_not_yet_written(fd, len);
+  while (left > 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    left = pages_not_yet_written(fd, len);
+  }
+  return left;
 }
 
 }  // namespace tai::test

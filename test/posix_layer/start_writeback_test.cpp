@@ -30,28 +30,43 @@ PageStates wait_until_handed_over_and_written(int fd, std::uint64_t len) {
   return st;
 }
 
-using StartWriteback = LayerTest;
+// A layer that starts the device write every MiB, and a file opened through it for writing
+// (fd_) with a plain descriptor of our own to read its page states (look_).
+class StartWriteback : public LayerTest {
+ protected:
+  // "" or why this machine cannot tell (for GTEST_SKIP()).
+  std::string open_file(const std::string& name, std::uint64_t write_behind_ms) {
+    const std::string path = file(name);
+    struct statfs fs {};
+    if (::statfs(path.substr(0, path.rfind('/')).c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic)
+      return "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
+    posix::detail::Settings s = layer_settings();
+    s.start_writeback_bytes = kMiB;
+    s.write_behind_ms = write_behind_ms;
+    restart(s);
+    fd_ = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    look_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0 || look_ < 0) return std::string("open ") + path + ": " + std::strerror(errno);
+    PageStates probe{};
+    if (!page_states(look_, 0, 0, probe)) return std::string("cachestat(2) is not available here: ") + std::strerror(errno);
+    return "";
+  }
+  void TearDown() override {
+    if (look_ >= 0) ::close(look_);
+    if (fd_ >= 0) {
+      EXPECT_EQ(posix::close(fd_), 0) << std::strerror(errno);
+    }
+    LayerTest::TearDown();
+  }
+  int fd_ = -1;
+  int look_ = -1;
+};
 
 TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheFsync) {
-  const std::string path = file("started.dat");
-  struct statfs fs {};
-  if (::statfs(path.substr(0, path.rfind('/')).c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic)
-    GTEST_SKIP() << "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
-  posix::detail::Settings s = layer_settings();
-  s.start_writeback_bytes = kMiB;
-  s.write_behind_ms = 50;  // the overwrites below reach the kernel (not started) within 50 ms
-  restart(s);
-
-  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  const int look = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(look, 0);
-  PageStates probe{};
-  if (!page_states(look, 0, 0, probe)) {
-    ::close(look);
-    (void)posix::close(fd);
-    GTEST_SKIP() << "cachestat(2) is not available here: " << std::strerror(errno);
-  }
+  // The write-behind deadline hands the overwrites below to the kernel (not started) in 50 ms.
+  if (const std::string why = open_file("started.dat", 50); !why.empty()) GTEST_SKIP() << why;
+  const int fd = fd_;
+  const int look = look_;
 
   constexpr std::uint64_t kTotal = 8 * kMiB;
   const std::string piece(256 * 1024, 's');
@@ -83,32 +98,15 @@ TEST_F(StartWriteback, SequentialDataIsStartedOnceAndRandomOverwritesWaitForTheF
   EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
   ASSERT_TRUE(page_states(look, 0, kTotal, after));
   EXPECT_EQ(after.nr_dirty, 0u);  // the fsync wrote them
-  ::close(look);
-  EXPECT_EQ(posix::close(fd), 0);
 }
 
 TEST_F(StartWriteback, ATruncationStartsTheRewrittenFileAgain) {
   // The started end goes back with the size: a file cut to 0 and written again in sequence has
   // its new pages started as the first time, not only those past the old end.
-  const std::string path = file("truncated.dat");
-  struct statfs fs {};
-  if (::statfs(path.substr(0, path.rfind('/')).c_str(), &fs) == 0 && fs.f_type == kTmpfsMagic)
-    GTEST_SKIP() << "the test directory is on tmpfs, whose pages are never written back (set TAI_TEST_DIR to a disk)";
-  posix::detail::Settings s = layer_settings();
-  s.start_writeback_bytes = kMiB;
-  s.write_behind_ms = 0;  // only the interval hands the cache over and starts the device
-  restart(s);
-
-  const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  const int look = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(look, 0);
-  PageStates probe{};
-  if (!page_states(look, 0, 0, probe)) {
-    ::close(look);
-    (void)posix::close(fd);
-    GTEST_SKIP() << "cachestat(2) is not available here: " << std::strerror(errno);
-  }
+  // Only the interval hands the cache over and starts the device (no deadline).
+  if (const std::string why = open_file("truncated.dat", 0); !why.empty()) GTEST_SKIP() << why;
+  const int fd = fd_;
+  const int look = look_;
   constexpr std::uint64_t kTotal = 8 * kMiB;
   const std::string piece(256 * 1024, 't');
   for (int pass = 0; pass < 2; ++pass) {
@@ -118,10 +116,10 @@ TEST_F(StartWriteback, ATruncationStartsTheRewrittenFileAgain) {
     const PageStates st = wait_until_handed_over_and_written(look, kTotal);
     EXPECT_EQ(st.nr_dirty + st.nr_writeback, 0u) << "pass " << pass << ": the data was not started within 20 s ("
                                                   << st.nr_cache << " pages cached, " << st.nr_dirty << " dirty)";
-    if (pass == 0) ASSERT_EQ(posix::ftruncate(fd, 0), 0) << std::strerror(errno);
+    if (pass == 0) {
+      ASSERT_EQ(posix::ftruncate(fd, 0), 0) << std::strerror(errno);
+    }
   }
-  ::close(look);
-  EXPECT_EQ(posix::close(fd), 0);
 }
 
 }  // namespace

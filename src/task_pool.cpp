@@ -134,7 +134,8 @@ void Task::recycle() noexcept {
     keeps_copy = false;
     t_kept_copy_delta.add(-static_cast<std::int64_t>(data.size()));
   }
-  if (data.size() > kKeepDataBytes) data.reset();
+  if (data.size() > kKeepDataBytes) data = std::move(displaced_copy);
+  displaced_copy.reset();
 }
 
 bool keep_finished_copy(std::size_t bytes) noexcept {

@@ -42,7 +42,9 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
     // Nothing reads `data` of a finished write.
     if (t.data.size() > Task::kKeepDataBytes) {
       copy_pool.give(std::move(t.data));
-    } else if (t.refs.load(std::memory_order_relaxed) > 1) {
+      t.data = std::move(t.displaced_copy);  // the task's own small copy, if it had one (File::write)
+    }
+    if (!t.data.empty() && t.data.size() <= Task::kKeepDataBytes && t.refs.load(std::memory_order_relaxed) > 1) {
       // A receipt still holds the task (the controller's reference is the other one), so the
       // task is not recycled until the program lets it go: a program that waits once per batch
       // would keep every small copy of the batch, outside the budget (the serial workload's

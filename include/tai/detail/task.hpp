@@ -116,6 +116,11 @@ struct alignas(64) Task {
   InplaceFunction<void(), 64> fn;              // function, hook
   InplaceFunction<void(Task&), 64> then;       // continuation (wrapped by Receipt::then)
   AlignedBuffer data;                          // write copy, or the read's Buffer memory
+  // The task's small copy, set aside while a large write's copy from the controller's pool is
+  // in `data` (File::write, before the push that publishes it), put back when the write ends
+  // (ControllerCore::finish, on the worker): a task that lost its copy to every large write
+  // allocated again at its next small one. (Fits in the padding after `data`.)
+  AlignedBuffer displaced_copy;
 
   /// Records the submission time for the latency histograms.
   void stamp(std::uint64_t ns) noexcept {

@@ -133,8 +133,10 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   // into cache blocks over a range that holds none buys nothing (docs/results/cache-cost.md).
   s.options.tree_options.write_around_bytes = 4096;
   env_bytes("TAI_WRITE_AROUND", s.options.tree_options.write_around_bytes);
-  // The cache's memory (ControllerOptions::clean_budget, huge_pages): for measuring them.
+  // The cache's memory (ControllerOptions::clean_budget, huge_pages) and the write copies in
+  // flight (write_copy_budget): for measuring them.
   env_bytes("TAI_CLEAN_BUDGET", s.options.clean_budget);
+  env_bytes("TAI_WRITE_COPY_BUDGET", s.options.write_copy_budget);
   if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) {
     const std::string v = h;
     if (v == "0" || v == "1")

@@ -82,6 +82,7 @@ TEST(PassThroughSettings, TheEnvironmentIsRead) {
   ::setenv("TAI_LOG", "1", 1);
   ::setenv("TAI_WRITE_BEHIND_MS", "50", 1);
   ::setenv("TAI_FLUSH_IDLE_MS", "7", 1);
+  ::setenv("TAI_WRITE_COPY_BUDGET", "8M", 1);
   std::vector<std::string> warnings;
   posix::detail::Settings s = posix::detail::settings_from_env(&warnings);
   EXPECT_TRUE(warnings.empty());
@@ -93,14 +94,17 @@ TEST(PassThroughSettings, TheEnvironmentIsRead) {
   EXPECT_TRUE(s.log);
   EXPECT_EQ(s.write_behind_ms, 50u);
   EXPECT_EQ(s.options.flush_idle_ns, 7'000'000);
+  EXPECT_EQ(s.options.write_copy_budget, 8u << 20);
   ::setenv("TAI_TREE", "binary", 1);
   ::setenv("TAI_WORKERS", "lots", 1);
   ::setenv("TAI_QUOTA", "4M,1M", 1);
   ::setenv("TAI_WRITE_BEHIND_MS", "-1", 1);
   ::setenv("TAI_FLUSH_IDLE_MS", "soon", 1);
+  ::setenv("TAI_WRITE_COPY_BUDGET", "a lot", 1);
   warnings.clear();
   s = posix::detail::settings_from_env(&warnings);
-  EXPECT_EQ(warnings.size(), 5u);
+  EXPECT_EQ(warnings.size(), 6u);
+  EXPECT_EQ(s.options.write_copy_budget, ControllerOptions{}.write_copy_budget);  // the default
   EXPECT_EQ(s.options.flush_idle_ns, ControllerOptions{}.flush_idle_ns);  // the default
   EXPECT_FALSE(s.trivial_tree);
   EXPECT_EQ(s.options.workers, 2u);
@@ -110,7 +114,8 @@ TEST(PassThroughSettings, TheEnvironmentIsRead) {
   EXPECT_EQ(posix::detail::settings_from_env(&warnings).write_behind_ms, 0u);  // off
   ::setenv("TAI_FLUSH_IDLE_MS", "off", 1);
   EXPECT_LT(posix::detail::settings_from_env(&warnings).options.flush_idle_ns, 0);
-  for (const char* v : {"TAI_ENGINE", "TAI_TREE", "TAI_WORKERS", "TAI_QUOTA", "TAI_LOG", "TAI_WRITE_BEHIND_MS", "TAI_FLUSH_IDLE_MS"})
+  for (const char* v : {"TAI_ENGINE", "TAI_TREE", "TAI_WORKERS", "TAI_QUOTA", "TAI_LOG", "TAI_WRITE_BEHIND_MS", "TAI_FLUSH_IDLE_MS",
+                        "TAI_WRITE_COPY_BUDGET"})
     ::unsetenv(v);
 }
 

@@ -112,10 +112,13 @@ struct ControllerOptions {
   BTreeOptions tree_options;
   /// Lanes of steps per worker (stealing moves one lane at a time).
   unsigned lanes_per_worker = 8;
-  /// Capacity of each worker's Pending queue; a submitter finding it full waits (back-pressure).
+  /// Capacity of each worker's queue from each submitting thread; a submitter finding it full
+  /// waits (back-pressure). The workers' own pushes and the submitters past the 64th share a
+  /// smaller queue per worker (at most 1,024 entries; a worker that finds it full never waits).
   unsigned pending_capacity = 16384;
   /// The most bytes of write data held for writes not yet finished: File::write's copies (as
-  /// allocated: small writes round up to 4096 bytes) and moved-in Buffers, each counted from
+  /// allocated: writes up to 4 KiB round up to 4 KiB, up to 16 KiB to 16 KiB) and moved-in
+  /// Buffers, each counted from
   /// submission until its operation ends (done, failed or refused). A thread whose write would
   /// pass the budget waits in File::write (spin, then sleep) until finished writes make room.
   /// A write is always admitted when nothing is held (a write larger than the budget goes

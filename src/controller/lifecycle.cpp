@@ -1,5 +1,6 @@
 // The controller's life: construction (options, engines, workers), flush, close, shutdown and
 // statistics.
+#include <algorithm>
 #include <cstdio>
 
 #include "src/controller/core.hpp"
@@ -95,7 +96,8 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
 
 ControllerCore::~ControllerCore() { shutdown(); }
 
-Worker::Worker(ControllerCore& core, unsigned index) : c(core), index(index), pending(core.opt.pending_capacity) {
+Worker::Worker(ControllerCore& core, unsigned index)
+    : c(core), index(index), pending(std::min(core.opt.pending_capacity, kSharedPendingMax)) {
   for (auto& side : out) side.resize(core.lanes);
   for (auto& side : out)
     for (auto& v : side) v.reserve(64);

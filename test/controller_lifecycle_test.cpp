@@ -336,6 +336,36 @@ TEST(ControllerLifecycle, SubmitRunsTasksOnWorkers) {
   EXPECT_TRUE(wait_ok(ctl.submit([] {}))) << "the worker survived the exception";
 }
 
+// Each worker's shared queue holds at most 1,024 tasks (the workers' own pushes and the
+// submitting threads past the 64th): a task that submits several times that from a worker
+// spills to the worker's overflow list, and 80 threads (16 past the 64 with queues of their
+// own) wait for room. Every task runs once either way.
+TEST(ControllerLifecycle, PushesPastTheSharedQueueAllRun) {
+  Controller ctl(options());
+  std::atomic<int> ran{0};
+  constexpr int kFromWorker = 5000;
+  std::vector<Receipt> inner;
+  inner.reserve(kFromWorker);
+  Receipt outer = ctl.submit([&] {
+    for (int i = 0; i < kFromWorker; ++i) inner.push_back(ctl.submit([&ran] { ran.fetch_add(1, std::memory_order_relaxed); }));
+  });
+  ASSERT_TRUE(wait_ok(outer));
+  for (const Receipt& r : inner) EXPECT_TRUE(wait_ok(r));
+  EXPECT_EQ(ran.load(), kFromWorker);
+
+  constexpr int kThreads = 80, kEach = 200;
+  std::vector<std::vector<Receipt>> per_thread(kThreads);
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kThreads; ++t)
+    submitters.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) per_thread[t].push_back(ctl.submit([&ran] { ran.fetch_add(1, std::memory_order_relaxed); }));
+    });
+  for (auto& t : submitters) t.join();
+  for (auto& v : per_thread)
+    for (const Receipt& r : v) EXPECT_TRUE(wait_ok(r));
+  EXPECT_EQ(ran.load(), kFromWorker + kThreads * kEach);
+}
+
 TEST(ControllerLifecycle, ThenRunsOnTheWorkerOrInlineWhenFinished) {
   Controller ctl(options());
   Gate gate;

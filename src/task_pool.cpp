@@ -134,7 +134,9 @@ void Task::recycle() noexcept {
     keeps_copy = false;
     t_kept_copy_delta.add(-static_cast<std::int64_t>(data.size()));
   }
-  if (data.size() > kKeepDataBytes) data = std::move(displaced_copy);
+  // A large copy goes (its pages are the pool's); the small copy it displaced, if any, comes
+  // back, also when the large one was never made (a write refused for want of memory).
+  if (data.size() > kKeepDataBytes || data.empty()) data = std::move(displaced_copy);
   displaced_copy.reset();
 }
 

@@ -118,9 +118,9 @@ struct ControllerOptions {
   unsigned pending_capacity = 16384;
   /// The most bytes of write data held for writes not yet finished: File::write's copies (as
   /// allocated: writes up to 4 KiB round up to 4 KiB, up to 16 KiB to 16 KiB) and moved-in
-  /// Buffers, each counted from
-  /// submission until its operation ends (done, failed or refused). A thread whose write would
-  /// pass the budget waits in File::write (spin, then sleep) until finished writes make room.
+  /// Buffers, each counted from submission until its operation ends (done, failed or
+  /// refused). A thread whose write would pass the budget waits in File::write (spin, then
+  /// sleep) until finished writes make room.
   /// A write is always admitted when nothing is held (a write larger than the budget goes
   /// alone); a worker thread of this controller never waits (it would hold up the rounds that
   /// make room). 0 admits one write at a time. The copies of finished writes above 16 KiB are

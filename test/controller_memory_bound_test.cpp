@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -360,6 +361,39 @@ TEST(ControllerWriteCopies, WorkerSubmissionsAreAdmittedOverBudget) {
   });
   ASSERT_TRUE(wait_ok(outer));
   for (const Receipt& r : inner) EXPECT_TRUE(wait_ok(r));
+  EXPECT_TRUE(eventually([&] { return ctl.stats().write_copy_bytes == 0; })) << ctl.stats().write_copy_bytes;
+  EXPECT_TRUE(f.close().ok());
+}
+
+// A large write's task keeps the small copy it displaced until the write ends
+// (Task::displaced_copy); the budget counts it with the large copy, so that it bounds every
+// byte the writes in flight hold. The worker is held by a task while the write waits behind it.
+TEST(ControllerWriteCopies, TheSmallCopyALargeWriteDisplacedIsCounted) {
+  ScratchDir dir;
+  ControllerOptions o = counting_options();
+  o.workers = 1;
+  o.engine = "null";
+  o.write_copy_budget = 32 * kMiB;
+  Controller ctl(o);
+  File f = open_or_fail<BTreeTrivial>(ctl, dir.file("displaced.dat"), Open::read | Open::write | Open::create, "null");
+  std::atomic<bool> go{false};
+  Receipt blocker = ctl.submit([&go] {
+    while (!go.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  // The next task this thread acquires (its pool is last in, first out) holds a small copy.
+  detail::Task* primed = detail::acquire_task();
+  primed->data = detail::AlignedBuffer::try_allocate(detail::Task::kKeepDataBytes, 64);
+  ASSERT_FALSE(primed->data.empty());
+  detail::release_task(primed);
+  const std::size_t large = detail::Task::kKeepDataBytes + 3000;
+  const auto data = pattern(large, 6);
+  Receipt w = f.write(0, data.data(), data.size());
+  const std::uint64_t large_copy = (large + 4095) / 4096 * 4096;
+  EXPECT_EQ(ctl.stats().write_copy_bytes, large_copy + detail::Task::kKeepDataBytes)
+      << "the large copy (" << large_copy << " bytes) and the small one it displaced";
+  go.store(true, std::memory_order_release);
+  EXPECT_TRUE(wait_ok(blocker));
+  EXPECT_TRUE(wait_ok(w));
   EXPECT_TRUE(eventually([&] { return ctl.stats().write_copy_bytes == 0; })) << ctl.stats().write_copy_bytes;
   EXPECT_TRUE(f.close().ok());
 }

@@ -13,7 +13,9 @@
 namespace tai::detail {
 
 void ControllerCore::charge_copy(Task& t) {
-  const std::uint64_t n = t.data.size();
+  // A large write's task also holds the small copy it displaced (Task::displaced_copy) until
+  // the write ends: counted with it, so that the budget bounds every byte the writes hold.
+  const std::uint64_t n = t.data.size() + t.displaced_copy.size();
   if (n == 0) return;
   t.copy_charge = n;  // published to the worker by the push
   copies.charge(n, /*may_wait=*/!on_own_worker(), &doorbell);

@@ -67,6 +67,7 @@ std::atomic<std::uint64_t> g_allocated{0};  // relaxed: a statistic
 constexpr std::int64_t kKeptCopyLimit = std::int64_t{4} << 20;
 constexpr std::int64_t kKeptCopyFlush = std::int64_t{256} << 10;
 std::atomic<std::int64_t> g_kept_copy_bytes{0};
+std::atomic<std::uint64_t> g_copies_dropped{0};  // relaxed: a statistic
 struct KeptCopyDelta {
   std::int64_t bytes = 0;
   void add(std::int64_t n) noexcept {
@@ -143,7 +144,10 @@ void Task::recycle() noexcept {
 bool keep_finished_copy(std::size_t bytes) noexcept {
   const auto n = static_cast<std::int64_t>(bytes);
   KeptCopyDelta& d = t_kept_copy_delta;
-  if (g_kept_copy_bytes.load(std::memory_order_relaxed) + d.bytes + n > kKeptCopyLimit) return false;
+  if (g_kept_copy_bytes.load(std::memory_order_relaxed) + d.bytes + n > kKeptCopyLimit) {
+    g_copies_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   d.add(n);
   return true;
 }
@@ -217,6 +221,7 @@ void release_task(Task* t) noexcept {
 }
 
 std::uint64_t tasks_allocated() noexcept { return g_allocated.load(std::memory_order_relaxed); }
+std::uint64_t finished_copies_dropped() noexcept { return g_copies_dropped.load(std::memory_order_relaxed); }
 
 void set_worker_task_cache() noexcept {
   t_cache.limit = kWorkerLocalMax;

@@ -13,20 +13,22 @@
 // the sanitizers' interceptors); TAI's sources call neither on a request path.
 //
 // Under ASan and TSan the replaced operators stay correct (they allocate with malloc and free
-// with free, which the sanitizers intercept) and the counts are the same, so the test runs there
-// too.
+// with free, which the sanitizers intercept) and the counts are the same, so the tests run there
+// too; not the one over records of varying size, whose count depends on timing (see there).
 #include <dlfcn.h>
 #include <stdlib.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/controller_support.hpp"
@@ -42,6 +44,7 @@ namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<std::uint64_t> g_operator_new{0};    // relaxed counter
 std::atomic<std::uint64_t> g_aligned_alloc{0};   // relaxed counter: posix_memalign, aligned_alloc
+std::atomic<std::uint64_t> g_aligned_pages{0};   // relaxed counter: those of them page-aligned
 
 inline void count(std::atomic<std::uint64_t>& counter) noexcept {
   if (g_counting.load(std::memory_order_relaxed)) counter.fetch_add(1, std::memory_order_relaxed);
@@ -73,11 +76,13 @@ void* aligned_new(std::size_t n, std::align_val_t a) noexcept {
 
 extern "C" int posix_memalign(void** out, std::size_t alignment, std::size_t size) {
   count(g_aligned_alloc);
+  if (alignment >= 4096) count(g_aligned_pages);
   return real_posix_memalign()(out, alignment, size);
 }
 
 extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) {
   count(g_aligned_alloc);
+  if (alignment >= 4096) count(g_aligned_pages);
   return real_aligned_alloc()(alignment, size);
 }
 
@@ -154,6 +159,8 @@ std::uint64_t requests_per_kind() {
 
 struct Counts {
   std::uint64_t operator_new = 0, aligned = 0, tasks = 0;
+  std::uint64_t aligned_pages = 0;  // of `aligned`, the page-aligned ones (large write copies, cache blocks)
+  std::uint64_t copies_dropped = 0;  // small copies freed at the end of a write a receipt held (keep_finished_copy)
   std::uint64_t total() const { return operator_new + aligned + tasks; }
 };
 
@@ -163,15 +170,19 @@ template <class Run>
 Counts count_allocations(std::uint64_t n, Run&& run) {
   run(n / 4);
   const std::uint64_t tasks_before = detail::tasks_allocated();
+  const std::uint64_t dropped_before = detail::finished_copies_dropped();
   g_operator_new.store(0, std::memory_order_relaxed);
   g_aligned_alloc.store(0, std::memory_order_relaxed);
+  g_aligned_pages.store(0, std::memory_order_relaxed);
   g_counting.store(true, std::memory_order_relaxed);
   run(n);
   g_counting.store(false, std::memory_order_relaxed);
   Counts counts;
   counts.operator_new = g_operator_new.load(std::memory_order_relaxed);
   counts.aligned = g_aligned_alloc.load(std::memory_order_relaxed);
+  counts.aligned_pages = g_aligned_pages.load(std::memory_order_relaxed);
   counts.tasks = detail::tasks_allocated() - tasks_before;
+  counts.copies_dropped = detail::finished_copies_dropped() - dropped_before;
   return counts;
 }
 
@@ -260,6 +271,11 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerAlloc,
 // 20,000 records below allocated again; with the small copy freed at each large record, 800-1,300
 // (the serial image loop under the drop-in layer, before both: 15,259 in 104,000 writes).
 TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
+  // The count depends on how far the workers lag behind the submitting thread, which a
+  // sanitizer's slowdown changes: under TSan the exact-size regression showed as 192 copies in
+  // 10,000 records, and a loaded machine without it reached 176 (against a limit of 100). The
+  // optimised build separates them by more than ten times (2,300-3,200 against under 200).
+  if (sanitized_build()) GTEST_SKIP() << "copy counts depend on the workers' lag, which the sanitizer changes; checked in the optimised build";
   ScratchDir dir;
   ControllerOptions options;
   options.workers = 2;
@@ -280,15 +296,40 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
     return i % 25 == 24 ? kLarge - (i * 7919) % 2000 : kSmallMin + (i * 7919) % (kSmallMax - kSmallMin + 1);
   };
   // First a burst, as when a program's writes outrun the workers at its start: hundreds of
-  // tasks in the pool, which the loop below then cycles through.
+  // tasks in the pool, which the loop below then cycles through. The workers are held at a gate
+  // while the burst is queued, so that the tasks pile up on any machine. Each receipt is dropped
+  // at once, as the drop-in layer does: a task a receipt still holds when its write ends keeps
+  // its copy only within the process's kept-copy limit (4 MiB), so 512 held receipts left about
+  // half the tasks without a copy, deep in the pool, and how many of those the loop below
+  // reached depended on how far the workers lagged (a loaded machine under TSan: up to 176).
   {
-    std::vector<Receipt> burst;
-    for (int i = 0; i < 512; ++i) {
+    constexpr int kBurst = 512;
+    std::atomic<int> at_gate{0}, burst_done{0};
+    std::atomic<bool> open{false};
+    auto hold = [&at_gate, &open] {
+      at_gate.fetch_add(1, std::memory_order_release);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    };
+    // Tasks are spread round-robin over the workers, one each; bounded, as the gate is.
+    Receipt gates[2] = {ctl.submit(hold), ctl.submit(hold)};
+    for (int i = 0; i < 2000 && at_gate.load(std::memory_order_acquire) < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; i < kBurst; ++i) {
       const std::size_t size = next_size();
-      burst.push_back(f.write(at, src.data(), size));
+      Receipt r = f.write(at, src.data(), size);
       at += size;
+      r.then([&failures, &burst_done](const Receipt& done) {
+        if (!done.ok()) failures.fetch_add(1, std::memory_order_relaxed);
+        burst_done.fetch_add(1, std::memory_order_release);
+      });
     }
-    for (const Receipt& r : burst) failures += r.ok() ? 0 : 1;
+    open.store(true, std::memory_order_release);
+    for (const Receipt& g : gates) failures += g.ok() ? 0 : 1;
+    for (int i = 0; i < 20000 && burst_done.load(std::memory_order_acquire) < kBurst; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(burst_done.load(), kBurst) << "the burst's writes did not all end within 20 s";
   }
   Receipt last;
   auto run = [&](std::uint64_t n) {
@@ -309,12 +350,19 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
   const std::uint64_t n = requests_per_kind();
   const Counts counts = count_allocations(n, run);
   EXPECT_EQ(failures.load(), 0u);
-  std::printf("[ alloc    ] %llu records of 4-19 KiB: posix_memalign/aligned_alloc %llu, operator new %llu, pool tasks %llu\n",
+  std::printf("[ alloc    ] %llu records of 4-19 KiB: posix_memalign/aligned_alloc %llu (page-aligned %llu), operator new %llu, "
+              "pool tasks %llu, copies dropped at the kept-copy limit %llu\n",
               static_cast<unsigned long long>(n), static_cast<unsigned long long>(counts.aligned),
-              static_cast<unsigned long long>(counts.operator_new), static_cast<unsigned long long>(counts.tasks));
-  // Writes that outrun the workers make new tasks (operator new), each with its first copy; what
-  // is counted is the copies allocated beyond those.
-  const std::uint64_t regrown = counts.aligned > counts.tasks ? counts.aligned - counts.tasks : 0;
+              static_cast<unsigned long long>(counts.aligned_pages), static_cast<unsigned long long>(counts.operator_new),
+              static_cast<unsigned long long>(counts.tasks), static_cast<unsigned long long>(counts.copies_dropped));
+  // Only the last receipt is held, so hardly a write ends while a receipt holds it: the kept-copy
+  // limit must not be what the loop runs into.
+  EXPECT_LT(counts.copies_dropped, n / 100) << "small copies freed at the kept-copy limit with one receipt held";
+  // Writes that outrun the workers make new tasks (operator new), each with its first copy, and
+  // a copy dropped at the kept-copy limit is allocated again by design; what is counted is the
+  // copies allocated beyond those.
+  const std::uint64_t expected = counts.tasks + counts.copies_dropped;
+  const std::uint64_t regrown = counts.aligned > expected ? counts.aligned - expected : 0;
   EXPECT_LT(regrown, n / 100) << "copies allocated for tasks that had one, during " << n << " records of varying size";
   EXPECT_TRUE(f.close().ok());
 }

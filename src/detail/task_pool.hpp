@@ -45,6 +45,9 @@ void set_worker_task_cache() noexcept;
 /// receipt of a long batch (each finished task would keep its copy, outside write_copy_budget).
 /// On yes the caller sets t.keeps_copy; recycling the task uncounts it. Thread-safe.
 bool keep_finished_copy(std::size_t bytes) noexcept;
+/// The times keep_finished_copy said no (a test subtracts them from the copies it counts: such a
+/// task allocates its next copy by design). Thread-safe; a relaxed snapshot.
+std::uint64_t finished_copies_dropped() noexcept;
 
 /// Publishes the result: sets final_state, wakes waiters, runs the continuation on this thread.
 /// Called once per task, by the controller.

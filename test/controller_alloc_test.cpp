@@ -281,13 +281,17 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
   options.workers = 2;
   options.flush_idle_ns = -1;
   options.engine = "null";
+  // Declared before the controller: a continuation still queued when a check below returns
+  // early runs in the controller's destructor, and may touch them.
+  std::atomic<std::uint64_t> failures{0};
+  std::atomic<int> at_gate{0}, burst_done{0};
+  std::atomic<bool> open{false};
   Controller ctl(options);
   File f = open_or_fail<BTreeTrivial>(ctl, dir.file("records"), Open::read | Open::write | Open::create, "null");
   ASSERT_TRUE(f.is_open());
   constexpr std::size_t kSmallMin = 4097, kSmallMax = detail::Task::kKeepDataBytes;
   constexpr std::size_t kLarge = detail::Task::kKeepDataBytes + 3000;
   const std::vector<unsigned char> src = pattern(kLarge, 5);
-  std::atomic<std::uint64_t> failures{0};
   std::uint64_t at = 0, k = 0;
   auto next_size = [&k] {
     // A spread of sizes that rises and falls (a multiplicative walk), so that every task sees
@@ -304,8 +308,6 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
   // reached depended on how far the workers lagged (a loaded machine under TSan: up to 176).
   {
     constexpr int kBurst = 512;
-    std::atomic<int> at_gate{0}, burst_done{0};
-    std::atomic<bool> open{false};
     auto hold = [&at_gate, &open] {
       at_gate.fetch_add(1, std::memory_order_release);
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -86,7 +86,8 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
   if (c.backend == Backend::posix_direct) TAI_SKIP_WITHOUT_DIRECT_IO(dir.path());
   std::uint64_t total = 0;
   BTreeStats sum;  // what the run exercised, summed over the variants
-  for (std::size_t v = 0; v < variants.size(); ++v) {
+  // Runs variant v with seed `seed + k` (k = v for the planned runs) and adds what it exercised.
+  auto run_variant = [&](std::size_t v, std::uint64_t k) -> bool {
     Config cfg;
     cfg.backend = c.backend;
     cfg.strict = variants[v].strict;
@@ -100,15 +101,25 @@ TEST_P(BTreeModel, RandomOperationsMatchTheModel) {
     // Write-around (the default, one page) in every variant but each third: writes of a page or
     // more over nothing cached then go to the engine uncached, beside cached neighbours.
     cfg.write_around = v % 3 == 2 ? 0 : 4096;
-    cfg.seed = seed + v;
+    cfg.seed = seed + k;
     cfg.scratch = dir.path().string();
     RandomSource src(cfg.seed);
     BTreeStats st;
     const std::string err = run_model(c.tree, cfg, src, &st);
-    ASSERT_EQ(err, "") << "TAI_TEST_SEED=" << seed << " (variant " << v << ")";
+    EXPECT_EQ(err, "") << "TAI_TEST_SEED=" << seed << " (variant " << v << ", seed offset " << k << ")";
     total += cfg.operations;
     sum += st;
-  }
+    return err.empty();
+  };
+  for (std::size_t v = 0; v < variants.size(); ++v)
+    if (!run_variant(v, v)) return;
+  // The restructuring path is rare: in the sanitizers' short runs (8,500 operations) about one
+  // seed in thirty reaches none. Such a run goes on with more seeds of the same variants, a
+  // bounded number, so that the check below means the path was tested, not that the seed was
+  // lucky.
+  const bool wants_restructures = c.tree != 1 && c.backend == Backend::memory;
+  for (std::uint64_t extra = 0; wants_restructures && sum.restructures == 0 && extra < 8; ++extra)
+    if (!run_variant(extra % variants.size(), variants.size() + extra)) return;
   RecordProperty("operations", static_cast<int>(total));
   std::printf("operations %llu: reroutes %llu, uncached %llu, restructures %llu (quiesced %llu), hits %llu, "
               "fills %llu, merges %llu, write-throughs %llu\n",

@@ -41,19 +41,6 @@ ControllerOptions options(unsigned workers = 2) {
 
 
 
-/// A gate a task or hook waits at (bounded, so that a broken test cannot hang a worker forever).
-struct Gate {
-  std::atomic<bool> open{false};     // release store by open_it(), acquire load by pass()
-  std::atomic<bool> reached{false};  // release store by pass(), acquire load by the test
-  void pass() {
-    reached.store(true, std::memory_order_release);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  void open_it() { open.store(true, std::memory_order_release); }
-};
-
 // ---------------------------------------------------------------------------------------------
 // Several controllers
 

@@ -260,10 +260,10 @@ INSTANTIATE_TEST_SUITE_P(Controller, ControllerAlloc,
 // Task::kKeepDataBytes, a few bytes apart, and one in 25 above it (a copy from the controller's
 // pool). A recycled task's copy must fit the next small record (copies of that range are
 // allocated at kKeepDataBytes), and a large record must not cost the task its small copy (it is
-// set aside until the write ends). With copies allocated at the size asked, 1,673-2,241 of the 20,000
-// records below allocated again; with the small copy freed at each large record, 721-771; with
-// both right, 0-8 in 20 runs beside two busy loops (the serial image loop under the drop-in
-// layer, before both: 15,259 in 104,000 writes).
+// set aside until the write ends). With copies allocated at the size asked, 1,673-2,241 of the
+// 20,000 records below allocated again; with the small copy freed at each large record,
+// 721-771; with both right, 0-8 in 20 runs beside two busy loops (the serial image loop under
+// the drop-in layer, before both: 15,259 in 104,000 writes).
 TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
   // The count depends on how far the workers lag behind the submitting thread, which a
   // sanitizer's slowdown changes: under TSan the exact-size regression showed as 192 copies in

@@ -136,8 +136,10 @@ void Task::recycle() noexcept {
     t_kept_copy_delta.add(-static_cast<std::int64_t>(data.size()));
   }
   // A large copy goes (its pages are the pool's); the small copy it displaced, if any, comes
-  // back, also when the large one was never made (a write refused for want of memory).
-  if (data.size() > kKeepDataBytes || data.empty()) data = std::move(displaced_copy);
+  // back, also when the large one was never made (a write refused for want of memory). Memory
+  // another home lent (a buffer moved in by File::write(offset, Buffer&&)) goes back there
+  // whatever its size: it is not the task's to keep.
+  if (data.borrowed() || data.size() > kKeepDataBytes || data.empty()) data = std::move(displaced_copy);
   displaced_copy.reset();
 }
 

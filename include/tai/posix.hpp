@@ -211,6 +211,10 @@ struct FsyncOrderStats {
   unsigned long long epochs_logged = 0;
   unsigned long long log_batches = 0;
   unsigned long long log_checkpoints = 0;
+  /// Memory for the held-back writes and the log's batches: blocks taken from the allocator,
+  /// and blocks reused from the layer's pool (in steady state the second grows, the first not).
+  unsigned long long copy_blocks_allocated = 0;
+  unsigned long long copy_blocks_reused = 0;
 };
 FsyncOrderStats fsync_order_stats() noexcept;
 

@@ -401,6 +401,8 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.epochs_logged = detail::g_stat_logged.load(std::memory_order_relaxed);
   s.log_batches = detail::g_stat_log_batches.load(std::memory_order_relaxed);
   s.log_checkpoints = detail::g_stat_checkpoints.load(std::memory_order_relaxed);
+  s.copy_blocks_allocated = detail::HeldCopyPool::instance().allocations();
+  s.copy_blocks_reused = detail::HeldCopyPool::instance().reuses();
   return s;
 }
 

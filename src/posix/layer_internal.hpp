@@ -13,6 +13,7 @@
 #pragma once
 
 #include "src/posix/layer.hpp"
+#include "src/posix/held_copy_pool.hpp"
 #include "src/posix/order_log.hpp"
 
 #include <fcntl.h>
@@ -142,6 +143,8 @@ std::uint64_t current_size(const Inode& ino, int fd);
 void grow_size(Inode& ino, std::uint64_t end) noexcept;
 void start_writeback_every(Inode& ino, std::size_t n);
 ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append);
+ssize_t submit_buffer_locked(Inode& ino, Buffer&& data, std::uint64_t pos);
+ssize_t note_submitted_write_locked(Inode& ino, Receipt r, std::size_t n, std::uint64_t pos);
 ssize_t clamp_count(const void* buf, std::size_t& n);
 bool shut_down_locked(const Inode& ino) noexcept;
 bool kernel_locked(const Inode& ino) noexcept;
@@ -344,7 +347,9 @@ struct Ref {
 struct Deferred {
   Inode* ino;  // holds a reference
   std::uint64_t pos;
-  std::vector<char> bytes;
+  tai::detail::AlignedBuffer bytes;  // from HeldCopyPool: its first `size` bytes are the write's
+  std::size_t size;
+  const char* data() const noexcept { return bytes.chars(); }
 };
 
 struct Epoch {

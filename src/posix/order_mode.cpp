@@ -85,23 +85,24 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
         // Write-through: the kernel has every earlier byte of the file, and this one goes there
         // too, on the order thread's own descriptor (the program's may be closed by now).
         order(ino);
-        if (const int e = pwrite_all(ino.direct_fd, w.bytes.data(), w.bytes.size(), w.pos); e && err == 0) err = e;
+        if (const int e = pwrite_all(ino.direct_fd, w.data(), w.size, w.pos); e && err == 0) err = e;
       } else if (ino.file.is_open() && !kernel_locked(ino)) {
         order(ino);
-        std::uint64_t pos = w.pos;
-        const ssize_t r = submit_write_locked(ino, w.bytes.data(), w.bytes.size(), pos, false);
+        // The held copy moves into the cache's write (no second copy); its block comes back to
+        // the pool when the controller is done with it.
+        const ssize_t r = submit_buffer_locked(ino, Buffer(std::move(w.bytes), w.size), w.pos);
         if (r < 0 && err == 0) err = static_cast<int>(-r);
       } else if (err == 0) {
         err = EIO;  // the file left the cache meanwhile (it could not be reopened): never reported durable
       }
     }
-    bytes += w.bytes.size();
+    bytes += w.size;
     ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
     if (std::find(touched.begin(), touched.end(), &ino) == touched.end())
       touched.push_back(&ino);
     else
       inode_unref(&ino);
-    w.bytes = std::vector<char>();
+    w.bytes.reset();  // back to the pool (a through file's, or one the cache did not take)
   }
   writes.clear();
   OrderState& o = ord();
@@ -327,7 +328,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     std::uint64_t bytes = 0;
     for (const auto& w : o.closed[k].writes) {
       loggable = loggable && !w.ino->log_path.empty();
-      bytes += w.bytes.size();
+      bytes += w.size;
     }
     if (!loggable || bytes > kLogMaxEpochBytes) break;
     ++k;
@@ -352,8 +353,12 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     for (const auto& ws : per_epoch)
       for (const auto& w : ws)
         views.push_back({static_cast<std::uint64_t>(w.ino->dev), static_cast<std::uint64_t>(w.ino->ino), w.pos,
-                         &w.ino->log_path, w.bytes.data(), w.bytes.size()});
-    batch = Buffer(order_log_batch_bytes(views));
+                         &w.ino->log_path, w.data(), w.size});
+    // From the pool: the controller frees it once written, and it comes back for the next batch.
+    const std::size_t batch_size = order_log_batch_bytes(views);
+    tai::detail::AlignedBuffer mem = HeldCopyPool::instance().take(batch_size);
+    if (mem.empty()) throw std::bad_alloc();
+    batch = Buffer(std::move(mem), batch_size);
     encode_order_log_batch(L.generation, first, last, views, batch.chars());
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
@@ -569,12 +574,25 @@ void order_admit(std::size_t n) {
 // open). Returns bytes or -errno.
 ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos) {
   OrderState& o = ord();
-  std::lock_guard<std::mutex> lk(o.mu);
+  std::unique_lock<std::mutex> lk(o.mu);
+  // A write that reaches the cache or the kernel now comes after this file's last write made by
+  // another thread (order(ino): its receipt waited for). A write held back touches neither yet
+  // (the order thread orders it when it applies it), so it does not wait: with the log the gate
+  // stays closed for whole runs, and a program's write waiting for the last of the order
+  // thread's applied writes to be taken by the cache stalled SQLite's commits for milliseconds.
+  // ino.mu is held throughout, so no other write of the file comes between.
+  if (!o.gate_closed) {
+    lk.unlock();
+    order(ino);
+    lk.lock();
+  }
   try {
     if (o.gate_closed) {
       if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
-      const char* p = static_cast<const char*>(buf);
-      o.open_writes.push_back(Deferred{&ino, pos, std::vector<char>(p, p + n)});
+      tai::detail::AlignedBuffer copy = HeldCopyPool::instance().take(n);
+      if (copy.empty()) return -ENOMEM;
+      if (n != 0) std::memcpy(copy.data(), buf, n);
+      o.open_writes.push_back(Deferred{&ino, pos, std::move(copy), n});
       ino.refs.fetch_add(1, std::memory_order_relaxed);
       ino.deferred.fetch_add(1, std::memory_order_acq_rel);
       o.queued_bytes += n;

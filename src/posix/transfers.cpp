@@ -68,7 +68,19 @@ void start_writeback_every(Inode& ino, std::size_t n) {
 ssize_t submit_write_locked(Inode& ino, const void* buf, std::size_t n, std::uint64_t& pos, bool append) {
   if (append) pos = ino.size.load(std::memory_order_acquire);
   if (pos > kOffMax || n > kOffMax - pos) return append ? -EFBIG : -EINVAL;
-  Receipt r = ino.file.write(pos, buf, n);
+  return note_submitted_write_locked(ino, ino.file.write(pos, buf, n), n, pos);
+}
+
+// The same with the bytes moved in (File::write(offset, Buffer&&): no copy); `data` is the
+// controller's from here, whatever the result.
+ssize_t submit_buffer_locked(Inode& ino, Buffer&& data, std::uint64_t pos) {
+  const std::size_t n = data.size();
+  if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
+  return note_submitted_write_locked(ino, ino.file.write(pos, std::move(data)), n, pos);
+}
+
+// Under ino.mu: the bookkeeping of a write just given to the file's cache (its receipt `r`).
+ssize_t note_submitted_write_locked(Inode& ino, Receipt r, std::size_t n, std::uint64_t pos) {
   if (r.finished() && !r.ok()) return -error_of(r);
   grow_size(ino, pos + n);
   start_writeback_every(ino, n);
@@ -159,7 +171,8 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   for (;;) {
   if (ordered && append) order_drain();
   std::unique_lock<std::mutex> lock(ino.mu);
-  order(ino);
+  // Order mode: order_write_locked calls it when the write is not held back.
+  if (!ordered || append) order(ino);
   std::unique_lock<std::mutex> gate;  // order mode, O_APPEND: the gate held open (order_gate_locked)
   if (ordered && append) {
     const int g = order_gate_locked(ino, gate);
@@ -179,7 +192,10 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   }
   count_write_locked(ino, fd, n);
   if (ordered && order_through_locked(ino)) return order_write_locked(ino, fd, buf, n, pos);
-  if (kernel_locked(ino)) return kernel_write_locked(ino, fd, buf, n, pos);  // write-through, or see shut_down_locked
+  if (kernel_locked(ino)) {  // write-through, or see shut_down_locked
+    if (ordered) order(ino);
+    return kernel_write_locked(ino, fd, buf, n, pos);
+  }
   if (ordered) return order_write_locked(ino, fd, buf, n, pos);
   return submit_write_locked(ino, buf, n, pos, false);
   }

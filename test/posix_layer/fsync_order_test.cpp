@@ -280,6 +280,43 @@ TEST_F(FsyncOrder, AnFsyncReturnsWithoutWaitingForTheDevice) {
   EXPECT_TRUE(r.violations.empty()) << r.violations.front();
 }
 
+// The held-back copies (and the cache's writes of them) take their memory from the layer's pool:
+// after the first rounds a program that writes the same amount behind every epoch allocates
+// nothing more. From the C allocator, every copy was new memory (about 850 page faults per 1,000
+// SQLite WAL transactions above the run without syncs).
+TEST_F(FsyncOrder, HeldBackWritesReuseTheirMemory) {
+  const std::string path = file("r.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, fill(64 * 1024, 1)), 64 * 1024);
+  std::string want = fill(64 * 1024, 1);
+  auto round = [&](unsigned r) {
+    const std::string head = fill(100, 60 + r % 50);
+    ASSERT_EQ(posix::pwrite(fd, head.data(), head.size(), 16 * 4096), 100);
+    want.replace(16 * 4096, head.size(), head);
+    hold_device();
+    ASSERT_EQ(posix::fsync(fd), 0) << std::strerror(errno);  // the epoch stays in flight: the next writes are held
+    for (unsigned i = 0; i < 8; ++i) {
+      const std::string bytes = fill(4096 + 24, 2 + (r + i) % 50);
+      const std::uint64_t at = ((r * 8 + i) % 15) * 4096;
+      ASSERT_EQ(posix::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)), static_cast<ssize_t>(bytes.size()));
+      want.replace(at, bytes.size(), bytes);
+    }
+    release();
+    ASSERT_EQ(posix::sync_now(), 0) << std::strerror(errno);
+  };
+  for (unsigned r = 0; r < 5; ++r) round(r);  // the pool fills up to what one round holds
+  const auto before = posix::fsync_order_stats();
+  for (unsigned r = 5; r < 45; ++r) round(r);
+  const auto after = posix::fsync_order_stats();
+  EXPECT_GE(after.deferred_writes - before.deferred_writes, 320u) << "every write was held back";
+  EXPECT_LE(after.copy_blocks_allocated - before.copy_blocks_allocated, 8u)
+      << "steady state: the held copies' blocks come back and are lent again";
+  EXPECT_GE(after.copy_blocks_reused - before.copy_blocks_reused, 320u);
+  EXPECT_TRUE(kernel_contents(path) == want) << "every held write reached the file, in order";
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
 TEST_F(FsyncOrder, WritesOfTwoFilesReachTheEngineEpochByEpoch) {
   const std::string pj = file("journal"), pd = file("db");
   const int j = posix::open(pj.c_str(), O_RDWR | O_CREAT, 0644);

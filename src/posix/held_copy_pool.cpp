@@ -1,0 +1,84 @@
+#include "src/posix/held_copy_pool.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace tai::posix::detail {
+namespace {
+
+// Classes: 512 B, then four per power of two (a quarter apart: 4096, 5120, 6144, 7168, 8192...)
+// up to kLargest, so that a block wastes less than a quarter of itself: an SQLite WAL frame
+// (a 4,096-byte page and its 24-byte header) takes 5,120 bytes, not 8,192.
+constexpr std::size_t kQuarters = 4;
+
+std::size_t class_of(std::size_t n) noexcept {
+  if (n <= (std::size_t{1} << HeldCopyPool::kSmallestShift)) return 0;
+  std::size_t k = HeldCopyPool::kSmallestShift;
+  while ((std::size_t{2} << k) < n) ++k;  // 2^k < n <= 2^(k+1)
+  const std::size_t step = (std::size_t{1} << k) / kQuarters;
+  const std::size_t q = (n - (std::size_t{1} << k) + step - 1) / step;  // 1..4
+  return (k - HeldCopyPool::kSmallestShift) * kQuarters + q;
+}
+
+std::size_t size_of_class(std::size_t c) noexcept {
+  if (c == 0) return std::size_t{1} << HeldCopyPool::kSmallestShift;
+  const std::size_t k = HeldCopyPool::kSmallestShift + (c - 1) / kQuarters;
+  const std::size_t q = (c - 1) % kQuarters + 1;
+  return (std::size_t{1} << k) + q * ((std::size_t{1} << k) / kQuarters);
+}
+
+// Small blocks are packed by the allocator (64-byte alignment: a cache line), so that a run of
+// them touches about as many pages as it has bytes; from 64 KiB (the log's batches) page-aligned.
+std::size_t alignment_of(std::size_t block) noexcept { return block < (std::size_t{64} << 10) ? 64 : 4096; }
+
+}  // namespace
+
+HeldCopyPool& HeldCopyPool::instance() noexcept {
+  static auto* pool = new HeldCopyPool;  // never destroyed (see the header)
+  return *pool;
+}
+
+tai::detail::AlignedBuffer HeldCopyPool::take(std::size_t n) noexcept {
+  using tai::detail::AlignedBuffer;
+  if (n == 0) n = 1;
+  if (n > kLargest) {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    return AlignedBuffer::try_allocate(n, 4096);  // the allocator's: freed by std::free
+  }
+  const std::size_t c = class_of(n);
+  const std::size_t block = size_of_class(c);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (FreeBlock* b = free_[c]) {
+      free_[c] = b->next;
+      kept_ -= block;
+      reuses_.fetch_add(1, std::memory_order_relaxed);
+      return AlignedBuffer::adopt(reinterpret_cast<std::byte*>(b), block, alignment_of(block), this);
+    }
+  }
+  void* p = nullptr;
+  if (::posix_memalign(&p, alignment_of(block), block) != 0) return AlignedBuffer();
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  return AlignedBuffer::adopt(static_cast<std::byte*>(p), block, alignment_of(block), this);
+}
+
+void HeldCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
+  if (data == nullptr) return;
+  const std::size_t c = class_of(size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_ + size <= kKeepBytes) {
+      free_[c] = new (data) FreeBlock{free_[c]};
+      kept_ += size;
+      return;
+    }
+  }
+  std::free(data);
+}
+
+std::uint64_t HeldCopyPool::kept_bytes() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kept_;
+}
+
+}  // namespace tai::posix::detail

@@ -244,6 +244,11 @@ int sync_routed(Description& d, int fd, bool data_only) {
       std::lock_guard<std::mutex> lock(ino.mu);
       kernel = kernel_locked(ino);
       through = order_through_locked(ino);
+      // The write-through rule (a file synced after little data) counts from the program's
+      // fsync, not from the device's sync of its epoch: with the log that sync comes only at a
+      // checkpoint, and SQLite's WAL, synced after every transaction, left write-through after
+      // its first MiB and took the cache's way for the rest of the run.
+      if (!kernel || through) ino.bytes_since_sync = 0;
     }
     // A file write-through without the order thread's descriptor (see order_through_locked) or
     // a layer shutting down: the kernel's own fsync below, which waits.

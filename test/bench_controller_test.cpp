@@ -66,6 +66,7 @@ TEST(BenchController, OverheadTinyHasEveryConfigurationTheTargetsAndCsv) {
   EXPECT_EQ(count_lines(r.output, row("tai +null +Trivial +2", tai_tail)), 1) << r.output;
   EXPECT_EQ(count_lines(r.output, row("glibc-aio +page-cache +- +1", R"(- +- +- +-$)")), 1) << r.output;
   EXPECT_EQ(count_lines(r.output, row("pwrite +page-cache +- +1", "- +- +" + kNum + " +-$")), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, row("handoff +page-cache +- +1", "- +- +" + kNum + " +-$")), 1) << r.output;
   EXPECT_EQ(count_lines(r.output, row("tai +posix +Trivial +1", tai_tail)), 1) << r.output;
   EXPECT_EQ(count_lines(r.output, row("tai +posix +Default +1", tai_tail)), 1) << r.output;
 
@@ -86,9 +87,15 @@ TEST(BenchController, OverheadTinyHasEveryConfigurationTheTargetsAndCsv) {
   const std::regex posix_vs_pwrite(
       R"(TAI posix Trivial / plain pwrite loop request rate: [0-9]+\.[0-9]{2}x \(target >= 0\.9x\): (met|MISSED))");
   EXPECT_TRUE(std::regex_search(r.output, posix_vs_pwrite)) << r.output;
+  // The host's ceiling for a hand-off, and TAI against it.
+  const std::regex handoff_vs_pwrite(
+      R"(ideal hand-off \(a spinning ring to a second thread\) / plain pwrite loop request rate: [0-9]+\.[0-9]{2}x)");
+  EXPECT_TRUE(std::regex_search(r.output, handoff_vs_pwrite)) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(TAI posix Trivial / ideal hand-off request rate: [0-9]+\.[0-9]{2}x)")))
+      << r.output;
 
   const auto lines = lines_of(csv);
-  ASSERT_EQ(lines.size(), 7u) << "header + 6 configurations";
+  ASSERT_EQ(lines.size(), 8u) << "header + 7 configurations";
   EXPECT_EQ(lines[0],
             "method,engine,tree,threads,window,bs,pattern,reqs,rtime_ms,utime_ms,stime_ms,cpu_ms,ops_per_s,cpu_ns_per_op,"
             "flush_ms,ops_per_s_with_flush,ratio_vs_aio,ratio_vs_aio_with_flush,runs");

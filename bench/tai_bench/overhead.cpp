@@ -7,10 +7,12 @@
 //                                   cost, nothing touches a file
 //   glibc-aio  page cache           aio_write with --aio-depth (64) requests in flight, 1 thread
 //   pwrite     page cache           plain pwrite, 1 thread
+//   handoff    page cache           the same pwrites by a second thread, fed by a spinning ring:
+//                                   the host's ceiling for any hand-off to a worker (below)
 //   tai        posix  BTreeTrivial  1 thread: every request becomes a pwrite on a worker
 //   tai        posix  BTreeDefault  1 thread: requests land in TAI's cache (4 KiB blocks),
 //                                   written back later (flush rounds, flush(), close)
-// --configs picks some of them (null, aio, pwrite, posix-trivial, posix-default; the ratios need
+// --configs picks some of them (null, aio, pwrite, handoff, posix-trivial, posix-default; the ratios need
 // aio). Each submitting thread keeps a window of --window (256) receipts in flight and waits for the
 // oldest when the window is full; each TAI thread has its own file (the usual HPC shape: a file
 // per writer; each file's requests go to its home worker, so two files can use two workers).
@@ -70,7 +72,7 @@ struct OverheadOptions {
   std::string pattern = "random";
   unsigned workers = 0;
   std::string csv;
-  std::string configs = "null,aio,pwrite,posix-trivial,posix-default";
+  std::string configs = "null,aio,pwrite,handoff,posix-trivial,posix-default";
   bool stats = false;
   // Parsed from the strings above.
   std::vector<std::string> only;
@@ -101,7 +103,7 @@ class Offsets {
   std::uint64_t next_block_ = 0;
 };
 
-enum class Method { tai, glibc_aio, pwrite };
+enum class Method { tai, glibc_aio, pwrite, handoff };
 
 struct Config {
   Method method = Method::tai;
@@ -114,6 +116,7 @@ struct Config {
       case Method::tai: return "tai";
       case Method::glibc_aio: return "glibc-aio";
       case Method::pwrite: return "pwrite";
+      case Method::handoff: return "handoff";
     }
     return "?";
   }
@@ -125,6 +128,7 @@ struct Config {
       case Method::tai: return engine == "null" ? "null" : default_tree ? "posix-default" : "posix-trivial";
       case Method::glibc_aio: return "aio";
       case Method::pwrite: return "pwrite";
+      case Method::handoff: return "handoff";
     }
     return "?";
   }
@@ -349,6 +353,75 @@ Run run_pwrite(const OverheadOptions& o, const std::string& data_path, unsigned 
   return run;
 }
 
+// The host's ceiling for any hand-off to a worker: the pwrite loop's calls made by a second thread
+// that a spinning single-producer ring of --window slots feeds, each record copied into its slot
+// (as File::write copies it). No sleeps, no wake-ups, no bookkeeping: what it loses against the
+// loop is what moving the record and the call to another CPU costs on this host (cache lines
+// crossing between CPUs, how a virtual machine schedules its vCPUs). Both threads spin (yielding
+// the CPU while they wait), so its CPU per request says nothing.
+Run run_handoff(const OverheadOptions& o, const std::string& data_path, unsigned round) {
+  Run run;
+  const int fd = ::open(data_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    run.error = fmt::format("open '{}': {}", data_path, std::strerror(errno));
+    return run;
+  }
+  struct Slot {
+    std::vector<std::byte> bytes;
+    std::uint64_t offset = 0;
+  };
+  std::vector<Slot> ring(std::max(1u, o.window));
+  for (auto& slot : ring) slot.bytes.resize(o.block);
+  const std::vector<std::byte> data(o.block, std::byte{0x5a});
+  Offsets offsets(o, 1000003ull * round + 1);
+  // head: slots published, a release store by the producer that the consumer's acquire load
+  // pairs with (the slot's bytes and offset are visible); tail: slots written, the reverse (the
+  // producer may fill them again). done: release store after the last slot was written.
+  alignas(64) std::atomic<std::uint64_t> head{0};
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+  std::atomic<bool> done{false};
+  std::string consumer_error;  // the consumer's, read after join()
+  std::thread consumer([&] {
+    std::uint64_t t = 0;
+    for (;;) {
+      const std::uint64_t h = head.load(std::memory_order_acquire);
+      if (h == t) {
+        if (done.load(std::memory_order_acquire)) break;
+        std::this_thread::yield();  // a host with one CPU: let the producer run
+        continue;
+      }
+      for (; t != h; ++t) {
+        const Slot& slot = ring[t % ring.size()];
+        const ssize_t r = ::pwrite(fd, slot.bytes.data(), slot.bytes.size(), static_cast<off_t>(slot.offset));
+        if (r != static_cast<ssize_t>(slot.bytes.size()) && consumer_error.empty())
+          consumer_error = r < 0 ? fmt::format("pwrite: {}", std::strerror(errno)) : fmt::format("pwrite wrote {} bytes", r);
+      }
+      tail.store(t, std::memory_order_release);
+    }
+  });
+  const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
+  std::uint64_t n = 0;
+  run.usage = run_threads(1, [&](unsigned) {
+    const std::int64_t deadline = now_ns() + deadline_ns;
+    for (;; ++n) {
+      if ((n & 63) == 0 && now_ns() >= deadline) break;
+      while (n - tail.load(std::memory_order_acquire) >= ring.size()) std::this_thread::yield();
+      Slot& slot = ring[n % ring.size()];
+      std::memcpy(slot.bytes.data(), data.data(), data.size());
+      slot.offset = offsets.next();
+      head.store(n + 1, std::memory_order_release);
+    }
+    while (tail.load(std::memory_order_acquire) != n) std::this_thread::yield();
+  });
+  done.store(true, std::memory_order_release);
+  consumer.join();
+  ::close(fd);
+  run.reqs = n;
+  run.error = consumer_error;
+  run.ok = run.error.empty();
+  return run;
+}
+
 /// Creates the page-cache configurations' data file: `size` bytes written with buffered writes,
 /// so that it is allocated and in the page cache when the runs overwrite it.
 std::string prepare_data_file(const std::string& path, std::uint64_t size) {
@@ -433,6 +506,7 @@ std::vector<Config> overhead_configs(const OverheadOptions& o) {
   for (unsigned t : o.thread_counts) configs.push_back({Method::tai, "null", false, t});
   configs.push_back({Method::glibc_aio, "", false, 1});
   configs.push_back({Method::pwrite, "", false, 1});
+  configs.push_back({Method::handoff, "", false, 1});
   configs.push_back({Method::tai, "posix", false, 1});
   configs.push_back({Method::tai, "posix", true, 1});
   if (!o.only.empty())
@@ -467,7 +541,9 @@ bool add_overhead_rows(const OverheadOptions& o, const std::vector<Row>& rows, c
   for (const auto& row : rows) {
     const Config& c = row.config;
     const Run& m = row.median_run;
-    const std::string window = fmt::format("{}", c.method == Method::tai ? o.window : c.method == Method::glibc_aio ? o.aio_depth : 1);
+    const std::string window = fmt::format("{}", c.method == Method::tai || c.method == Method::handoff ? o.window
+                                                 : c.method == Method::glibc_aio                         ? o.aio_depth
+                                                                                                         : 1);
     const bool is_tai = c.method == Method::tai;
     if (!m.ok) {
       failed = true;
@@ -530,6 +606,23 @@ void print_overhead_targets(const OverheadOptions& o, const std::vector<Row>& ro
       fmt::print("  TAI posix Trivial / plain pwrite loop request rate: {:.2f}x (target >= 0.9x): {}\n", row.vs_pwrite,
                  verdict(row.vs_pwrite >= 0.9));
   }
+  // What the host allows any hand-off, and TAI against that (medians of per-round ratios).
+  const Row* handoff = nullptr;
+  const Row* trivial = nullptr;
+  for (const auto& row : rows) {
+    if (row.config.method == Method::handoff) handoff = &row;
+    if (row.config.method == Method::tai && row.config.engine == "posix" && !row.config.default_tree) trivial = &row;
+  }
+  if (handoff && handoff->vs_pwrite > 0) {
+    fmt::print("  ideal hand-off (a spinning ring to a second thread) / plain pwrite loop request rate: {:.2f}x: the "
+               "host's ceiling for the line above\n",
+               handoff->vs_pwrite);
+    std::vector<double> ratio;
+    for (std::size_t i = 0; trivial && i < trivial->runs.size() && i < handoff->runs.size(); ++i)
+      if (trivial->runs[i].ok && handoff->runs[i].ok && handoff->runs[i].ops_per_s() > 0)
+        ratio.push_back(trivial->runs[i].ops_per_s() / handoff->runs[i].ops_per_s());
+    if (!ratio.empty()) fmt::print("  TAI posix Trivial / ideal hand-off request rate: {:.2f}x\n", median(ratio));
+  }
   if (!pw)
     fmt::print("  against pwrite: no ratio (pwrite not run)\n");
 }
@@ -557,6 +650,7 @@ int run_overhead(const OverheadOptions& o) {
         case Method::tai: r = run_tai(o, c, data_path, round); break;
         case Method::glibc_aio: r = run_glibc_aio(o, data_path, round); break;
         case Method::pwrite: r = run_pwrite(o, data_path, round); break;
+        case Method::handoff: r = run_handoff(o, data_path, round); break;
       }
       if (!r.ok) fmt::print(stderr, "overhead: {} (round {}): {}\n", c.label(), round + 1, r.error);
       row.runs.push_back(std::move(r));
@@ -570,7 +664,9 @@ int run_overhead(const OverheadOptions& o) {
     if (row.config.method == Method::glibc_aio) aio = &row;
     if (row.config.method == Method::pwrite) pw = &row;
   }
-  for (auto& row : rows) summarise(row, &row == aio ? nullptr : aio, row.config.method == Method::tai ? pw : nullptr);
+  for (auto& row : rows)
+    summarise(row, &row == aio ? nullptr : aio,
+              row.config.method == Method::tai || row.config.method == Method::handoff ? pw : nullptr);
 
   Table table({"method", "engine", "tree", "threads", "window", "reqs", "rtime", "cpu", "op/s", "cpu_ns/op", "flush_ms",
                "op/s+flush", "vs_aio", "vs_aio+flush"});
@@ -612,8 +708,8 @@ void add_overhead_command(CLI::App& app) {
   sub->add_option("--pattern", o->pattern, "offsets: random or sequential")->capture_default_str();
   sub->add_option("--workers", o->workers, "controller worker threads (0: hardware concurrency)")->capture_default_str();
   sub->add_option("--configs", o->configs,
-                  "configurations to run, comma-separated (ratios need aio): null, aio, pwrite, posix-trivial, "
-                  "posix-default")
+                  "configurations to run, comma-separated (ratios need aio): null, aio, pwrite, handoff, "
+                  "posix-trivial, posix-default")
       ->capture_default_str();
   sub->add_option("--csv", o->csv, "write the table as CSV to this file");
   sub->add_flag("--stats", o->stats, "print each TAI run's controller statistics (to stderr)");
@@ -640,7 +736,7 @@ void add_overhead_command(CLI::App& app) {
     }
     opt.only = split_list(opt.configs);
     for (const auto& k : opt.only)
-      if (k != "null" && k != "aio" && k != "pwrite" && k != "posix-trivial" && k != "posix-default")
+      if (k != "null" && k != "aio" && k != "pwrite" && k != "handoff" && k != "posix-trivial" && k != "posix-default")
         bad = fmt::format("--configs: unknown configuration '{}'", k);
     if (opt.only.empty()) bad = "--configs is empty";
     if (!bad.empty()) {

@@ -69,11 +69,12 @@ void at_exit() {
     if (const int err = order_sync_all()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
     order_log_shutdown();
     const HeldCopyPool& pool = HeldCopyPool::instance();
-    logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, %llu logged "
-         "in %llu batches, %llu checkpoints; copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
-         static_cast<double>(now_ns() - t0) / 1e6, g_stat_closed.load(std::memory_order_relaxed), g_stat_deferred.load(std::memory_order_relaxed),
-         g_stat_logged.load(std::memory_order_relaxed), g_stat_log_batches.load(std::memory_order_relaxed),
-         g_stat_checkpoints.load(std::memory_order_relaxed), pool.allocations(), pool.reuses());
+    logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
+         "%llu logged in %llu batches, %llu checkpoints; copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
+         static_cast<double>(now_ns() - t0) / 1e6, g_stat_closed.load(std::memory_order_relaxed),
+         g_stat_deferred.load(std::memory_order_relaxed), g_stat_logged.load(std::memory_order_relaxed),
+         g_stat_log_batches.load(std::memory_order_relaxed), g_stat_checkpoints.load(std::memory_order_relaxed),
+         pool.allocations(), pool.reuses());
   }
   sigset_t all, old;
   sigfillset(&all);

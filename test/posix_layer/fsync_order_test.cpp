@@ -282,8 +282,8 @@ TEST_F(FsyncOrder, AnFsyncReturnsWithoutWaitingForTheDevice) {
 
 // The held-back copies (and the cache's writes of them) take their memory from the layer's pool:
 // after the first rounds a program that writes the same amount behind every epoch allocates
-// nothing more. From the C allocator, every copy was new memory (about 850 page faults per 1,000
-// SQLite WAL transactions above the run without syncs).
+// nothing more (from the C allocator, SQLite in WAL mode under the log took 2,194 page faults in
+// 1,000 transactions against 1,401 without syncs).
 TEST_F(FsyncOrder, HeldBackWritesReuseTheirMemory) {
   const std::string path = file("r.dat");
   const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
@@ -299,7 +299,8 @@ TEST_F(FsyncOrder, HeldBackWritesReuseTheirMemory) {
     for (unsigned i = 0; i < 8; ++i) {
       const std::string bytes = fill(4096 + 24, 2 + (r + i) % 50);
       const std::uint64_t at = ((r * 8 + i) % 15) * 4096;
-      ASSERT_EQ(posix::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)), static_cast<ssize_t>(bytes.size()));
+      ASSERT_EQ(posix::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)),
+                static_cast<ssize_t>(bytes.size()));
       want.replace(at, bytes.size(), bytes);
     }
     release();

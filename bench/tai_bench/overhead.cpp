@@ -12,10 +12,11 @@
 //   tai        posix  BTreeTrivial  1 thread: every request becomes a pwrite on a worker
 //   tai        posix  BTreeDefault  1 thread: requests land in TAI's cache (4 KiB blocks),
 //                                   written back later (flush rounds, flush(), close)
-// --configs picks some of them (null, aio, pwrite, handoff, posix-trivial, posix-default; the ratios need
-// aio). Each submitting thread keeps a window of --window (256) receipts in flight and waits for the
-// oldest when the window is full; each TAI thread has its own file (the usual HPC shape: a file
-// per writer; each file's requests go to its home worker, so two files can use two workers).
+// --configs picks some of them (null, aio, pwrite, handoff, posix-trivial, posix-default; the
+// ratios need aio). Each submitting thread keeps a window of --window (256) receipts in flight and
+// waits for the oldest when the window is full; each TAI thread has its own file (the usual HPC
+// shape: a file per writer; each file's requests go to its home worker, so two files can use two
+// workers).
 //
 // What is where. The page-cache configurations write to one data file of --file-size (64 MiB)
 // under --dir (/var/tmp), filled once before the first run so that every write overwrites a
@@ -32,7 +33,8 @@
 // interleaved (A B C ... A B C ...) for --repeat rounds (3) and the table shows medians; ratios to
 // glibc AIO are medians of the per-round ratios (runs next to each other in time), and so are the
 // target lines against the plain pwrite loop (the null rows' CPU per request, the posix Trivial
-// row's request rate).
+// row's request rate) and against the hand-off (the posix Trivial row's share of the host's
+// ceiling).
 #include <aio.h>
 #include <fcntl.h>
 #include <unistd.h>

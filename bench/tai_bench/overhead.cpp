@@ -271,13 +271,18 @@ Run run_tai(const OverheadOptions& o, const Config& c, const std::string& data_p
 
 // --- glibc POSIX AIO and pwrite -------------------------------------------------------------
 
+// The page-cache configurations' data file, opened for writing; -1 with run.error set when it
+// cannot be.
+int open_data_file(const std::string& data_path, Run& run) {
+  const int fd = ::open(data_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) run.error = fmt::format("open '{}': {}", data_path, std::strerror(errno));
+  return fd;
+}
+
 Run run_glibc_aio(const OverheadOptions& o, const std::string& data_path, unsigned round) {
   Run run;
-  const int fd = ::open(data_path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    run.error = fmt::format("open '{}': {}", data_path, std::strerror(errno));
-    return run;
-  }
+  const int fd = open_data_file(data_path, run);
+  if (fd < 0) return run;
   std::vector<std::byte> data(o.block, std::byte{0x5a});  // shared by every request: never changes
   std::vector<aiocb> cbs(o.aio_depth);
   std::vector<bool> busy(o.aio_depth, false);
@@ -329,11 +334,8 @@ Run run_glibc_aio(const OverheadOptions& o, const std::string& data_path, unsign
 
 Run run_pwrite(const OverheadOptions& o, const std::string& data_path, unsigned round) {
   Run run;
-  const int fd = ::open(data_path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    run.error = fmt::format("open '{}': {}", data_path, std::strerror(errno));
-    return run;
-  }
+  const int fd = open_data_file(data_path, run);
+  if (fd < 0) return run;
   std::vector<std::byte> data(o.block, std::byte{0x5a});
   Offsets offsets(o, 1000003ull * round + 1);
   const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
@@ -363,11 +365,8 @@ Run run_pwrite(const OverheadOptions& o, const std::string& data_path, unsigned 
 // the CPU while they wait), so its CPU per request says nothing.
 Run run_handoff(const OverheadOptions& o, const std::string& data_path, unsigned round) {
   Run run;
-  const int fd = ::open(data_path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    run.error = fmt::format("open '{}': {}", data_path, std::strerror(errno));
-    return run;
-  }
+  const int fd = open_data_file(data_path, run);
+  if (fd < 0) return run;
   struct Slot {
     std::vector<std::byte> bytes;
     std::uint64_t offset = 0;

@@ -279,6 +279,31 @@ int open_data_file(const std::string& data_path, Run& run) {
   return fd;
 }
 
+// Runs step(i) on one thread, i = 0, 1, ..., until --seconds passed (the clock read every 64
+// steps) or a step returns false, then finish(); n ends as the number of steps that returned
+// true. The usage covers the loop and finish().
+template <class Step, class Finish>
+Usage timed_loop(const OverheadOptions& o, std::uint64_t& n, Step step, Finish finish) {
+  const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
+  return run_threads(1, [&](unsigned) {
+    const std::int64_t deadline = now_ns() + deadline_ns;
+    for (;; ++n) {
+      if ((n & 63) == 0 && now_ns() >= deadline) break;
+      if (!step(n)) break;
+    }
+    finish();
+  });
+}
+template <class Step>
+Usage timed_loop(const OverheadOptions& o, std::uint64_t& n, Step step) {
+  return timed_loop(o, n, step, [] {});
+}
+
+// What a pwrite that did not write the whole record returned (errno read at once).
+std::string pwrite_failure(ssize_t r) {
+  return r < 0 ? fmt::format("pwrite: {}", std::strerror(errno)) : fmt::format("pwrite wrote {} bytes", r);
+}
+
 Run run_glibc_aio(const OverheadOptions& o, const std::string& data_path, unsigned round) {
   Run run;
   const int fd = open_data_file(data_path, run);
@@ -338,18 +363,12 @@ Run run_pwrite(const OverheadOptions& o, const std::string& data_path, unsigned 
   if (fd < 0) return run;
   std::vector<std::byte> data(o.block, std::byte{0x5a});
   Offsets offsets(o, 1000003ull * round + 1);
-  const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
   std::uint64_t n = 0;
-  run.usage = run_threads(1, [&](unsigned) {
-    const std::int64_t deadline = now_ns() + deadline_ns;
-    for (;; ++n) {
-      if ((n & 63) == 0 && now_ns() >= deadline) break;
-      const ssize_t r = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offsets.next()));
-      if (r != static_cast<ssize_t>(data.size())) {
-        run.error = r < 0 ? fmt::format("pwrite: {}", std::strerror(errno)) : fmt::format("pwrite wrote {} bytes", r);
-        break;
-      }
-    }
+  run.usage = timed_loop(o, n, [&](std::uint64_t) {
+    const ssize_t r = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offsets.next()));
+    if (r == static_cast<ssize_t>(data.size())) return true;
+    run.error = pwrite_failure(r);
+    return false;
   });
   ::close(fd);
   run.reqs = n;
@@ -395,25 +414,25 @@ Run run_handoff(const OverheadOptions& o, const std::string& data_path, unsigned
         const Slot& slot = ring[t % ring.size()];
         const ssize_t r = ::pwrite(fd, slot.bytes.data(), slot.bytes.size(), static_cast<off_t>(slot.offset));
         if (r != static_cast<ssize_t>(slot.bytes.size()) && consumer_error.empty())
-          consumer_error = r < 0 ? fmt::format("pwrite: {}", std::strerror(errno)) : fmt::format("pwrite wrote {} bytes", r);
+          consumer_error = pwrite_failure(r);
       }
       tail.store(t, std::memory_order_release);
     }
   });
-  const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
   std::uint64_t n = 0;
-  run.usage = run_threads(1, [&](unsigned) {
-    const std::int64_t deadline = now_ns() + deadline_ns;
-    for (;; ++n) {
-      if ((n & 63) == 0 && now_ns() >= deadline) break;
-      while (n - tail.load(std::memory_order_acquire) >= ring.size()) std::this_thread::yield();
-      Slot& slot = ring[n % ring.size()];
-      std::memcpy(slot.bytes.data(), data.data(), data.size());
-      slot.offset = offsets.next();
-      head.store(n + 1, std::memory_order_release);
-    }
-    while (tail.load(std::memory_order_acquire) != n) std::this_thread::yield();
-  });
+  run.usage = timed_loop(
+      o, n,
+      [&](std::uint64_t i) {
+        while (i - tail.load(std::memory_order_acquire) >= ring.size()) std::this_thread::yield();
+        Slot& slot = ring[i % ring.size()];
+        std::memcpy(slot.bytes.data(), data.data(), data.size());
+        slot.offset = offsets.next();
+        head.store(i + 1, std::memory_order_release);
+        return true;
+      },
+      [&] {  // on the clock: the run ends when the last record is written
+        while (tail.load(std::memory_order_acquire) != n) std::this_thread::yield();
+      });
   done.store(true, std::memory_order_release);
   consumer.join();
   ::close(fd);

@@ -280,8 +280,8 @@ int open_data_file(const std::string& data_path, Run& run) {
 }
 
 // Runs step(i) on one thread, i = 0, 1, ..., until --seconds passed (the clock read every 64
-// steps) or a step returns false, then finish(); n ends as the number of steps that returned
-// true. The usage covers the loop and finish().
+// steps) or a step returns false, then finish() (what is still in flight); n ends as the number
+// of steps that returned true. The usage covers the loop and finish().
 template <class Step, class Finish>
 Usage timed_loop(const OverheadOptions& o, std::uint64_t& n, Step step, Finish finish) {
   const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
@@ -293,10 +293,6 @@ Usage timed_loop(const OverheadOptions& o, std::uint64_t& n, Step step, Finish f
     }
     finish();
   });
-}
-template <class Step>
-Usage timed_loop(const OverheadOptions& o, std::uint64_t& n, Step step) {
-  return timed_loop(o, n, step, [] {});
 }
 
 // What a pwrite that did not write the whole record returned (errno read at once).
@@ -325,31 +321,31 @@ Run run_glibc_aio(const OverheadOptions& o, const std::string& data_path, unsign
     if (failures++ == 0)
       first_error = err ? fmt::format("aio_write: {}", std::strerror(err)) : fmt::format("aio_write wrote {} bytes", r);
   };
-  const std::int64_t deadline_ns = static_cast<std::int64_t>(o.seconds * 1e9);
   std::uint64_t n = 0;
-  run.usage = run_threads(1, [&](unsigned) {
-    const std::int64_t deadline = now_ns() + deadline_ns;
-    std::size_t slot = 0;
-    for (;; ++n) {
-      if ((n & 63) == 0 && now_ns() >= deadline) break;
-      if (busy[slot]) reap(slot);  // the oldest request
-      aiocb& cb = cbs[slot];
-      std::memset(&cb, 0, sizeof cb);
-      cb.aio_fildes = fd;
-      cb.aio_buf = data.data();
-      cb.aio_nbytes = data.size();
-      cb.aio_offset = static_cast<off_t>(offsets.next());
-      cb.aio_sigevent.sigev_notify = SIGEV_NONE;
-      if (::aio_write(&cb) != 0) {
-        if (failures++ == 0) first_error = fmt::format("aio_write refused a request: {}", std::strerror(errno));
-        break;
-      }
-      busy[slot] = true;
-      if (++slot == cbs.size()) slot = 0;
-    }
-    for (std::size_t i = 0; i < cbs.size(); ++i)
-      if (busy[i]) reap(i);
-  });
+  std::size_t slot = 0;
+  run.usage = timed_loop(
+      o, n,
+      [&](std::uint64_t) {
+        if (busy[slot]) reap(slot);  // the oldest request
+        aiocb& cb = cbs[slot];
+        std::memset(&cb, 0, sizeof cb);
+        cb.aio_fildes = fd;
+        cb.aio_buf = data.data();
+        cb.aio_nbytes = data.size();
+        cb.aio_offset = static_cast<off_t>(offsets.next());
+        cb.aio_sigevent.sigev_notify = SIGEV_NONE;
+        if (::aio_write(&cb) != 0) {
+          if (failures++ == 0) first_error = fmt::format("aio_write refused a request: {}", std::strerror(errno));
+          return false;
+        }
+        busy[slot] = true;
+        if (++slot == cbs.size()) slot = 0;
+        return true;
+      },
+      [&] {
+        for (std::size_t i = 0; i < cbs.size(); ++i)
+          if (busy[i]) reap(i);
+      });
   ::close(fd);
   run.reqs = n;
   if (failures) run.error = fmt::format("{} of {} requests failed; first: {}", failures, n, first_error);
@@ -364,12 +360,15 @@ Run run_pwrite(const OverheadOptions& o, const std::string& data_path, unsigned 
   std::vector<std::byte> data(o.block, std::byte{0x5a});
   Offsets offsets(o, 1000003ull * round + 1);
   std::uint64_t n = 0;
-  run.usage = timed_loop(o, n, [&](std::uint64_t) {
-    const ssize_t r = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offsets.next()));
-    if (r == static_cast<ssize_t>(data.size())) return true;
-    run.error = pwrite_failure(r);
-    return false;
-  });
+  run.usage = timed_loop(
+      o, n,
+      [&](std::uint64_t) {
+        const ssize_t r = ::pwrite(fd, data.data(), data.size(), static_cast<off_t>(offsets.next()));
+        if (r == static_cast<ssize_t>(data.size())) return true;
+        run.error = pwrite_failure(r);
+        return false;
+      },
+      [] {});
   ::close(fd);
   run.reqs = n;
   run.ok = run.error.empty();

@@ -62,6 +62,12 @@ tai::detail::AlignedBuffer HeldCopyPool::take(std::size_t n) noexcept {
   return AlignedBuffer::adopt(static_cast<std::byte*>(p), block, alignment_of(block), this);
 }
 
+Buffer HeldCopyPool::buffer(std::size_t n) noexcept {
+  tai::detail::AlignedBuffer mem = take(n);
+  if (mem.empty()) return Buffer();
+  return Buffer(std::move(mem), n);
+}
+
 void HeldCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
   if (data == nullptr) return;
   const std::size_t c = class_of(size);

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "tai/buffer.hpp"
 #include "tai/detail/aligned_buffer.hpp"
 
 namespace tai::posix::detail {
@@ -43,6 +44,8 @@ class HeldCopyPool final : public tai::detail::BufferHome {
   /// A block of at least n bytes (n > 0): its size() is the block's capacity. Empty when the
   /// allocator has no memory.
   tai::detail::AlignedBuffer take(std::size_t n) noexcept;
+  /// A tai::Buffer of n bytes in use in a block of take(n): empty when take(n) is.
+  Buffer buffer(std::size_t n) noexcept;
 
   /// Called by an AlignedBuffer this pool lent, when it is dropped.
   void take_back(std::byte* data, std::size_t size) noexcept override;

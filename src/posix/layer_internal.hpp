@@ -347,9 +347,7 @@ struct Ref {
 struct Deferred {
   Inode* ino;  // holds a reference
   std::uint64_t pos;
-  tai::detail::AlignedBuffer bytes;  // from HeldCopyPool: its first `size` bytes are the write's
-  std::size_t size;
-  const char* data() const noexcept { return bytes.chars(); }
+  Buffer bytes;  // the write's, in a block of HeldCopyPool
 };
 
 struct Epoch {

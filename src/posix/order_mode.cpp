@@ -79,30 +79,31 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
   std::uint64_t bytes = 0;
   for (auto& w : writes) {
     Inode& ino = *w.ino;
+    const std::size_t n = w.bytes.size();
     {
       std::lock_guard<std::mutex> lock(ino.mu);
       if (order_through_locked(ino)) {
         // Write-through: the kernel has every earlier byte of the file, and this one goes there
         // too, on the order thread's own descriptor (the program's may be closed by now).
         order(ino);
-        if (const int e = pwrite_all(ino.direct_fd, w.data(), w.size, w.pos); e && err == 0) err = e;
+        if (const int e = pwrite_all(ino.direct_fd, w.bytes.chars(), n, w.pos); e && err == 0) err = e;
       } else if (ino.file.is_open() && !kernel_locked(ino)) {
         order(ino);
         // The held copy moves into the cache's write (no second copy); its block comes back to
         // the pool when the controller is done with it.
-        const ssize_t r = submit_buffer_locked(ino, Buffer(std::move(w.bytes), w.size), w.pos);
+        const ssize_t r = submit_buffer_locked(ino, std::move(w.bytes), w.pos);
         if (r < 0 && err == 0) err = static_cast<int>(-r);
       } else if (err == 0) {
         err = EIO;  // the file left the cache meanwhile (it could not be reopened): never reported durable
       }
     }
-    bytes += w.size;
+    bytes += n;
     ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
     if (std::find(touched.begin(), touched.end(), &ino) == touched.end())
       touched.push_back(&ino);
     else
       inode_unref(&ino);
-    w.bytes.reset();  // back to the pool (a through file's, or one the cache did not take)
+    w.bytes = Buffer();  // back to the pool (a through file's, or one the cache did not take)
   }
   writes.clear();
   OrderState& o = ord();
@@ -328,7 +329,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     std::uint64_t bytes = 0;
     for (const auto& w : o.closed[k].writes) {
       loggable = loggable && !w.ino->log_path.empty();
-      bytes += w.size;
+      bytes += w.bytes.size();
     }
     if (!loggable || bytes > kLogMaxEpochBytes) break;
     ++k;
@@ -353,12 +354,10 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     for (const auto& ws : per_epoch)
       for (const auto& w : ws)
         views.push_back({static_cast<std::uint64_t>(w.ino->dev), static_cast<std::uint64_t>(w.ino->ino), w.pos,
-                         &w.ino->log_path, w.data(), w.size});
+                         &w.ino->log_path, w.bytes.chars(), w.bytes.size()});
     // From the pool: the controller frees it once written, and it comes back for the next batch.
-    const std::size_t batch_size = order_log_batch_bytes(views);
-    tai::detail::AlignedBuffer mem = HeldCopyPool::instance().take(batch_size);
-    if (mem.empty()) throw std::bad_alloc();
-    batch = Buffer(std::move(mem), batch_size);
+    batch = HeldCopyPool::instance().buffer(order_log_batch_bytes(views));
+    if (batch.data() == nullptr) throw std::bad_alloc();
     encode_order_log_batch(L.generation, first, last, views, batch.chars());
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
@@ -589,10 +588,10 @@ ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, s
   try {
     if (o.gate_closed) {
       if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
-      tai::detail::AlignedBuffer copy = HeldCopyPool::instance().take(n);
-      if (copy.empty()) return -ENOMEM;
+      Buffer copy = HeldCopyPool::instance().buffer(n);
+      if (copy.data() == nullptr) return -ENOMEM;
       if (n != 0) std::memcpy(copy.data(), buf, n);
-      o.open_writes.push_back(Deferred{&ino, pos, std::move(copy), n});
+      o.open_writes.push_back(Deferred{&ino, pos, std::move(copy)});
       ino.refs.fetch_add(1, std::memory_order_relaxed);
       ino.deferred.fetch_add(1, std::memory_order_acq_rel);
       o.queued_bytes += n;

@@ -153,6 +153,33 @@ TEST_F(OrderThrough, ManyBytesBetweenSyncsGoBackToTheCache) {
   ASSERT_EQ(posix::close(fd), 0);
 }
 
+// The write-through rule counts the bytes between the program's own fsyncs, not between the
+// device's syncs of the file: those come later (the device behind, or with the log only at a
+// checkpoint), and a file synced after every small record (SQLite's WAL) must not go back to
+// the cache because the device lags.
+TEST_F(OrderThrough, AFileSyncedAfterEverySmallRecordStaysWriteThroughWhileTheDeviceLags) {
+  // A 16 KiB rule, so that what waits behind the held device (24 KiB) stays within the queue
+  // bound another test checks on the process's counters.
+  posix::detail::Settings s = settings();
+  s.sync_through_bytes = 16 * 1024;
+  restart(s);
+  const std::string path = file("wal.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);  // empty: starts write-through
+  ASSERT_GE(fd, 0);
+  std::string want = make_through(fd);
+  const std::size_t engine_requests = log().size();
+  posix::detail::hold_order_thread_for_testing(true);  // no device sync of the file from here
+  for (unsigned i = 0; i < 24; ++i) {  // 24 KiB, past the 16 KiB rule, 1 KiB per fsync
+    append(fd, want, pattern(1024, 20 + i));
+    ASSERT_EQ(posix::fdatasync(fd), 0) << std::strerror(errno);
+  }
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::sync_now(), 0) << std::strerror(errno);
+  EXPECT_TRUE(kernel_contents(path) == want);
+  EXPECT_EQ(log().size(), engine_requests) << "the file went back to the cache: its writes reached the engine";
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
 // An empty file opened in order mode starts write-through (a lock file, an object, a journal:
 // small and synced at once); one that is not empty starts cached.
 TEST_F(OrderThrough, AnEmptyFileStartsWriteThroughANonEmptyOneCached) {

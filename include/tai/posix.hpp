@@ -107,6 +107,15 @@
 //                one (counted in fsync_order_stats().backpressure). A failed write-back or sync
 //                of an epoch is returned by the next fsync, close or sync_now, and no later
 //                epoch is written before it was returned.
+//   TAI_FSYNC_INLINE  order only: auto (default) | never | always. Who makes an epoch durable
+//                when no other is in flight: the order thread (the fsync returns at once), or
+//                the fsync's own thread (it returns when the epoch is durable, as in full mode;
+//                the rule is the same). auto: the fsync's thread when the program waited for
+//                at least 8 of the last 16 epochs (a close, unlink, rename, truncation, or a
+//                directory's fsync) before it closed the next one, so it would wait for this
+//                one too and the order thread would only add two hand-offs (SQLite's rollback
+//                journal, git). A close that closes an epoch itself makes it durable itself
+//                unless never.
 //   TAI_FSYNC_MAX_DELAY  order only: 1s (default), 250ms, or milliseconds (a plain number).
 //   TAI_FSYNC_LOG_DIR  order only, an absolute directory: the epochs queued behind the device are
 //                written to a log there in batches, one device sync per batch, then to their
@@ -215,6 +224,8 @@ struct FsyncOrderStats {
   /// and blocks reused from the layer's pool (in steady state the second grows, the first not).
   unsigned long long copy_blocks_allocated = 0;
   unsigned long long copy_blocks_reused = 0;
+  /// Epochs made durable by the thread that closed them (TAI_FSYNC_INLINE), not the order thread.
+  unsigned long long epochs_inline = 0;
 };
 FsyncOrderStats fsync_order_stats() noexcept;
 

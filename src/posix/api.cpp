@@ -403,6 +403,7 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.log_checkpoints = detail::g_stat_checkpoints.load(std::memory_order_relaxed);
   s.copy_blocks_allocated = detail::HeldCopyPool::instance().allocations();
   s.copy_blocks_reused = detail::HeldCopyPool::instance().reuses();
+  s.epochs_inline = detail::g_stat_inline.load(std::memory_order_relaxed);
   return s;
 }
 

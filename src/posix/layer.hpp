@@ -44,6 +44,13 @@
 
 namespace tai::posix::detail {
 
+/// TAI_FSYNC_INLINE (order mode): who makes an epoch durable when no other epoch is in flight.
+enum class InlineEpochs {
+  automatic,  ///< the fsync's own thread when the program waited for most recent epochs at once
+  never,      ///< always the order thread (the fsync returns at once)
+  always,     ///< always the fsync's own thread (as in full mode, with the order mode's rule)
+};
+
 /// How the layer's controller is made.
 struct Settings {
   ControllerOptions options;
@@ -76,6 +83,12 @@ struct Settings {
   std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
   /// TAI_FSYNC (tai/posix.hpp).
   FsyncMode fsync_mode = FsyncMode::full;
+  /// TAI_FSYNC_INLINE (order only). An epoch the program waits for right after its fsync (at a
+  /// close, unlink, rename or truncation: SQLite's rollback journal, git's objects before their
+  /// refs) gains nothing from the order thread and pays two hand-offs to it and back. When no
+  /// epoch is in flight and the program waited so for most of the recent epochs, the fsync
+  /// makes its epoch durable itself, as a full one would (see inline_wanted_locked).
+  InlineEpochs fsync_inline = InlineEpochs::automatic;
   /// TAI_FSYNC_MAX_DELAY in milliseconds (order only).
   std::uint64_t fsync_max_delay_ms = 1000;
   /// Bytes held back behind epochs not yet durable before writes and fsyncs wait (order only).
@@ -97,7 +110,7 @@ struct Settings {
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
 /// TAI_START_WRITEBACK, TAI_WRITE_BEHIND_MS, TAI_SYNC_THROUGH, TAI_FLUSH_IDLE_MS, TAI_WRITE_AROUND, TAI_CLEAN_BUDGET,
-/// TAI_HUGE_PAGES, TAI_FSYNC, TAI_FSYNC_MAX_DELAY, TAI_FSYNC_LOG_DIR, TAI_FSYNC_LOG_CHECKPOINT, TAI_LOG); a malformed
+/// TAI_HUGE_PAGES, TAI_FSYNC, TAI_FSYNC_INLINE, TAI_FSYNC_MAX_DELAY, TAI_FSYNC_LOG_DIR, TAI_FSYNC_LOG_CHECKPOINT, TAI_LOG); a malformed
 /// value adds a line to `warnings` and keeps its default.
 Settings settings_from_env(std::vector<std::string>* warnings);
 

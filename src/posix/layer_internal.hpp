@@ -84,6 +84,7 @@ extern std::atomic<int> g_fsync_mode;
 extern std::atomic<bool> g_fsync_mode_set;
 extern std::atomic<bool> g_fsync_none;
 extern std::atomic<std::uint64_t> g_max_delay_ns;
+extern std::atomic<int> g_fsync_inline;
 extern std::atomic<std::uint64_t> g_order_limit;
 extern std::atomic<std::uint64_t> g_write_behind_ns;
 extern std::atomic<std::uint64_t> g_dirty_since;
@@ -102,7 +103,7 @@ extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
-    g_stat_logged, g_stat_log_batches, g_stat_checkpoints;
+    g_stat_logged, g_stat_log_batches, g_stat_checkpoints, g_stat_inline;
 extern std::atomic<bool> g_forked_child;
 
 // Functions of one source used by another (the comments are at the definitions).
@@ -377,6 +378,18 @@ struct OrderState {
   std::size_t front_epochs = 0;
   int error = 0;  // a failed epoch, not yet returned: the thread stops until it is
   bool thread_started = false;
+  // A program thread makes the front epoch durable itself (order_fsync, order_sync_all: see
+  // Settings::fsync_inline); the order thread leaves the state alone until it is done.
+  bool inline_running = false;
+  bool order_busy = false;  // the order thread is at work (not waiting for some)
+  // For the automatic choice (inline_wanted_locked): the probe, an epoch closed alone and left
+  // to the order thread, whose fate is watched (0: none); one bit per probe of the last 8,
+  // newest lowest, set when the program waited for it at once; alone epochs made inline since
+  // the last probe.
+  std::uint64_t probe_seq = 0;
+  std::uint64_t probe_closed_ns = 0;
+  std::uint32_t caught_history = 0;
+  unsigned inline_since_probe = 0;
   bool held = false;  // hold_order_thread_for_testing: a device that does not answer
   // Every epoch <= this is durable in the files themselves (not only in the log): what close,
   // exit and sync_now wait for. Equal to durable_seq while the log is not in use.

@@ -31,7 +31,7 @@ constexpr std::uint64_t kLogMaxEpochBytes = 128 << 10;
 constexpr unsigned kLogShortRunsToPause = 4;
 constexpr unsigned kLogPauseEpochs = 256;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
-    g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0};
+    g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0}, g_stat_inline{0};
 
 // Under o.mu: the open epoch must sync `ino`.
 void note_open_dirty_locked(OrderState& o, Inode& ino) {
@@ -208,6 +208,10 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
   // A new controller's program starts unpaused (the pause rule judges this run's checkpoints).
   o.log.short_runs = 0;
   o.log.paused_epochs = 0;
+  // Nor does the choice of inline epochs carry over from the last controller's program.
+  o.probe_seq = 0;
+  o.caught_history = 0;
+  o.inline_since_probe = 0;
 }
 
 namespace {
@@ -433,12 +437,68 @@ static void checkpoint_locked(OrderState& o, std::unique_lock<std::mutex>& lk, b
   o.cv.notify_all();
 }
 
+// Under o.mu (`lk`, released meanwhile): makes the front epoch durable the direct way (its held
+// writes to the cache, then a durable sync of every file it touched) and pops it; a failure is
+// left in o.error (the order thread stops until it is returned). The order thread's, or a
+// program thread's that closed the epoch while no other was in flight (inline_running, set by
+// it, keeps the order thread waiting meanwhile).
+static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
+  Epoch& front = o.closed.front();
+  std::vector<Deferred> writes = std::move(front.writes);
+  std::vector<Inode*> files = std::move(front.dirty);
+  const bool data_only = front.data_only;
+  const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
+  const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
+  const std::uint64_t started = now_ns();
+  o.front_started_ns = started;
+  o.front_epochs = 1;
+  lk.unlock();
+  int err = 0;
+  try {
+    err = apply_writes(writes, files);
+  } catch (const std::bad_alloc&) {
+    err = ENOMEM;
+  }
+  const int serr = skip_syncs ? 0 : sync_files(files, data_only);
+  if (err == 0) err = serr;
+  lk.lock();
+  if (err != 0) {
+    // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
+    // again, and its success is real (as the next fsync after a failed one in `full`).
+    for (Inode* ip : files) {
+      try {
+        note_open_dirty_locked(o, *ip);
+      } catch (const std::bad_alloc&) {
+        // Not synced again by the next epoch: its close reports the file's state.
+      }
+    }
+  }
+  lk.unlock();
+  for (Inode* ip : files) inode_unref(ip);
+  lk.lock();
+  const std::uint64_t took = now_ns() - started;
+  o.epoch_ns = o.epoch_ns == 0 ? took : (3 * o.epoch_ns + took) / 4;
+  o.front_started_ns = 0;
+  o.closed.pop_front();
+  ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
+  // The log is not in use: the order thread checked, and an inline epoch runs only with the gate
+  // open, which comes after the log's checkpoint.
+  o.checkpointed_seq = o.durable_seq;
+  if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
+  if (err != 0) {
+    o.error = err;
+    logf("fsync order: an epoch failed: %s (returned by the next fsync, close or sync_now)", std::strerror(err));
+  }
+}
+
 void order_thread_main() noexcept {
   tai::detail::mark_this_thread_as_tai();
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
   for (;;) {
-    o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held; });
+    o.order_busy = false;
+    o.cv.wait(lk, [&] { return o.error == 0 && o.gate_closed && !o.held && !o.inline_running; });
+    o.order_busy = true;
     // A close, exit or sync_now waits for an epoch already in the log: checkpoint now.
     if (o.log.active() && o.checkpoint_wanted > o.checkpointed_seq && o.checkpoint_wanted <= o.durable_seq) {
       checkpoint_locked(o, lk, true);
@@ -452,50 +512,7 @@ void order_thread_main() noexcept {
       continue;
     }
     if (!o.closed.empty()) {
-      Epoch& front = o.closed.front();
-      std::vector<Deferred> writes = std::move(front.writes);
-      std::vector<Inode*> files = std::move(front.dirty);
-      const bool data_only = front.data_only;
-      const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
-      const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
-      const std::uint64_t started = now_ns();
-      o.front_started_ns = started;
-      o.front_epochs = 1;
-      lk.unlock();
-      int err = 0;
-      try {
-        err = apply_writes(writes, files);
-      } catch (const std::bad_alloc&) {
-        err = ENOMEM;
-      }
-      const int serr = skip_syncs ? 0 : sync_files(files, data_only);
-      if (err == 0) err = serr;
-      lk.lock();
-      if (err != 0) {
-        // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
-        // again, and its success is real (as the next fsync after a failed one in `full`).
-        for (Inode* ip : files) {
-          try {
-            note_open_dirty_locked(o, *ip);
-          } catch (const std::bad_alloc&) {
-            // Not synced again by the next epoch: its close reports the file's state.
-          }
-        }
-      }
-      lk.unlock();
-      for (Inode* ip : files) inode_unref(ip);
-      lk.lock();
-      const std::uint64_t took = now_ns() - started;
-      o.epoch_ns = o.epoch_ns == 0 ? took : (3 * o.epoch_ns + took) / 4;
-      o.front_started_ns = 0;
-      o.closed.pop_front();
-      ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
-      o.checkpointed_seq = o.durable_seq;  // the log is not in use (checked above)
-      if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
-      if (err != 0) {
-        o.error = err;
-        logf("fsync order: an epoch failed: %s (returned by the next fsync, close or sync_now)", std::strerror(err));
-      }
+      direct_epoch_locked(o, lk);
       o.cv.notify_all();
       continue;
     }
@@ -553,6 +570,69 @@ int take_error_locked(OrderState& o) {
   const int e = std::exchange(o.error, 0);
   if (e) o.cv.notify_all();
   return e;
+}
+
+// Under o.mu: would an epoch closed now be the only one, with the order thread idle (waiting
+// for work, not applying held writes or checkpointing) and the log checkpointed? Then the
+// closing thread may make it durable itself (run_inline_locked). The gate may still be closed:
+// the order thread, woken by the last epoch's end, has not opened it yet; the held writes are
+// the new epoch's then.
+static bool alone_locked(const OrderState& o) {
+  return o.closed.empty() && !o.order_busy && !o.inline_running && !o.log.active();
+}
+
+static void push_probe_locked(OrderState& o, bool caught) {
+  o.caught_history = ((o.caught_history << 1) | (caught ? 1u : 0u)) & 0xffu;
+  o.probe_seq = 0;
+}
+
+// Under o.mu, in a program thread about to wait for the epochs (a close, an order point, a
+// truncation, an O_APPEND write): is the probe still in flight, and was it closed less than
+// half an epoch's usual time ago? Then the program waits for it at once: the order thread won
+// it (almost) no overlap with the program's work.
+static void note_wait_locked(OrderState& o) {
+  if (o.probe_seq == 0 || o.durable_seq >= o.probe_seq) return;
+  const std::uint64_t since = now_ns() - o.probe_closed_ns;
+  push_probe_locked(o, o.epoch_ns == 0 || since < o.epoch_ns / 2);
+}
+
+// Under o.mu, in a program thread that has just closed epoch `seq` found alone_locked: should
+// this thread make it durable itself (Settings::fsync_inline)? The automatic choice learns from
+// probes: an alone epoch left to the order thread is watched until the next alone epoch; it
+// counts as waited for at once when the program waited for it within half an epoch's usual
+// time (note_wait_locked), and else not. With at least 4 of the last 8 probes waited for at
+// once, alone epochs are made inline, every 8th still a probe (the program may change its
+// ways).
+static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
+  if (o.held) return false;  // hold_order_thread_for_testing: a device that does not answer
+  switch (static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed))) {
+    case InlineEpochs::never: return false;
+    case InlineEpochs::always: return true;
+    case InlineEpochs::automatic: break;
+  }
+  if (o.probe_seq != 0) push_probe_locked(o, false);  // durable (it is alone) before any wait
+  if (__builtin_popcount(o.caught_history) >= 4 && ++o.inline_since_probe < 8) return true;
+  o.inline_since_probe = 0;
+  o.probe_seq = seq;
+  o.probe_closed_ns = now_ns();
+  return false;
+}
+
+// Under o.mu (`lk`, released meanwhile), in the program thread that closed the only epoch
+// (alone_locked): makes it durable here, the direct way, then opens the gate unless another
+// thread closed an epoch or held writes back meanwhile (the order thread takes over then).
+// errno of this epoch (taken: this caller reports it, as a full fsync would), or 0.
+static int run_inline_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
+  o.inline_running = true;
+  direct_epoch_locked(o, lk);
+  o.inline_running = false;
+  g_stat_inline.fetch_add(1, std::memory_order_relaxed);
+  if (o.error == 0 && o.closed.empty() && o.open_writes.empty() && !o.held) {
+    o.gate_closed = false;
+    g_order_gate_open.store(true, std::memory_order_seq_cst);
+  }
+  o.cv.notify_all();
+  return take_error_locked(o);
 }
 
 // Before a write of n bytes (no lock held): while the gate is closed and the queue is full, wait.
@@ -618,6 +698,7 @@ int order_point_impl() {
   if (!order_mode()) return 0;
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
+  note_wait_locked(o);
   if (o.gate_closed && o.error == 0) {
     ++o.gate_waiters;
     o.cv.notify_all();
@@ -634,6 +715,7 @@ void order_drain() {
   if (!order_mode()) return;
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
+  note_wait_locked(o);
   if (o.gate_closed && o.error == 0) {
     ++o.gate_waiters;
     o.cv.notify_all();
@@ -669,6 +751,12 @@ int order_fsync(bool data_only) {
   std::unique_lock<std::mutex> lk(o.mu);
   if (const int e = take_error_locked(o)) return -e;
   if (open_epoch_empty_locked(o)) return 0;  // nothing written since the last epoch was closed
+  if (alone_locked(o)) {
+    // No epoch in flight: this one goes alone, maybe made durable by this thread.
+    const std::uint64_t seq = close_epoch_locked(o, data_only);
+    if (inline_wanted_locked(o, seq)) return -run_inline_locked(o, lk);
+    return 0;
+  }
   const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
   // The delay bound: the epoch this call closes will be durable after the epochs queued before
   // it, one at a time. Back-pressure when the device is behind by more than the quota, when the
@@ -709,8 +797,16 @@ int order_fsync(bool data_only) {
 int order_sync_all() {
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
+  note_wait_locked(o);
   std::uint64_t seq = o.closed_seq;
-  if (!open_epoch_empty_locked(o)) seq = close_epoch_locked(o, false);
+  if (!open_epoch_empty_locked(o)) {
+    const bool alone = alone_locked(o);
+    seq = close_epoch_locked(o, false);
+    // This thread waits for it anyway: with no other epoch in flight it makes it durable itself
+    // (unless told never to), saving the hand-offs to the order thread and back.
+    if (alone && !o.held && static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never)
+      return run_inline_locked(o, lk);
+  }
   // Durable in the files themselves, not only in the log.
   if (o.checkpoint_wanted < seq) {
     o.checkpoint_wanted = seq;

@@ -70,9 +70,10 @@ void at_exit() {
     order_log_shutdown();
     const HeldCopyPool& pool = HeldCopyPool::instance();
     logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
-         "%llu logged in %llu batches, %llu checkpoints; copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
+         "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints; copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
          static_cast<double>(now_ns() - t0) / 1e6, g_stat_closed.load(std::memory_order_relaxed),
-         g_stat_deferred.load(std::memory_order_relaxed), g_stat_logged.load(std::memory_order_relaxed),
+         g_stat_deferred.load(std::memory_order_relaxed), g_stat_inline.load(std::memory_order_relaxed),
+         g_stat_logged.load(std::memory_order_relaxed),
          g_stat_log_batches.load(std::memory_order_relaxed), g_stat_checkpoints.load(std::memory_order_relaxed),
          pool.allocations(), pool.reuses());
   }
@@ -132,6 +133,7 @@ Controller* controller() {
     g_fsync_mode.store(static_cast<int>(s.fsync_mode), std::memory_order_release);
   g_fsync_none.store(s.fsync_none_for_benchmark, std::memory_order_release);
   g_max_delay_ns.store(s.fsync_max_delay_ms * 1'000'000u, std::memory_order_release);
+  g_fsync_inline.store(static_cast<int>(s.fsync_inline), std::memory_order_release);
   g_order_limit.store(s.order_queue_bytes ? s.order_queue_bytes : std::max<std::uint64_t>(c->options().weak_quota, 1),
                       std::memory_order_release);
   // Before any file is routed: a log of epochs left by a process that died is replayed into

@@ -154,6 +154,17 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
       warn("TAI_FSYNC='" + v + "' is neither 'full' nor 'order'; using 'full'");
     }
   }
+  if (const char* f = std::getenv("TAI_FSYNC_INLINE"); f && *f) {
+    const std::string v = f;
+    if (v == "auto")
+      s.fsync_inline = InlineEpochs::automatic;
+    else if (v == "never")
+      s.fsync_inline = InlineEpochs::never;
+    else if (v == "always")
+      s.fsync_inline = InlineEpochs::always;
+    else
+      warn("TAI_FSYNC_INLINE='" + v + "' is none of 'auto', 'never', 'always'; using 'auto'");
+  }
   if (const char* m = std::getenv("TAI_FSYNC_MAX_DELAY"); m && *m) {
     std::string v = m;
     std::uint64_t scale = 1;

@@ -25,6 +25,7 @@ std::atomic<bool> g_fsync_mode_set{false};        // set_fsync_mode was called: 
 std::atomic<bool> g_fsync_none{false};            // Settings::fsync_none_for_benchmark
 std::atomic<std::uint64_t> g_max_delay_ns{1'000'000'000u};  // Settings::fsync_max_delay_ms
 std::atomic<std::uint64_t> g_order_limit{256u << 20};      // Settings::order_queue_bytes (or the weak quota)
+std::atomic<int> g_fsync_inline{0};                         // Settings::fsync_inline as int
 bool order_mode() noexcept { return g_fsync_mode.load(std::memory_order_acquire) == static_cast<int>(FsyncMode::order); }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,10 +67,12 @@ double order_crash_scale() {
 #endif
 }
 
-posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, const std::string& log_dir = "") {
+posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, const std::string& log_dir = "",
+                                             posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
   posix::detail::Settings s = layer_settings();
   s.fsync_log_dir = log_dir;
   s.fsync_mode = posix::FsyncMode::order;
+  s.fsync_inline = inline_epochs;
   // The back-pressure (fsync_order_test.cpp tests it) must not make a write or an fsync wait for
   // the order thread the busy program holds (the program would wait for ever): no bound on the
   // queue or the delay that a loaded machine could reach (see also OrderProgram::nothing_queued).
@@ -395,10 +397,11 @@ class ReplayingOracle : public engines::MultiCrashChecker {
 // With `with_log`, the layer keeps its log of epochs in `dir` and every state is replayed first.
 void run_order_crash(const std::string& dir, const std::string& prefix, bool busy, std::uint64_t seed,
                      const std::function<void(OrderProgram&, std::mt19937_64&)>& workload, OrderCrashTally& tally,
-                     bool with_log = false) {
+                     bool with_log = false,
+                     posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
   SimSlot slot = std::make_shared<engines::CrashSimEngine*>(nullptr);
-  const ShutdownReport before =
-      posix::detail::restart_for_testing(order_crash_settings(slot, busy, with_log ? dir : std::string()));
+  const ShutdownReport before = posix::detail::restart_for_testing(
+      order_crash_settings(slot, busy, with_log ? dir : std::string(), inline_epochs));
   ASSERT_TRUE(before.ok()) << before.to_string();
   // The controller (and the hook) is made at the first use: an open.
   ASSERT_NE(posix::detail::controller(), nullptr);
@@ -473,7 +476,8 @@ std::vector<OrderCrashKind> order_crash_kinds(const std::array<unsigned, 4>& cou
 
 // Returns false after a fatal failure (the caller returns).
 bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, const std::vector<OrderCrashKind>& kinds,
-                           std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total) {
+                           std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total,
+                           posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
   const auto t0 = std::chrono::steady_clock::now();
   std::uint64_t run_seed = seed;
   for (const OrderCrashKind& k : kinds) {
@@ -481,7 +485,8 @@ bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, co
     const auto k0 = std::chrono::steady_clock::now();
     for (unsigned i = 0; i < k.runs; ++i) {
       run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
-      run_order_crash(dir, prefix + k.name + std::to_string(i) + "_", i % 2 == busy_parity, run_seed, k.body, t, with_log);
+      run_order_crash(dir, prefix + k.name + std::to_string(i) + "_", i % 2 == busy_parity, run_seed, k.body, t, with_log,
+                      inline_epochs);
       if (::testing::Test::HasFatalFailure()) return false;
     }
     print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
@@ -508,6 +513,24 @@ TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
   if (scale >= 1.0) {
     EXPECT_GE(total.stats.unique, 100'000u) << "an optimised build checks at least 100,000 states";
   }
+}
+
+// Every epoch closed while no other is in flight made durable by the thread that closed it
+// (TAI_FSYNC_INLINE=always): the same workloads, fewer runs, the same oracle. (The default,
+// automatic choice runs in the test above: the journal workload waits at its truncations.)
+TEST_F(FsyncOrderCrash, EveryCrashStateWithInlineEpochsKeepsTheEpochOrder) {
+  const std::uint64_t seed = test_seed() ^ 0x1a11e;
+  const double scale = order_crash_scale();
+  OrderCrashTally total;
+  const auto before = posix::fsync_order_stats();
+  if (!run_order_crash_kinds(file(""), "inline_", order_crash_kinds({8, 4, 6, 12}, scale), seed, 1, false, total,
+                             posix::detail::InlineEpochs::always))
+    return;
+  EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << (seed ^ 0x1a11e) << ")";
+  const auto after = posix::fsync_order_stats();
+  std::printf("[crashsim] order mode, inline: %llu of %llu epochs made durable by the thread that closed them\n",
+              after.epochs_inline - before.epochs_inline, after.epochs_closed - before.epochs_closed);
+  EXPECT_GT(after.epochs_inline, before.epochs_inline);
 }
 
 // The proof that the suite sees a broken order: the order thread told to skip the syncs of every
@@ -538,6 +561,19 @@ TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
                   static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique),
                   t.violations.empty() ? "" : ", e.g. ", t.violations.empty() ? "" : t.violations.front().c_str());
     }
+  // The same for epochs made inline by the thread that closed them (the syncs they skip are the
+  // program thread's).
+  OrderCrashTally t;
+  const auto before = posix::fsync_order_stats();
+  posix::detail::skip_epoch_syncs_for_testing(2);
+  run_order_crash(dir, "broken_inline_journal_", false, 7, cases[1].body, t, false, posix::detail::InlineEpochs::always);
+  posix::detail::skip_epoch_syncs_for_testing(0);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(t.stats.violations, 0u) << "journal, every second epoch, inline";
+  EXPECT_GT(posix::fsync_order_stats().epochs_inline, before.epochs_inline);
+  std::printf("[crashsim] order mode, inline epochs, the syncs of every second epoch skipped, journal: %llu of %llu "
+              "states rejected\n",
+              static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique));
 }
 
 // The log of epochs: the same workloads, the order thread held now and then so that epochs queue

@@ -614,5 +614,179 @@ TEST_F(FsyncOrder, TheEpochOracleHoldsOverAJournalWorkload) {
   EXPECT_GT(epochs, static_cast<std::size_t>(seeds) * 30);
 }
 
+
+// Inline epochs (Settings::fsync_inline, TAI_FSYNC_INLINE): an epoch closed while no other is in
+// flight may be made durable by the thread that closed it, under the same rule.
+using posix::detail::InlineEpochs;
+
+class FsyncOrderInline : public FsyncOrder {
+ protected:
+  // The recording engine over a device whose every sync takes `sync_ms`.
+  posix::detail::Settings slow(InlineEpochs mode, unsigned sync_ms) const {
+    posix::detail::Settings s = rec_.settings(FsyncMode::order);
+    s.fsync_inline = mode;
+    auto r = rec_.rec;
+    s.setup = [r, sync_ms](Controller& c) {
+      auto e = engines::make_recording(std::make_unique<SlowSyncEngine>(engines::make_posix({}), sync_ms));
+      e->set_record_data(true);
+      *r = e.get();
+      c.add_engine("recording", std::move(e));
+    };
+    return s;
+  }
+
+  struct Rounds {
+    unsigned long long inline_epochs = 0;
+    unsigned durable_at_return = 0;  // fsyncs after which every closed epoch was durable
+  };
+  // `n` rounds of: a write filled with the round's epoch, its fsync, then either an order point
+  // at once (the program waits for the epoch: an unlink, a rename) or `pause_ms` of work. The
+  // file's bytes and the engine's order are checked.
+  Rounds run(unsigned n, bool wait_at_once, unsigned pause_ms = 0) {
+    Rounds out;
+    const std::string path = file("inline.dat");
+    const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    EXPECT_GE(fd, 0);
+    if (fd < 0) return out;
+    const auto before = posix::fsync_order_stats();
+    std::string expected;
+    for (unsigned i = 1; i <= n; ++i) {
+      const std::string rec = fill(100, i);
+      EXPECT_EQ(posix::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(expected.size())), 100);
+      expected += rec;
+      EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
+      const auto st = posix::fsync_order_stats();
+      // (Counted from `before`: a failed epoch of an earlier test is never counted durable.)
+      if (st.epochs_closed - st.epochs_durable == before.epochs_closed - before.epochs_durable) ++out.durable_at_return;
+      if (wait_at_once)
+        EXPECT_EQ(posix::detail::order_point(), 0);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
+    out.inline_epochs = posix::fsync_order_stats().epochs_inline - before.epochs_inline;
+    EXPECT_EQ(posix::close(fd), 0);
+    EXPECT_TRUE(kernel_contents(path) == expected);
+    const auto r = check_epochs(log().snapshot());
+    EXPECT_TRUE(r.violations.empty()) << r.violations.front();
+    return out;
+  }
+};
+
+// SQLite's rollback journal waits for each epoch at its close, git at its renames: the order
+// thread would only add two hand-offs. The first four epochs are probes left to the order
+// thread and waited for at once; then seven in eight are made by the fsync's own thread (it
+// returns with the epoch durable), every eighth a probe again.
+TEST_F(FsyncOrderInline, AProgramThatWaitsForEachEpochAtOnceGetsThemInline) {
+  restart(slow(InlineEpochs::automatic, 5));
+  const Rounds r = run(40, true);
+  EXPECT_GE(r.inline_epochs, 28u);
+  EXPECT_LE(r.inline_epochs, 36u) << "probes: the first four, then every eighth";
+  EXPECT_GE(r.durable_at_return, r.inline_epochs) << "an inline fsync returns with its epoch durable";
+}
+
+// A program that works between its fsyncs (longer than a sync) never waits for an epoch in
+// flight: every epoch stays on the order thread, and its fsync returns at once.
+TEST_F(FsyncOrderInline, AProgramThatNeverWaitsKeepsItsEpochsOnTheOrderThread) {
+  restart(slow(InlineEpochs::automatic, 5));
+  const Rounds r = run(20, false, 12);
+  EXPECT_EQ(r.inline_epochs, 0u);
+  EXPECT_LE(r.durable_at_return, 5u) << "the fsyncs waited for the device";
+}
+
+TEST_F(FsyncOrderInline, NeverKeepsEveryEpochOnTheOrderThread) {
+  restart(slow(InlineEpochs::never, 5));
+  const Rounds r = run(24, true);
+  EXPECT_EQ(r.inline_epochs, 0u);
+  EXPECT_LE(r.durable_at_return, 6u) << "the fsyncs waited for the device";
+}
+
+TEST_F(FsyncOrderInline, AlwaysMakesEveryEpochClosedAloneInline) {
+  restart(slow(InlineEpochs::always, 1));
+  const Rounds r = run(16, false, 3);
+  EXPECT_EQ(r.inline_epochs, 16u);
+  EXPECT_EQ(r.durable_at_return, 16u);
+}
+
+// A close waits for its epoch anyway: one it closes itself with none in flight, it makes durable
+// itself (unless never).
+TEST_F(FsyncOrderInline, ACloseMakesTheEpochItClosesDurableItself) {
+  for (const InlineEpochs mode : {InlineEpochs::automatic, InlineEpochs::never}) {
+    restart(slow(mode, 1));
+    const std::string path = file("c.dat");
+    const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write_all(fd, fill(700, 1)), 700);
+    const auto before = posix::fsync_order_stats();
+    ASSERT_EQ(posix::close(fd), 0);
+    const auto after = posix::fsync_order_stats();
+    EXPECT_EQ(after.epochs_inline - before.epochs_inline, mode == InlineEpochs::never ? 0u : 1u);
+    EXPECT_EQ(after.epochs_durable - before.epochs_durable, 1u);
+    EXPECT_EQ(after.epochs_closed - before.epochs_closed, 1u);
+    EXPECT_EQ(kernel_contents(path), fill(700, 1));
+  }
+}
+
+// A failed sync of an inline epoch is this fsync's to return, as in full mode; the bytes stay in
+// the cache and the next epoch makes them durable.
+TEST_F(FsyncOrderInline, AFailedInlineSyncIsReturnedByItsOwnFsync) {
+  posix::detail::Settings s = fault_settings("fsync:nth=1:errno=EIO:once");
+  s.fsync_mode = FsyncMode::order;
+  s.fsync_inline = InlineEpochs::always;
+  restart(s);
+  const std::string path = file("f.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, std::string(1000, 'a')), 1000);
+  const auto before = posix::fsync_order_stats();
+  errno = 0;
+  EXPECT_EQ(posix::fsync(fd), -1);
+  EXPECT_EQ(errno, EIO);
+  ASSERT_EQ(write_all(fd, std::string(500, 'b')), 500);
+  EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
+  EXPECT_EQ(posix::fsync_order_stats().epochs_inline - before.epochs_inline, 2u);
+  EXPECT_EQ(kernel_contents(path), std::string(1000, 'a') + std::string(500, 'b'));
+  EXPECT_EQ(posix::close(fd), 0);
+}
+
+// Two threads, each its own file, fsync after every write with inline epochs: one thread's epoch
+// may be in flight on its own thread while the other writes (held back) and closes the next
+// (left to the order thread). Every byte arrives; under TSan, no race.
+TEST_F(FsyncOrderInline, TwoThreadsFsyncingWhileAnInlineEpochIsInFlight) {
+  restart(slow(InlineEpochs::always, 1));
+  const auto before = posix::fsync_order_stats();
+  constexpr unsigned kRounds = 40;
+  const std::string pa = file("ta.dat"), pb = file("tb.dat");
+  const int a = posix::open(pa.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  const int b = posix::open(pb.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  auto body = [&](int fd, char c, std::atomic<int>& failures) {
+    for (unsigned i = 0; i < kRounds; ++i) {
+      const std::string rec(64 + i, static_cast<char>(c + i % 8));
+      if (posix::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(i * 128)) != static_cast<ssize_t>(rec.size()) ||
+          (i % 2 ? posix::fdatasync(fd) : posix::fsync(fd)) != 0)
+        failures.fetch_add(1);
+    }
+  };
+  std::atomic<int> failures{0};
+  std::thread ta(body, a, 'a', std::ref(failures)), tb(body, b, 'A', std::ref(failures));
+  ta.join();
+  tb.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_EQ(posix::close(a), 0);
+  ASSERT_EQ(posix::close(b), 0);
+  for (const auto& [path, c] : {std::pair<std::string, char>{pa, 'a'}, {pb, 'A'}}) {
+    std::string want;
+    for (unsigned i = 0; i < kRounds; ++i) {
+      want.resize(i * 128, '\0');
+      want += std::string(64 + i, static_cast<char>(c + i % 8));
+    }
+    EXPECT_TRUE(kernel_contents(path) == want) << path;
+  }
+  const auto st = posix::fsync_order_stats();
+  EXPECT_EQ(st.epochs_durable - before.epochs_durable, st.epochs_closed - before.epochs_closed);
+  EXPECT_GT(st.epochs_inline, before.epochs_inline);
+}
+
 }  // namespace
 }  // namespace tai::test

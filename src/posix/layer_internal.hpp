@@ -174,7 +174,10 @@ int order_point_impl();
 void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
 int order_fsync(bool data_only);
-int order_sync_all();
+// may_inline false: from the exit handler and before an exec, which run outside the preload
+// library's depth count (a libc call there would come back into the layer): the order thread
+// makes the last epoch durable, never the caller.
+int order_sync_all(bool may_inline = true);
 void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes);
 // Replays the logs of dead processes in `dir` ("" : none), once per directory and process: before
 // the first routed open, read-only ones included (a reader must not see the files unreplayed).

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,7 +57,8 @@ std::string errno_line(const std::string& what, int err) { return what + ": " + 
 
 int pwrite_all(int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
   while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(pos));
+    // The system call itself: see kernel_sync (the preload library interposes pwrite).
+    const ssize_t w = ::syscall(SYS_pwrite64, fd, p, n, static_cast<off_t>(pos));
     if (w < 0) {
       if (errno == EINTR) continue;
       return errno;

@@ -794,7 +794,7 @@ int order_fsync(bool data_only) {
 }
 
 // Every routed write durable, in order mode. errno or 0.
-int order_sync_all() {
+int order_sync_all(bool may_inline) {
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
   note_wait_locked(o);
@@ -804,7 +804,8 @@ int order_sync_all() {
     seq = close_epoch_locked(o, false);
     // This thread waits for it anyway: with no other epoch in flight it makes it durable itself
     // (unless told never to), saving the hand-offs to the order thread and back.
-    if (alone && !o.held && static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never)
+    if (may_inline && alone && !o.held &&
+        static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never)
       return run_inline_locked(o, lk);
   }
   // Durable in the files themselves, not only in the log.

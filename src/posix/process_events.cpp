@@ -66,7 +66,7 @@ void at_exit() {
   // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
   if (order_mode() && g_ctl.load(std::memory_order_acquire) && !g_down.load(std::memory_order_acquire)) {
     const std::uint64_t t0 = now_ns();
-    if (const int err = order_sync_all()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
+    if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
     order_log_shutdown();
     const HeldCopyPool& pool = HeldCopyPool::instance();
     logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
@@ -335,7 +335,7 @@ void disable_in_forked_child() noexcept {
 // Order mode, before a shutdown: every epoch durable. The failure, if any, as a message.
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
   if (!order_mode() || !g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return;
-  if (const int err = order_sync_all()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
+  if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
   order_log_shutdown();
 }
 

@@ -133,9 +133,12 @@ ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, 
 }
 
 int kernel_sync(int fd, bool data_only) noexcept {
-  int rc;
+  // The system call itself, not libc's wrapper: the preload library interposes fsync, and a
+  // caller outside its depth count (the exit handler making the last epoch durable inline)
+  // would come back into the layer and wait for the order state it is working for.
+  long rc;
   do {
-    rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
+    rc = ::syscall(data_only ? SYS_fdatasync : SYS_fsync, fd);
   } while (rc < 0 && errno == EINTR);
   return rc < 0 ? errno : 0;
 }

@@ -33,7 +33,7 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        mawk_exit python_exit perl_sigterm sigpipe_tee append_procs
        meta_tar meta_cp meta_touch meta_python
        yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
-       xz bzip2 zstd cpio zip sqlite_mmap git sqlite_order sqlite_wal_order git_order)
+       xz bzip2 zstd cpio zip sqlite_mmap git sqlite_order sqlite_wal_order git_order shell_order)
 
 needs_of() {  # needs_of CASE: sets need=(the programs it runs)
     need=()
@@ -68,6 +68,7 @@ needs_of() {  # needs_of CASE: sets need=(the programs it runs)
     cpio) need=(cpio bash find sort mkdir stat) ;;
     zip) need=(zip unzip mkdir diff) ;;
     sqlite_mmap) need=(sqlite3) ;;
+    shell_order) need=(bash) ;;
     git | git_order) need=(git cp) ;;
   esac
 }
@@ -634,6 +635,14 @@ for n in ("p1", "p2", "p3-renamed", "p3-link"):
       run mkdir "$OUT/x"
       run unzip -q -X "$OUT/t.zip" -d "$OUT/x"
       run diff -r --no-dereference "$IN/tree" "$OUT/x/tree"
+      ;;
+    shell_order)
+      # A shell that exits with routed files still open on descriptors of its own (written,
+      # never synced or closed): at its exit the library makes the open epoch durable, on a
+      # thread whose libc calls are outside the library's depth count.
+      run bash -c 'exec 3>"$1/kept.txt"; for i in 1 2 3; do echo "line $i" >&3; done' _ "$OUT"
+      run bash -c 'exec 3>>"$1/kept.txt" 4>"$1/second.txt"; echo more >&3; echo other >&4; echo closed >"$1/closed.txt"' _ "$OUT"
+      run bash -c 'cat "$1/kept.txt" "$1/second.txt" "$1/closed.txt"' _ "$OUT"
       ;;
     git | git_order)
       # A repository in the routed directory: objects written and renamed into place, the index

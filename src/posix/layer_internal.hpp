@@ -162,7 +162,7 @@ int kernel_sync(int fd, bool data_only) noexcept;
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);
-std::uint64_t close_epoch_locked(OrderState& o, bool data_only);
+std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake = true);
 bool open_epoch_empty_locked(const OrderState& o);
 int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched);
 int sync_files(const std::vector<Inode*>& files, bool data_only);
@@ -385,6 +385,7 @@ struct OrderState {
   // Settings::fsync_inline); the order thread leaves the state alone until it is done.
   bool inline_running = false;
   bool order_busy = false;  // the order thread is at work (not waiting for some)
+  int program_waiters = 0;  // program threads in program_wait: an inline epoch wakes them only
   // For the automatic choice (inline_wanted_locked): the probe, an epoch closed alone and left
   // to the order thread, whose fate is watched (0: none); one bit per probe of the last 8,
   // newest lowest, set when the program waited for it at once; alone epochs made inline since
@@ -423,6 +424,15 @@ struct OrderState {
     bool active() const noexcept { return batches_since_checkpoint > 0; }
   } log;
 };
+
+// Under o.mu (`lk`): a program thread waits on o.cv until `pred` (counted, so that an inline
+// epoch, which needs no order thread, wakes nobody when nobody else waits).
+template <class Pred>
+void program_wait(OrderState& o, std::unique_lock<std::mutex>& lk, Pred pred) {
+  ++o.program_waiters;
+  o.cv.wait(lk, pred);
+  --o.program_waiters;
+}
 
 // O_APPEND: the write goes through to the kernel on the program's own descriptor (opened with
 // O_APPEND), so that the kernel takes the end of file atomically against every other process

@@ -30,6 +30,8 @@ constexpr std::uint64_t kLogMaxEpochBytes = 128 << 10;
 // kLogPauseEpochs epochs (see log_checkpoint).
 constexpr unsigned kLogShortRunsToPause = 4;
 constexpr unsigned kLogPauseEpochs = 256;
+// Automatic inline epochs: every this many alone epochs, one is a probe (inline_wanted_locked).
+constexpr unsigned kInlineProbeEvery = 32;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0}, g_stat_inline{0};
 
@@ -41,8 +43,9 @@ void note_open_dirty_locked(OrderState& o, Inode& ino) {
   ino.refs.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Under o.mu: closes the open epoch. Returns its seq.
-std::uint64_t close_epoch_locked(OrderState& o, bool data_only) {
+// Under o.mu: closes the open epoch. Returns its seq. `wake`: wake the order thread (and the
+// log's idle wait) for it; not for an epoch the caller makes durable inline.
+std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
   Epoch e;
   e.writes = std::move(o.open_writes);
   o.open_writes.clear();
@@ -65,7 +68,7 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only) {
       std::abort();  // every fsync would wait for ever: better said at once
     }
   }
-  o.cv.notify_all();
+  if (wake) o.cv.notify_all();
   return e.seq;
 }
 
@@ -109,7 +112,7 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
   OrderState& o = ord();
   std::lock_guard<std::mutex> lock(o.mu);
   o.queued_bytes -= bytes;
-  o.cv.notify_all();
+  if (o.program_waiters > 0) o.cv.notify_all();  // order_admit, and waits for a file's held writes
   return err;
 }
 
@@ -288,7 +291,7 @@ void order_log_shutdown() {
     // order_sync_all has checkpointed: the thread is idle unless a program thread wrote since.
     ++o.gate_waiters;
     o.cv.notify_all();
-    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    program_wait(o, lk, [&] { return !o.gate_closed || o.error != 0; });
     --o.gate_waiters;
     L.path = std::move(o.log.path);
     L.lock_fd = std::exchange(o.log.lock_fd, -1);
@@ -596,13 +599,13 @@ static void note_wait_locked(OrderState& o) {
   push_probe_locked(o, o.epoch_ns == 0 || since < o.epoch_ns / 2);
 }
 
-// Under o.mu, in a program thread that has just closed epoch `seq` found alone_locked: should
-// this thread make it durable itself (Settings::fsync_inline)? The automatic choice learns from
+// Under o.mu, in a program thread about to close epoch `seq` found alone_locked: should this
+// thread make it durable itself (Settings::fsync_inline)? The automatic choice learns from
 // probes: an alone epoch left to the order thread is watched until the next alone epoch; it
 // counts as waited for at once when the program waited for it within half an epoch's usual
 // time (note_wait_locked), and else not. With at least 4 of the last 8 probes waited for at
-// once, alone epochs are made inline, every 8th still a probe (the program may change its
-// ways).
+// once, alone epochs are made inline, every 32nd still a probe (the program may change its
+// ways; a probe costs a few hand-offs: the epochs closed while it is in flight queue behind it).
 static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
   if (o.held) return false;  // hold_order_thread_for_testing: a device that does not answer
   switch (static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed))) {
@@ -611,7 +614,7 @@ static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
     case InlineEpochs::automatic: break;
   }
   if (o.probe_seq != 0) push_probe_locked(o, false);  // durable (it is alone) before any wait
-  if (__builtin_popcount(o.caught_history) >= 4 && ++o.inline_since_probe < 8) return true;
+  if (__builtin_popcount(o.caught_history) >= 4 && ++o.inline_since_probe < kInlineProbeEvery) return true;
   o.inline_since_probe = 0;
   o.probe_seq = seq;
   o.probe_closed_ns = now_ns();
@@ -631,7 +634,10 @@ static int run_inline_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     o.gate_closed = false;
     g_order_gate_open.store(true, std::memory_order_seq_cst);
   }
-  o.cv.notify_all();
+  // The order thread sleeps while the gate is open; waking it (and it going back to sleep)
+  // would cost the two context switches an inline epoch is for. Woken: the order thread when
+  // there is work left for it, and program threads waiting for this epoch or the gate.
+  if (o.gate_closed || o.program_waiters > 0) o.cv.notify_all();
   return take_error_locked(o);
 }
 
@@ -644,7 +650,7 @@ void order_admit(std::size_t n) {
   g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
   ++o.gate_waiters;
   o.cv.notify_all();
-  o.cv.wait(lk, [&] { return !o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit || o.error != 0; });
+  program_wait(o, lk, [&] { return !o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit || o.error != 0; });
   --o.gate_waiters;
 }
 
@@ -702,7 +708,7 @@ int order_point_impl() {
   if (o.gate_closed && o.error == 0) {
     ++o.gate_waiters;
     o.cv.notify_all();
-    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    program_wait(o, lk, [&] { return !o.gate_closed || o.error != 0; });
     --o.gate_waiters;
   }
   return o.error;
@@ -719,7 +725,7 @@ void order_drain() {
   if (o.gate_closed && o.error == 0) {
     ++o.gate_waiters;
     o.cv.notify_all();
-    o.cv.wait(lk, [&] { return !o.gate_closed || o.error != 0; });
+    program_wait(o, lk, [&] { return !o.gate_closed || o.error != 0; });
     --o.gate_waiters;
   }
 }
@@ -753,9 +759,9 @@ int order_fsync(bool data_only) {
   if (open_epoch_empty_locked(o)) return 0;  // nothing written since the last epoch was closed
   if (alone_locked(o)) {
     // No epoch in flight: this one goes alone, maybe made durable by this thread.
-    const std::uint64_t seq = close_epoch_locked(o, data_only);
-    if (inline_wanted_locked(o, seq)) return -run_inline_locked(o, lk);
-    return 0;
+    const bool here = inline_wanted_locked(o, o.closed_seq + 1);
+    close_epoch_locked(o, data_only, !here);
+    return here ? -run_inline_locked(o, lk) : 0;
   }
   const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
   // The delay bound: the epoch this call closes will be durable after the epochs queued before
@@ -789,7 +795,7 @@ int order_fsync(bool data_only) {
   // Back-pressure: the device is behind by more than the quota or the delay; this fsync waits
   // for its own epoch, as a full one would.
   g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
-  o.cv.wait(lk, [&] { return o.durable_seq >= seq || o.error != 0; });
+  program_wait(o, lk, [&] { return o.durable_seq >= seq || o.error != 0; });
   return -take_error_locked(o);
 }
 
@@ -800,20 +806,21 @@ int order_sync_all(bool may_inline) {
   note_wait_locked(o);
   std::uint64_t seq = o.closed_seq;
   if (!open_epoch_empty_locked(o)) {
-    const bool alone = alone_locked(o);
-    seq = close_epoch_locked(o, false);
     // This thread waits for it anyway: with no other epoch in flight it makes it durable itself
     // (unless told never to), saving the hand-offs to the order thread and back.
-    if (may_inline && alone && !o.held &&
-        static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never)
-      return run_inline_locked(o, lk);
+    const bool here = may_inline && alone_locked(o) && !o.held &&
+                      static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never;
+    seq = close_epoch_locked(o, false, !here);
+    if (here) return run_inline_locked(o, lk);
   }
   // Durable in the files themselves, not only in the log.
-  if (o.checkpoint_wanted < seq) {
-    o.checkpoint_wanted = seq;
-    o.cv.notify_all();
+  if (o.checkpointed_seq < seq && o.error == 0) {
+    if (o.checkpoint_wanted < seq) {
+      o.checkpoint_wanted = seq;
+      o.cv.notify_all();
+    }
+    program_wait(o, lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
   }
-  o.cv.wait(lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
   return take_error_locked(o);
 }
 

@@ -216,7 +216,7 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
     // are in the cache (a failed epoch, not yet returned, is returned by this read instead).
     OrderState& o = ord();
     std::unique_lock<std::mutex> lk(o.mu);
-    o.cv.wait(lk, [&] { return ino.deferred.load(std::memory_order_acquire) == 0 || o.error != 0; });
+    program_wait(o, lk, [&] { return ino.deferred.load(std::memory_order_acquire) == 0 || o.error != 0; });
     if (ino.deferred.load(std::memory_order_acquire) != 0) return -take_error_locked(o);
   }
   Receipt r;

@@ -580,8 +580,10 @@ int take_error_locked(OrderState& o) {
 // closing thread may make it durable itself (run_inline_locked). The gate may still be closed:
 // the order thread, woken by the last epoch's end, has not opened it yet; the held writes are
 // the new epoch's then.
+// Never with a failed epoch not yet returned: nothing later may be written before the program
+// heard of it.
 static bool alone_locked(const OrderState& o) {
-  return o.closed.empty() && !o.order_busy && !o.inline_running && !o.log.active();
+  return o.error == 0 && o.closed.empty() && !o.order_busy && !o.inline_running && !o.log.active();
 }
 
 static void push_probe_locked(OrderState& o, bool caught) {
@@ -590,20 +592,22 @@ static void push_probe_locked(OrderState& o, bool caught) {
 }
 
 // Under o.mu, in a program thread about to wait for the epochs (a close, an order point, a
-// truncation, an O_APPEND write): is the probe still in flight, and was it closed less than
-// half an epoch's usual time ago? Then the program waits for it at once: the order thread won
-// it (almost) no overlap with the program's work.
+// truncation, an O_APPEND write): is an epoch still in flight, the probe or one closed after it
+// (SQLite's rollback journal closes two more before its close waits), and did the program work
+// for less than half the usual time of the epochs since the probe? Then it waits for them at
+// once: the order thread won it (almost) no overlap with its work.
 static void note_wait_locked(OrderState& o) {
-  if (o.probe_seq == 0 || o.durable_seq >= o.probe_seq) return;
+  if (o.probe_seq == 0 || o.durable_seq >= o.closed_seq) return;  // no probe, or no wait
   const std::uint64_t since = now_ns() - o.probe_closed_ns;
-  push_probe_locked(o, o.epoch_ns == 0 || since < o.epoch_ns / 2);
+  const std::uint64_t epochs = o.closed_seq - o.probe_seq + 1;
+  push_probe_locked(o, o.epoch_ns == 0 || since < epochs * o.epoch_ns / 2);
 }
 
 // Under o.mu, in a program thread about to close epoch `seq` found alone_locked: should this
 // thread make it durable itself (Settings::fsync_inline)? The automatic choice learns from
 // probes: an alone epoch left to the order thread is watched until the next alone epoch; it
-// counts as waited for at once when the program waited for it within half an epoch's usual
-// time (note_wait_locked), and else not. With at least 4 of the last 8 probes waited for at
+// counts as waited for at once when the program waited for it or a later epoch after working
+// less than half their usual time (note_wait_locked), and else not. With at least 4 of the last 8 probes waited for at
 // once, alone epochs are made inline, every 32nd still a probe (the program may change its
 // ways; a probe costs a few hand-offs: the epochs closed while it is in flight queue behind it).
 static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {

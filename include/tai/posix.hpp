@@ -111,11 +111,11 @@
 //                when no other is in flight: the order thread (the fsync returns at once), or
 //                the fsync's own thread (it returns when the epoch is durable, as in full mode;
 //                the rule is the same). auto: the fsync's thread when the program waited (a
-//                close, unlink, rename, truncation) for at least 4 of the last 8 probes (epochs
-//                left to the order thread, one in 32 once inline) within half an epoch's
-//                usual time: it would wait for this one too, and the order thread would only
-//                add two hand-offs (SQLite's rollback journal, git). A close that closes an
-//                epoch makes it durable itself unless never.
+//                close, unlink, rename, truncation) for more than half of the last (up to 8)
+//                probes (epochs left to the order thread, one in 32 once inline) after
+//                working less than half their sync time: it would wait for this one too, and
+//                the order thread would only add two hand-offs (SQLite's rollback journal,
+//                git). A close that closes an epoch makes it durable itself unless never.
 //   TAI_FSYNC_MAX_DELAY  order only: 1s (default), 250ms, or milliseconds (a plain number).
 //   TAI_FSYNC_LOG_DIR  order only, an absolute directory: the epochs queued behind the device are
 //                written to a log there in batches, one device sync per batch, then to their

@@ -388,11 +388,12 @@ struct OrderState {
   int program_waiters = 0;  // program threads in program_wait: an inline epoch wakes them only
   // For the automatic choice (inline_wanted_locked): the probe, an epoch closed alone and left
   // to the order thread, whose fate is watched (0: none); one bit per probe of the last 8,
-  // newest lowest, set when the program waited for it at once; alone epochs made inline since
-  // the last probe.
+  // newest lowest, set when the program waited for it (or the epochs after it) at once; alone
+  // epochs made inline since the last probe.
   std::uint64_t probe_seq = 0;
   std::uint64_t probe_closed_ns = 0;
   std::uint32_t caught_history = 0;
+  unsigned probes_judged = 0;  // bits of caught_history that are probes (at most 8)
   unsigned inline_since_probe = 0;
   bool held = false;  // hold_order_thread_for_testing: a device that does not answer
   // Every epoch <= this is durable in the files themselves (not only in the log): what close,

@@ -214,6 +214,7 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
   // Nor does the choice of inline epochs carry over from the last controller's program.
   o.probe_seq = 0;
   o.caught_history = 0;
+  o.probes_judged = 0;
   o.inline_since_probe = 0;
 }
 
@@ -588,6 +589,7 @@ static bool alone_locked(const OrderState& o) {
 
 static void push_probe_locked(OrderState& o, bool caught) {
   o.caught_history = ((o.caught_history << 1) | (caught ? 1u : 0u)) & 0xffu;
+  if (o.probes_judged < 8) ++o.probes_judged;
   o.probe_seq = 0;
 }
 
@@ -607,9 +609,10 @@ static void note_wait_locked(OrderState& o) {
 // thread make it durable itself (Settings::fsync_inline)? The automatic choice learns from
 // probes: an alone epoch left to the order thread is watched until the next alone epoch; it
 // counts as waited for at once when the program waited for it or a later epoch after working
-// less than half their usual time (note_wait_locked), and else not. With at least 4 of the last 8 probes waited for at
-// once, alone epochs are made inline, every 32nd still a probe (the program may change its
-// ways; a probe costs a few hand-offs: the epochs closed while it is in flight queue behind it).
+// less than half their usual time (note_wait_locked), and else not. With more than half of the
+// last (up to 8) probes waited for at once, alone epochs are made inline, every 32nd still a
+// probe (the program may change its ways; a probe costs a few hand-offs: the epochs closed
+// while it is in flight queue behind it).
 static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
   if (o.held) return false;  // hold_order_thread_for_testing: a device that does not answer
   switch (static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed))) {
@@ -618,7 +621,11 @@ static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
     case InlineEpochs::automatic: break;
   }
   if (o.probe_seq != 0) push_probe_locked(o, false);  // durable (it is alone) before any wait
-  if (__builtin_popcount(o.caught_history) >= 4 && ++o.inline_since_probe < kInlineProbeEvery) return true;
+  // More than half, from the first probe on: a short-lived process (git runs one per command,
+  // with a few syncs each) is judged by its first wait.
+  if (2u * static_cast<unsigned>(__builtin_popcount(o.caught_history)) > o.probes_judged &&
+      ++o.inline_since_probe < kInlineProbeEvery)
+    return true;
   o.inline_since_probe = 0;
   o.probe_seq = seq;
   o.probe_closed_ns = now_ns();

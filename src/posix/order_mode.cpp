@@ -581,10 +581,15 @@ int take_error_locked(OrderState& o) {
 // closing thread may make it durable itself (run_inline_locked). The gate may still be closed:
 // the order thread, woken by the last epoch's end, has not opened it yet; the held writes are
 // the new epoch's then.
-// Never with a failed epoch not yet returned: nothing later may be written before the program
-// heard of it.
+// Never with a failed epoch not yet returned (nothing later may be written before the program
+// heard of it), nor while the order thread is held (hold_order_thread_for_testing: a device
+// that does not answer).
 static bool alone_locked(const OrderState& o) {
-  return o.error == 0 && o.closed.empty() && !o.order_busy && !o.inline_running && !o.log.active();
+  return o.error == 0 && !o.held && o.closed.empty() && !o.order_busy && !o.inline_running && !o.log.active();
+}
+
+static InlineEpochs inline_setting() {
+  return static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed));
 }
 
 static void push_probe_locked(OrderState& o, bool caught) {
@@ -614,8 +619,7 @@ static void note_wait_locked(OrderState& o) {
 // probe (the program may change its ways; a probe costs a few hand-offs: the epochs closed
 // while it is in flight queue behind it).
 static bool inline_wanted_locked(OrderState& o, std::uint64_t seq) {
-  if (o.held) return false;  // hold_order_thread_for_testing: a device that does not answer
-  switch (static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed))) {
+  switch (inline_setting()) {
     case InlineEpochs::never: return false;
     case InlineEpochs::always: return true;
     case InlineEpochs::automatic: break;
@@ -819,8 +823,7 @@ int order_sync_all(bool may_inline) {
   if (!open_epoch_empty_locked(o)) {
     // This thread waits for it anyway: with no other epoch in flight it makes it durable itself
     // (unless told never to), saving the hand-offs to the order thread and back.
-    const bool here = may_inline && alone_locked(o) && !o.held &&
-                      static_cast<InlineEpochs>(g_fsync_inline.load(std::memory_order_relaxed)) != InlineEpochs::never;
+    const bool here = may_inline && alone_locked(o) && inline_setting() != InlineEpochs::never;
     seq = close_epoch_locked(o, false, !here);
     if (here) return run_inline_locked(o, lk);
   }

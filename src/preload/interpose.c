@@ -34,7 +34,7 @@
  * ends, SIGKILL aside: exit through the layer's atexit handler, exec through before_exec, and
  * _exit, _Exit, exit_group, quick_exit, abort and the fatal signals the program leaves at
  * SIG_DFL through the section "the ends of a program" at the end of this file (which also
- * virtualises sigaction and signal for those signals). SIGKILL takes at most what is younger
+ * virtualises sigaction and signal: the program's own handlers run behind a trampoline). SIGKILL takes at most what is younger
  * than the layer's write-behind deadline (TAI_WRITE_BEHIND_MS).
  *
  * O_APPEND stays the kernel's atomic append across processes: the layer writes an O_APPEND
@@ -52,9 +52,9 @@
  *
  * Re-entrancy and signals. The layer itself calls libc (through these same names, as does TAI's
  * engine): a thread-local depth makes every call made from inside the layer, and every call of a
- * thread TAI started, go straight to libc. A thread inside the layer blocks the catchable signals
- * (enter_layer), and TAI's own threads block them for good, so a handler always runs on a program
- * thread outside the layer: its write goes through the layer in order and never waits for a lock
+ * thread TAI started, go straight to libc. A signal that finds its thread inside the layer waits
+ * until the thread leaves it (enter_layer, program_trampoline), and TAI's own threads block
+ * signals for good, so a handler always runs on a program thread outside the layer: its write goes through the layer in order and never waits for a lock
  * its own thread holds. Initialisation (reading the environment) happens once, at load or at the
  * first call, whichever comes first; a call made while it runs passes through.
  *
@@ -130,6 +130,66 @@ static void adopt_inherited(void);
  * in signal handlers). */
 static __thread int t_depth __attribute__((tls_model("initial-exec"))) = 0;
 
+/* Inside the layer a thread may hold its locks (and the allocator's): a signal handler that
+ * wrote to a routed descriptor there would wait for itself, or its write would go to the kernel
+ * behind the cache. So no program handler runs on a thread inside the layer; a handler that was
+ * due runs right after, outside the layer, and its write goes through the layer in order like
+ * any other. Calls the layer makes to libc itself see t_depth > 0 and go straight to libc.
+ *
+ * How, by default ("lazy", as a kernel disables interrupts lazily): entering the layer only
+ * counts the depth, no system call. Every handler the program installs is installed behind a
+ * trampoline (program_trampoline, in the section on ends): a signal that finds its thread inside
+ * the layer is not handled there; the trampoline queues it again for the same thread with its
+ * own siginfo (rt_tgsigqueueinfo), and returns into the layer with every signal blocked, the
+ * program's mask saved; leaving the layer restores that mask, and the kernel delivers the signal
+ * outside. A routed call costs no rt_sigprocmask until a signal actually arrives during one (an
+ * SQLite transaction makes about seventeen). TAI_PRELOAD_SIGNAL_MASK=eager blocks the catchable
+ * signals on every entry and restores them on the way out instead (two rt_sigprocmask calls per
+ * routed call): for a program that installs handlers with an inline system call instruction,
+ * which this library cannot see, and under ThreadSanitizer, whose runtime delivers signals at
+ * points of its own with a copy of the context, so that the trampoline cannot change the mask
+ * the layer resumes with. */
+#include <signal.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_THREAD__)
+enum { kLazyMaskBuilt = 0 };
+#else
+enum { kLazyMaskBuilt = 1 };
+#endif
+static int g_eager_mask = !kLazyMaskBuilt; /* set by init_once, before the state is published */
+/* The program's mask while this thread is inside the layer with signals blocked (t_masked). */
+static __thread sigset_t t_saved_mask __attribute__((tls_model("initial-exec")));
+static __thread int t_masked __attribute__((tls_model("initial-exec"))) = 0;
+/* The order matters: in the eager mode signals are blocked before the depth says "inside", and
+ * the depth says "outside" before they are unblocked. A handler that runs in between the other
+ * way round would see depth 1 and send its write to the kernel behind the layer. The signal
+ * fences keep the compiler from moving the depth's store across the layer's code: a handler on
+ * this thread reads it. */
+static inline void enter_layer(void) {
+  if (t_depth == 0 && g_eager_mask) {
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &saved);
+    t_saved_mask = saved;
+    t_masked = 1;
+  }
+  ++t_depth;
+  atomic_signal_fence(memory_order_seq_cst);
+}
+static inline void leave_layer(void) {
+  atomic_signal_fence(memory_order_seq_cst);
+  if (--t_depth != 0) return;
+  atomic_signal_fence(memory_order_seq_cst);
+  /* Signals are blocked whenever t_masked is set, so nothing changes it between the test and the
+   * restore; a signal deferred by the trampoline is delivered by this call. */
+  if (t_masked) {
+    t_masked = 0;
+    pthread_sigmask(SIG_SETMASK, &t_saved_mask, NULL);
+  }
+}
+#define ENTER() enter_layer()
+#define LEAVE() leave_layer()
+
 static void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char* fmt, ...) {
   if (!g_log) return;
@@ -153,7 +213,7 @@ static void init_once(void) {
   int expected = kUninit;
   if (!atomic_compare_exchange_strong(&g_state, &expected, kInitializing)) return;
   const int saved = errno;
-  ++t_depth;
+  enter_layer();
   const char* log = getenv("TAI_PRELOAD_LOG");
   g_log = log && *log && strcmp(log, "0") != 0;
   const char* paths = getenv("TAI_PRELOAD_PATHS");
@@ -199,8 +259,16 @@ static void init_once(void) {
     atomic_store_explicit(&g_adopt_pending, g_adopt_count > 0, memory_order_release);
   }
   if (adopt) unsetenv("TAI_PRELOAD_ADOPT"); /* for this image only, not its children */
+  const char* mask = getenv("TAI_PRELOAD_SIGNAL_MASK");
+  if (mask && *mask) {
+    if (strcmp(mask, "eager") == 0) g_eager_mask = 1;
+    else if (strcmp(mask, "lazy") == 0) {
+      if (!kLazyMaskBuilt) say("TAI_PRELOAD_SIGNAL_MASK=lazy: not in a ThreadSanitizer build; eager");
+    } else
+      say("TAI_PRELOAD_SIGNAL_MASK='%s' is neither lazy nor eager: %s", mask, g_eager_mask ? "eager" : "lazy");
+  }
   if (state == kActive) install_end_handlers();
-  --t_depth;
+  leave_layer();
   errno = saved;
   atomic_store_explicit(&g_state, state, memory_order_release);
 }
@@ -239,31 +307,6 @@ static inline int routed(int fd) {
  * the first routed file. */
 static void order_point(void);
 
-/* Inside the layer a thread may hold its locks (and the allocator's): a signal handler that
- * wrote to a routed descriptor there would wait for itself. So every call into the layer blocks
- * the catchable signals and restores the mask on the way out; a handler that was due runs right
- * after, outside the layer, and its write goes through the layer in order like any other. (Two
- * rt_sigprocmask calls per routed call: the price of a handler's write being a write.) Calls the
- * layer makes to libc itself see t_depth > 0 and go straight to libc. */
-#include <signal.h>
-static __thread sigset_t t_saved_mask __attribute__((tls_model("initial-exec")));
-/* The order matters: signals are blocked before the depth says "inside", and the depth says
- * "outside" before they are unblocked. A handler that runs in between the other way round would
- * see depth 1 and send its write to the kernel behind the layer. */
-static inline void enter_layer(void) {
-  if (t_depth == 0) {
-    sigset_t all, saved;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved);
-    t_saved_mask = saved;
-  }
-  ++t_depth;
-}
-static inline void leave_layer(void) {
-  if (--t_depth == 0) pthread_sigmask(SIG_SETMASK, &t_saved_mask, NULL);
-}
-#define ENTER() enter_layer()
-#define LEAVE() leave_layer()
 
 static void order_point(void) {
   if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
@@ -1328,13 +1371,15 @@ EXPORT FILE* fdopen(int fd, const char* mode) {
  *  * The fatal signals whose default action ends the process (kEndSignals): at activation,
  *    every one still at SIG_DFL gets end_signal_handler, which writes back, restores SIG_DFL,
  *    and raises the signal again with it unblocked, so that the exit status and the core dump
- *    are the kernel's. sigaction, signal and their relatives are virtualised for these
- *    signals: the program sees SIG_DFL where ours is installed; a handler (or SIG_IGN) it sets
- *    is installed for real; SIG_DFL it sets keeps ours. A handler runs on a program thread
- *    outside the layer (enter_layer blocks every signal), so the thread it interrupted holds
- *    no lock of the layer; it may hold the allocator's or a stdio lock, which the keeper could
- *    need: hence the bounded wait. TAI's threads block every signal, so none runs there.
- *    Synchronous faults inside the layer (a bug) are the kernel's: blocked, they kill at once.
+ *    are the kernel's. sigaction, signal and their relatives are virtualised for every
+ *    catchable signal: the program sees SIG_DFL where ours is installed, and its own handler
+ *    where program_trampoline runs it; SIG_IGN it sets is installed for real; SIG_DFL it sets on
+ *    an end signal keeps ours. Our handler, like the program's, runs on a program thread
+ *    outside the layer (a signal that finds the thread inside waits until it leaves), so the
+ *    thread it interrupted holds no lock of the layer; it may hold the allocator's or a stdio
+ *    lock, which the keeper could need: hence the bounded wait. TAI's threads block every
+ *    signal, so none runs there. Synchronous faults inside the layer (a bug) are the kernel's:
+ *    the default action at once, with no write-back.
  * A forked child (which passes everything through) inherits the handlers: they find nothing to
  * write back and re-raise. exec resets caught signals to SIG_DFL, and the next image installs
  * its own. SIGKILL cannot be caught: the keeper's write-behind deadline (TAI_WRITE_BEHIND_MS)
@@ -1409,15 +1454,19 @@ static const int kEndSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,  SIGABRT,  
                                   SIGUSR1, SIGSEGV, SIGUSR2, SIGPIPE, SIGALRM,   SIGTERM, SIGSTKFLT,
                                   SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSYS};
 #define kSigMax 65
-/* g_mode[sig], what is installed for real for a virtualised signal:
- *  kPass: what the program set (a handler without SA_RESETHAND, or SIG_IGN);
+/* g_mode[sig], what is installed for real for a virtualised signal (every catchable one):
+ *  kPass: what the program set, SIG_IGN or (for a signal that does not end the process) SIG_DFL;
  *  kOurs: end_signal_handler, and the program believes SIG_DFL (with the flags and mask in
  *         g_program_act[sig], which sigaction's oldact reports);
- *  kOneShot: oneshot_trampoline, for a program handler with SA_RESETHAND (in g_program_act[sig]):
- *         the kernel would reset it to SIG_DFL at its first delivery, which would drop ours for
- *         good; the trampoline installs ours instead and then runs the program's handler once.
+ *  kWrapped: program_trampoline, for a program handler (in g_program_act[sig]): the trampoline
+ *         defers the signal while its thread is inside the layer and otherwise runs the handler
+ *         with the mask the kernel would have given it;
+ *  kOneShot: the same for a handler with SA_RESETHAND: the kernel would reset the disposition to
+ *         SIG_DFL at its first delivery, which would drop the trampoline (and, for an end signal,
+ *         ours) for good; the trampoline does the reset itself (to ours for an end signal) and
+ *         then runs the program's handler once.
  * Both change under g_sig_lock only; the handlers read g_mode without it where informational. */
-enum { kPass = 0, kOurs = 1, kOneShot = 2 };
+enum { kPass = 0, kOurs = 1, kWrapped = 2, kOneShot = 3 };
 static _Atomic int g_mode[kSigMax];
 static struct sigaction g_program_act[kSigMax];
 static _Atomic int g_end_handlers = 0; /* installed (release by install_end_handlers) */
@@ -1427,6 +1476,47 @@ static int is_end_signal(int sig) {
   for (size_t i = 0; i < sizeof kEndSignals / sizeof kEndSignals[0]; ++i)
     if (kEndSignals[i] == sig) return 1;
   return 0;
+}
+
+/* The signals a program may catch: all but SIGKILL and SIGSTOP, and the real-time signals glibc
+ * keeps for itself (thread cancellation, set*id broadcasts), which its sigaction refuses. */
+static int is_virtualised(int sig) {
+  if (sig <= 0 || sig >= kSigMax || sig >= _NSIG || sig == SIGKILL || sig == SIGSTOP) return 0;
+  return sig < __SIGRTMIN || sig >= SIGRTMIN;
+}
+
+/* A fault the thread's own instruction raised (not sent): returning from its handler runs the
+ * instruction again, so it cannot wait until the thread leaves the layer. */
+static int is_synchronous_fault(int sig, const siginfo_t* info) {
+  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP) && info &&
+         info->si_code > 0;
+}
+
+/* In a trampoline (every signal blocked, by its sa_mask): when the interrupted thread is inside
+ * the layer (the lazy mask), the signal is queued again for this thread with its own siginfo and
+ * the layer resumes with every signal blocked, the program's mask kept in t_saved_mask;
+ * leave_layer restores it and the kernel delivers the signal then, outside the layer. Returns
+ * whether it deferred. TAI's own threads block every signal; one that reaches them anyway (a
+ * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
+ * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
+static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
+  if (t_depth == 0 || tai_bridge_on_tai_thread()) return 0;
+  ucontext_t* uc = (ucontext_t*)ucv;
+  const size_t kernel_set = (_NSIG - 1) / 8;
+  if (!t_masked) {
+    sigemptyset(&t_saved_mask);
+    memcpy(&t_saved_mask, &uc->uc_sigmask, kernel_set);
+    t_masked = 1;
+  }
+  /* The kernel accepts any si_code for a signal a thread queues to itself. A full queue of
+   * real-time signals (EAGAIN) leaves a plain one, as a second instance of a standard signal
+   * pending would be. */
+  if (!info || REAL(syscall)(SYS_rt_tgsigqueueinfo, (long)getpid(), (long)gettid(), (long)sig, (long)info) != 0)
+    (void)REAL(syscall)(SYS_tgkill, (long)getpid(), (long)gettid(), (long)sig);
+  sigset_t all;
+  sigfillset(&all); /* glibc's leaves out its own two signals */
+  memcpy(&uc->uc_sigmask, &all, kernel_set);
+  return 1;
 }
 
 /* A spin lock with every signal blocked: sigaction may be called from a signal handler, and a
@@ -1449,10 +1539,16 @@ static const char* signal_name(int sig) {
 }
 
 static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
-  (void)info;
-  (void)uc;
   const int saved = errno;
-  if (!tai_bridge_on_tai_thread()) {
+  const int fault = is_synchronous_fault(sig, info);
+  if (!fault && defer_inside_layer(sig, info, uc)) {
+    errno = saved;
+    return;
+  }
+  /* A fault inside the layer (a bug, or a program buffer the layer cannot read) is the
+   * kernel's, with no write-back: the layer's state is not to be trusted. Below, the default
+   * action is restored and the instruction faults again. */
+  if (!tai_bridge_on_tai_thread() && !(fault && t_depth > 0)) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const int err = tai_bridge_write_back_for_end(kEndWaitMs);
@@ -1476,6 +1572,10 @@ static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
   sigemptyset(&dfl.sa_mask);
   REAL(sigaction)(sig, &dfl, NULL);
   atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
+  if (fault && t_depth > 0) {
+    errno = saved;
+    return; /* the instruction faults again, with the default action */
+  }
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
@@ -1493,28 +1593,49 @@ static struct sigaction our_action(void) {
   return a;
 }
 
-/* The program's SA_RESETHAND handler, first delivery: what the kernel does (the disposition
- * becomes SIG_DFL before the handler runs, so that the same signal during or after it takes the
- * default action), except that "SIG_DFL" is ours, so that the default action still writes back.
- * A delivery that finds the trampoline disarmed (a second one raced past the first with
- * SA_NODEFER) is the default action's; one that finds the program changed the disposition
- * meanwhile is delivered again to what is there now. */
-static void oneshot_trampoline(int sig, siginfo_t* info, void* uc) {
+/* Every program handler runs through here (kWrapped, kOneShot), installed with every signal
+ * blocked: a signal whose thread is inside the layer is deferred (defer_inside_layer); otherwise
+ * the program's handler runs with the mask the kernel would have given it (the interrupted
+ * thread's, its sa_mask, and the signal itself unless SA_NODEFER), and with the same siginfo and
+ * context. A fault is never deferred: a program that catches SIGSEGV to map a page the layer
+ * touched gets its handler there. For SA_RESETHAND, the first delivery does what the kernel
+ * does (the disposition becomes SIG_DFL before the handler runs, so that the same signal during
+ * or after it takes the default action), except that for an end signal "SIG_DFL" is ours, so
+ * that the default action still writes back. A delivery that finds the program changed the
+ * disposition meanwhile is delivered again to what is there now. */
+static void program_trampoline(int sig, siginfo_t* info, void* uc) {
+  const int saved_errno = errno;
+  if (!is_synchronous_fault(sig, info) && defer_inside_layer(sig, info, uc)) {
+    errno = saved_errno;
+    return;
+  }
   sigset_t saved;
   sig_lock(&saved);
   const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);
   struct sigaction prog;
   memset(&prog, 0, sizeof prog);
+  if (mode == kWrapped || mode == kOneShot) prog = g_program_act[sig];
   if (mode == kOneShot) {
-    prog = g_program_act[sig];
-    const struct sigaction ours = our_action();
-    if (REAL(sigaction)(sig, &ours, NULL) == 0) {
+    struct sigaction reset;
+    memset(&reset, 0, sizeof reset);
+    reset.sa_handler = SIG_DFL;
+    sigemptyset(&reset.sa_mask);
+    const int end = is_end_signal(sig);
+    if (end) reset = our_action();
+    if (REAL(sigaction)(sig, &reset, NULL) == 0) {
       g_program_act[sig].sa_handler = SIG_DFL; /* the kernel keeps flags and mask on a reset */
-      atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
+      atomic_store_explicit(&g_mode[sig], end ? kOurs : kPass, memory_order_relaxed);
     }
   }
   sig_unlock(&saved);
-  if (mode == kOneShot) {
+  errno = saved_errno;
+  if (mode == kWrapped || mode == kOneShot) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    memcpy(&mask, &((ucontext_t*)uc)->uc_sigmask, (_NSIG - 1) / 8);
+    sigorset(&mask, &mask, &prog.sa_mask);
+    if (!(prog.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
     if (prog.sa_flags & SA_SIGINFO) prog.sa_sigaction(sig, info, uc);
     else prog.sa_handler(sig);
   } else if (mode == kOurs) {
@@ -1524,24 +1645,41 @@ static void oneshot_trampoline(int sig, siginfo_t* info, void* uc) {
   }
 }
 
-static struct sigaction oneshot_action(const struct sigaction* prog) {
+/* What is installed for a program handler: its flags but SA_RESETHAND (the trampoline resets)
+ * and SA_NODEFER (every signal is blocked while the trampoline decides), so SA_RESTART,
+ * SA_ONSTACK and SIGCHLD's flags stay the program's. */
+static struct sigaction wrapped_action(const struct sigaction* prog) {
   struct sigaction a = *prog;
-  a.sa_sigaction = oneshot_trampoline;
-  a.sa_flags = (prog->sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
+  a.sa_sigaction = program_trampoline;
+  a.sa_flags = (prog->sa_flags & ~(SA_RESETHAND | SA_NODEFER)) | SA_SIGINFO;
+  sigfillset(&a.sa_mask);
   return a;
+}
+
+static int sets_handler(const struct sigaction* act) {
+  return act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
+}
+static int wrapped_mode(const struct sigaction* act) {
+  return (act->sa_flags & SA_RESETHAND) ? kOneShot : kWrapped;
 }
 
 static void install_end_handlers(void) {
   sigset_t saved;
   sig_lock(&saved);
   const struct sigaction ours = our_action();
-  for (size_t i = 0; i < sizeof kEndSignals / sizeof kEndSignals[0]; ++i) {
-    const int sig = kEndSignals[i];
+  for (int sig = 1; sig < kSigMax; ++sig) {
+    if (!is_virtualised(sig)) continue;
     struct sigaction cur;
     if (REAL(sigaction)(sig, NULL, &cur) != 0) continue;
-    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+    if (is_end_signal(sig) && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
       g_program_act[sig] = cur;
       if (REAL(sigaction)(sig, &ours, NULL) == 0) atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
+    } else if (sets_handler(&cur)) {
+      /* installed before this library was: a sanitizer's runtime, another library's constructor */
+      const struct sigaction wrapped = wrapped_action(&cur);
+      g_program_act[sig] = cur;
+      if (REAL(sigaction)(sig, &wrapped, NULL) == 0)
+        atomic_store_explicit(&g_mode[sig], wrapped_mode(&cur), memory_order_relaxed);
     }
   }
   atomic_store_explicit(&g_end_handlers, 1, memory_order_release);
@@ -1550,9 +1688,6 @@ static void install_end_handlers(void) {
 }
 
 static int sets_default(const struct sigaction* act) { return act->sa_handler == SIG_DFL; }
-static int sets_oneshot(const struct sigaction* act) {
-  return (act->sa_flags & SA_RESETHAND) && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
-}
 
 /* Under g_sig_lock: the table agrees with the kernel. A disposition changed behind this library
  * (an inline system call, glibc's sigset/sigignore internals in another libc, a library that
@@ -1563,15 +1698,14 @@ static void resync(int sig) {
   if (mode == kPass) return;
   struct sigaction cur;
   if (REAL(sigaction)(sig, NULL, &cur) != 0) return;
-  void (*want)(int, siginfo_t*, void*) = mode == kOurs ? end_signal_handler : oneshot_trampoline;
+  void (*want)(int, siginfo_t*, void*) = mode == kOurs ? end_signal_handler : program_trampoline;
   if (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != want)
     atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
 }
 
 static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction* oldact,
                           int (*real)(int, const struct sigaction*, struct sigaction*)) {
-  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
-      !is_end_signal(sig))
+  if (!is_virtualised(sig) || !atomic_load_explicit(&g_end_handlers, memory_order_acquire))
     return real(sig, act, oldact);
   struct sigaction want;
   if (act) want = *act; /* act and oldact may be one struct */
@@ -1587,12 +1721,12 @@ static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction
   } else {
     struct sigaction install = want;
     int next = kPass;
-    if (sets_default(&want)) {
+    if (is_end_signal(sig) && sets_default(&want)) {
       install = our_action();
       next = kOurs;
-    } else if (sets_oneshot(&want)) {
-      install = oneshot_action(&want);
-      next = kOneShot;
+    } else if (sets_handler(&want)) {
+      install = wrapped_action(&want);
+      next = wrapped_mode(&want);
     }
     if (mode == kOurs && next == kOurs) {
       rc = 0; /* SIG_DFL again: ours stays */
@@ -1621,8 +1755,7 @@ static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction
  * (whose kernel struct is handler, flags, restorer, mask) its flags and mask too. An inline
  * system call instruction is not seen at all: resync finds it at the program's next sigaction. */
 static long raw_rt_sigaction(long sig, long act, long oldact, long a3, long a4, long a5) {
-  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
-      !is_end_signal((int)sig))
+  if (!is_virtualised((int)sig) || !atomic_load_explicit(&g_end_handlers, memory_order_acquire))
     return REAL(syscall)(SYS_rt_sigaction, sig, act, oldact, a3, a4, a5);
   sigset_t saved;
   sig_lock(&saved);
@@ -1644,11 +1777,17 @@ static long raw_rt_sigaction(long sig, long act, long oldact, long a3, long a4, 
       struct sigaction now;
       if (REAL(sigaction)((int)sig, NULL, &now) == 0) {
         atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
-        if (!(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL) {
+        if (is_end_signal((int)sig) && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL) {
           const struct sigaction ours = our_action();
           if (REAL(sigaction)((int)sig, &ours, NULL) == 0) {
             g_program_act[sig] = now;
             atomic_store_explicit(&g_mode[sig], kOurs, memory_order_relaxed);
+          }
+        } else if (sets_handler(&now)) {
+          const struct sigaction wrapped = wrapped_action(&now);
+          if (REAL(sigaction)((int)sig, &wrapped, NULL) == 0) {
+            g_program_act[sig] = now;
+            atomic_store_explicit(&g_mode[sig], wrapped_mode(&now), memory_order_relaxed);
           }
         }
       }
@@ -1689,8 +1828,7 @@ EXPORT NO_TSAN int __sigaction(int sig, const struct sigaction* act, struct siga
  * handler) and System V's (sysv_signal: SA_RESETHAND | SA_NODEFER). */
 typedef void (*handler_t)(int);
 static handler_t signal_like(int sig, handler_t h, int sysv, handler_t (*real)(int, handler_t)) {
-  if (sig <= 0 || sig >= kSigMax || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) ||
-      !is_end_signal(sig) || h == SIG_ERR)
+  if (!is_virtualised(sig) || !atomic_load_explicit(&g_end_handlers, memory_order_acquire) || h == SIG_ERR)
     return real(sig, h);
   struct sigaction act, old;
   memset(&act, 0, sizeof act);
@@ -1737,8 +1875,7 @@ EXPORT NO_TSAN handler_t __sysv_signal(int sig, handler_t h) {
  * (sigset: no flags, an empty mask, the signal unblocked, or only blocked for SIG_HOLD; the
  * result is SIG_HOLD when the signal was blocked before). */
 EXPORT NO_TSAN handler_t sigset(int sig, handler_t disp) {
-  if (!end_handlers_installed() || sig <= 0 || sig >= kSigMax || !is_end_signal(sig) || disp == SIG_ERR)
-    return REAL(sigset)(sig, disp);
+  if (!end_handlers_installed() || !is_virtualised(sig) || disp == SIG_ERR) return REAL(sigset)(sig, disp);
   sigset_t one, old;
   sigemptyset(&one);
   sigaddset(&one, sig);

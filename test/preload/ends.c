@@ -121,6 +121,77 @@ static const char* disposition(int sig) {
   return "handler";
 }
 
+/* Signals that do not end the process get their handlers wrapped by the preload (the layer
+ * holds a signal off while its thread is inside it): the program must see its own handler,
+ * flags and mask, and the handler the kernel's siginfo and mask. */
+static volatile sig_atomic_t g_chld_code, g_chld_status, g_rt_value, g_winch_runs, g_mask_ok = 1;
+static void on_chld(int sig, siginfo_t* info, void* uc) {
+  (void)uc;
+  sigset_t cur;
+  if (sigprocmask(SIG_BLOCK, NULL, &cur) != 0 || !sigismember(&cur, sig) || !sigismember(&cur, SIGUSR2)) g_mask_ok = 0;
+  g_chld_code = info->si_code;
+  g_chld_status = info->si_status;
+}
+static void on_rt(int sig, siginfo_t* info, void* uc) {
+  (void)uc;
+  sigset_t cur;
+  /* SA_NODEFER: the signal itself is not blocked in its handler */
+  if (sigprocmask(SIG_BLOCK, NULL, &cur) != 0 || sigismember(&cur, sig)) g_mask_ok = 0;
+  g_rt_value = info->si_code == SI_QUEUE ? info->si_value.sival_int : -1;
+}
+static void on_winch(int sig) {
+  ++g_winch_runs;
+  say("SIGWINCH handler ran; SIGWINCH now %s", disposition(sig));
+}
+static void other_dispositions(void) {
+  struct sigaction a, back;
+  memset(&a, 0, sizeof a);
+  a.sa_sigaction = on_chld;
+  a.sa_flags = SA_SIGINFO | SA_NOCLDSTOP | SA_RESTART;
+  sigemptyset(&a.sa_mask);
+  sigaddset(&a.sa_mask, SIGUSR2);
+  if (sigaction(SIGCHLD, &a, NULL) != 0) die("sigaction SIGCHLD");
+  if (sigaction(SIGCHLD, NULL, &back) != 0) die("sigaction SIGCHLD query");
+  say("SIGCHLD reads back: handler %s, flags %s, mask %s", back.sa_sigaction == on_chld ? "h" : "other",
+      (back.sa_flags & (SA_SIGINFO | SA_NOCLDSTOP | SA_RESTART)) == (SA_SIGINFO | SA_NOCLDSTOP | SA_RESTART) &&
+              !(back.sa_flags & SA_RESETHAND)
+          ? "as set"
+          : "other",
+      sigismember(&back.sa_mask, SIGUSR2) && !sigismember(&back.sa_mask, SIGUSR1) ? "as set" : "other");
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &old);
+  const pid_t pid = fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) _exit(7);
+  while (g_chld_code == 0) sigsuspend(&old);
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  (void)waitpid(pid, NULL, 0);
+  say("SIGCHLD handler: %s, status %d", g_chld_code == CLD_EXITED ? "CLD_EXITED" : "other", (int)g_chld_status);
+  const int rt = SIGRTMIN + 2;
+  memset(&a, 0, sizeof a);
+  a.sa_sigaction = on_rt;
+  a.sa_flags = SA_SIGINFO | SA_NODEFER;
+  sigemptyset(&a.sa_mask);
+  if (sigaction(rt, &a, NULL) != 0) die("sigaction SIGRTMIN+2");
+  union sigval v = {.sival_int = 42};
+  if (sigqueue(getpid(), rt, v) != 0) die("sigqueue");
+  say("SIGRTMIN+2 handler saw the queued value %d", (int)g_rt_value);
+  void (*prev)(int) = signal(SIGWINCH, on_winch);
+  say("signal(SIGWINCH, h) returned %s", prev == SIG_DFL ? "SIG_DFL" : "other");
+  memset(&a, 0, sizeof a);
+  a.sa_handler = on_winch;
+  a.sa_flags = SA_RESETHAND;
+  sigemptyset(&a.sa_mask);
+  if (sigaction(SIGWINCH, &a, &back) != 0) die("sigaction SIGWINCH");
+  say("SIGWINCH was %s", back.sa_handler == on_winch ? "h" : "other");
+  raise(SIGWINCH);
+  raise(SIGWINCH); /* after the reset: the default action, which for SIGWINCH is to ignore it */
+  say("SIGWINCH handler ran %d time(s); now %s; handler masks as the kernel gives them: %s", (int)g_winch_runs,
+      disposition(SIGWINCH), g_mask_ok ? "yes" : "NO");
+}
+
 /* What the program sees of its dispositions must not change under the preload. */
 static void virtual_dispositions(void) {
   say("SIGTERM at start: %s", disposition(SIGTERM));
@@ -148,6 +219,7 @@ static void virtual_dispositions(void) {
   sigemptyset(&dfl.sa_mask);
   if (sigaction(SIGUSR1, &dfl, &prev) != 0) die("sigaction");
   say("SIGUSR1 was %s; now %s", prev.sa_handler == on_usr1 ? "h" : "other", disposition(SIGUSR1));
+  other_dispositions();
 }
 
 /* Disposition changes outside sigaction and signal. Each says what it saw (the transcripts of

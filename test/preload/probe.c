@@ -393,9 +393,19 @@ static void sig_record(char *rec, char who, int i) {
   rec[SIG_REC - 1] = '\n';
 }
 
-static void on_alarm(int sig) {
-  (void)sig;
+/* What a handler may rely on, whether or not the signal had to wait for the layer: the siginfo
+ * the kernel made (the interval timer's SIGALRM comes with SI_KERNEL, not the SI_TKILL of a
+ * signal a thread sent itself), and the mask the kernel gives a handler (the signal itself and
+ * the handler's sa_mask blocked). */
+static volatile sig_atomic_t g_handler_odd;
+
+static void on_alarm(int sig, siginfo_t *info, void *uc) {
+  (void)uc;
   int saved = errno;
+  sigset_t cur;
+  if (info->si_code != SI_KERNEL || sigprocmask(SIG_BLOCK, NULL, &cur) != 0 || !sigismember(&cur, sig) ||
+      !sigismember(&cur, SIGUSR2) || sigismember(&cur, SIGUSR1))
+    ++g_handler_odd;
   if (g_handler_recs < SIG_HANDLER_RECS) {
     char rec[SIG_REC];
     sig_record(rec, 'H', g_handler_recs);
@@ -412,10 +422,18 @@ static int cmd_signal(void) {
   if (g_sig_fd < 0) die("open");
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sa.sa_flags = SA_RESTART;
+  sa.sa_sigaction = on_alarm;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGUSR2);
   if (sigaction(SIGALRM, &sa, NULL) != 0) die("sigaction");
+  struct sigaction back;
+  if (sigaction(SIGALRM, NULL, &back) != 0) die("sigaction query");
+  printf("SIGALRM's disposition reads back as set: %s\n",
+         back.sa_sigaction == on_alarm && (back.sa_flags & (SA_RESTART | SA_SIGINFO)) == (SA_RESTART | SA_SIGINFO) &&
+                 sigismember(&back.sa_mask, SIGUSR2) && !sigismember(&back.sa_mask, SIGUSR1)
+             ? "yes"
+             : "NO");
   struct itimerval it = {{0, 500}, {0, 500}};
   if (setitimer(ITIMER_REAL, &it, NULL) != 0) die("setitimer");
   char rec[SIG_REC];
@@ -450,9 +468,11 @@ static int cmd_signal(void) {
          SIG_MIN_MAIN_RECS, m >= SIG_MIN_MAIN_RECS ? "yes" : "NO",
          SIG_REC, n == (size_t)(main_recs + SIG_HANDLER_RECS) * SIG_REC ? "yes" : "NO",
          bad ? "NO" : "yes");
+  printf("every handler call saw the timer's siginfo and the handler's mask: %s\n", g_handler_odd ? "NO" : "yes");
   if (bad) fprintf(stderr, "signal: size %zu, main wrote %d, read back main %d handler %d\n", n, main_recs, m, h);
+  if (g_handler_odd) fprintf(stderr, "signal: %d handler calls saw another siginfo or mask\n", (int)g_handler_odd);
   free(buf);
-  return bad || m != main_recs || h != SIG_HANDLER_RECS;
+  return bad || m != main_recs || h != SIG_HANDLER_RECS || g_handler_odd;
 }
 
 /* ---- closerange: close_range(3, ~0U, 0) closes every descriptor the program did not name --- */

@@ -77,6 +77,7 @@ class IoQueue::Pool {
       : engine_(engine), slots_(slots), pending_slots_(depth), done_(depth) {
     workers_.reserve(threads);
     try {
+      const tai::detail::SignalsBlockedScope start_blocked;  // the threads start with every signal blocked
       for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] {
         tai::detail::mark_this_thread_as_tai();
         worker_main();

@@ -118,4 +118,11 @@ void mark_this_thread_as_tai() noexcept {
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
 }
 
+SignalsBlockedScope::SignalsBlockedScope() noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved_);
+}
+SignalsBlockedScope::~SignalsBlockedScope() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+
 }  // namespace tai::detail

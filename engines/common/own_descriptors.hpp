@@ -10,6 +10,8 @@
 // descriptors never take the low numbers a program expects its next open to get.
 #pragma once
 
+#include <signal.h>
+
 namespace tai::detail {
 
 /// Moves `fd` (just made by TAI) to the lowest free number >= own_descriptor_base() with
@@ -49,5 +51,23 @@ int own_descriptor_base() noexcept;
 /// program's handlers run on the program's threads.
 bool this_thread_is_tai() noexcept;
 void mark_this_thread_as_tai() noexcept;
+
+/// Blocks every blockable signal on the calling thread while it lives and restores the mask
+/// after. Held around the start of each of TAI's threads, so that a thread starts with every
+/// signal blocked instead of with its creator's mask: the preload library does not block
+/// signals on a program thread inside the layer (it defers a handler that would run there), so
+/// without it a signal sent to the process could run a program handler, or the library's own
+/// end-of-process handler, on a new thread before mark_this_thread_as_tai. Not thread-safe to
+/// share; one per scope.
+class SignalsBlockedScope {
+ public:
+  SignalsBlockedScope() noexcept;
+  ~SignalsBlockedScope();
+  SignalsBlockedScope(const SignalsBlockedScope&) = delete;
+  SignalsBlockedScope& operator=(const SignalsBlockedScope&) = delete;
+
+ private:
+  sigset_t saved_;
+};
 
 }  // namespace tai::detail

@@ -79,6 +79,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
   workers.reserve(n);
   for (unsigned i = 0; i < n; ++i) workers.push_back(std::make_unique<Worker>(*this, i));
   threads.reserve(n);
+  const tai::detail::SignalsBlockedScope start_blocked;  // the workers start with every signal blocked
   for (unsigned i = 0; i < n; ++i) {
     threads.emplace_back([this, i] {
       tai::detail::mark_this_thread_as_tai();

@@ -62,6 +62,7 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
   if (!o.thread_started) {
     o.thread_started = true;
     try {
+      const tai::detail::SignalsBlockedScope start_blocked;  // it starts with every signal blocked
       std::thread(order_thread_main).detach();  // lives as long as the process
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "tai::posix: cannot start the fsync order thread (%s)\n", ex.what());

@@ -243,6 +243,7 @@ void start_keeper() noexcept {
   // acq_rel: one thread starts it; the others see it started.
   if (!g_keeper_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return;
   try {
+    const tai::detail::SignalsBlockedScope start_blocked;  // it starts with every signal blocked
     std::thread(keeper_main).detach();  // lives as long as the process (gone in a forked child)
   } catch (const std::exception& ex) {
     g_keeper_failed.store(true, std::memory_order_release);

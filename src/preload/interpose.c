@@ -208,6 +208,8 @@ static void say(const char* fmt, ...) {
 }
 
 static void install_end_handlers(void);
+static long (*g_libc_syscall)(long, ...);
+static int (*g_libc_sigaction)(int, const struct sigaction*, struct sigaction*);
 
 static void init_once(void) {
   int expected = kUninit;
@@ -267,7 +269,11 @@ static void init_once(void) {
     } else
       say("TAI_PRELOAD_SIGNAL_MASK='%s' is neither lazy nor eager: %s", mask, g_eager_mask ? "eager" : "lazy");
   }
-  if (state == kActive) install_end_handlers();
+  if (state == kActive) {
+    g_libc_syscall = REAL(syscall);
+    g_libc_sigaction = REAL(sigaction);
+    install_end_handlers();
+  }
   leave_layer();
   errno = saved;
   atomic_store_explicit(&g_state, state, memory_order_release);
@@ -1077,6 +1083,8 @@ EXPORT int syncfs(int fd) {
 /* ------------------------------------------------------------------------------------------ */
 /* processes                                                                                  */
 
+static void sig_lock(sigset_t* saved);
+static void sig_unlock(const sigset_t* saved);
 EXPORT pid_t fork(void) {
   if (engaged()) {
     ENTER();
@@ -1086,7 +1094,14 @@ EXPORT pid_t fork(void) {
         err ? strerror(err) : "");
   }
   clear_exclusive_all(0); /* parent and child share every descriptor from now on */
+  /* Under the signal table's lock, so that the child never starts with it held by a thread it
+   * does not have (another thread's signal delivery or sigaction). */
+  sigset_t saved;
+  sig_lock(&saved);
   const pid_t pid = REAL(fork)();
+  const int err = errno;
+  sig_unlock(&saved);
+  errno = err;
   if (pid == 0) tai_bridge_forked_child();
   return pid;
 }
@@ -1485,12 +1500,37 @@ static int is_virtualised(int sig) {
   return sig < __SIGRTMIN || sig >= SIGRTMIN;
 }
 
-/* A fault the thread's own instruction raised (not sent): returning from its handler runs the
- * instruction again, so it cannot wait until the thread leaves the layer. */
-static int is_synchronous_fault(int sig, const siginfo_t* info) {
-  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP) && info &&
-         info->si_code > 0;
+/* Signals that cannot wait until their thread leaves the layer:
+ *  kFatalHere: a fault of the thread's own instruction (returning from its handler runs the
+ *    instruction again), or a SIGABRT the process sent itself (abort() of the layer or of the
+ *    C++ runtime under it: glibc's abort blocks nothing and raises again). Inside the layer it
+ *    is the kernel's default action at once, with no handler and no write-back, as when the
+ *    layer blocked every signal: a program handler that ran there (or longjmp'ed out of it)
+ *    would hold the layer's locks for good, and the layer's state is not to be trusted.
+ *  kRunHere: SIGSYS of a seccomp filter: the handler emulates the system call the thread made,
+ *    through the context it is given, so it runs there, inside the layer too.
+ * A machine-check SIGBUS that is only advisory (BUS_MCEERR_AO) is an ordinary signal. */
+enum { kDeferrable = 0, kFatalHere = 1, kRunHere = 2 };
+#ifndef SYS_SECCOMP
+#define SYS_SECCOMP 1 /* si_code of a seccomp filter's SIGSYS (the kernel's siginfo.h) */
+#endif
+static int undeferrable(int sig, const siginfo_t* info) {
+  if (!info) return kDeferrable;
+  if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP) && info->si_code > 0)
+    return sig == SIGBUS && info->si_code == BUS_MCEERR_AO ? kDeferrable : kFatalHere;
+  if (sig == SIGABRT && info->si_code == SI_TKILL && info->si_pid == getpid()) return kFatalHere;
+  if (sig == SIGSYS && info->si_code == SYS_SECCOMP) return kRunHere;
+  return kDeferrable;
 }
+static int inside_program_layer(void) { return t_depth > 0 && !tai_bridge_on_tai_thread(); }
+
+/* g_libc_syscall and g_libc_sigaction (declared at the top) are found by init_once before any
+ * handler is installed: a handler must not be the first to look them up (dlsym is not
+ * async-signal-safe). */
+
+/* The default action, now: the disposition becomes SIG_DFL, and the caller returns into the
+ * faulting instruction or the abort that raises again. */
+static void default_action_now(int sig);
 
 /* In a trampoline (every signal blocked, by its sa_mask): when the interrupted thread is inside
  * the layer (the lazy mask), the signal is queued again for this thread with its own siginfo and
@@ -1499,6 +1539,7 @@ static int is_synchronous_fault(int sig, const siginfo_t* info) {
  * whether it deferred. TAI's own threads block every signal; one that reaches them anyway (a
  * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
  * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
+static _Atomic unsigned long g_signals_lost = 0;
 static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
   if (t_depth == 0 || tai_bridge_on_tai_thread()) return 0;
   ucontext_t* uc = (ucontext_t*)ucv;
@@ -1509,10 +1550,13 @@ static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
     t_masked = 1;
   }
   /* The kernel accepts any si_code for a signal a thread queues to itself. A full queue of
-   * real-time signals (EAGAIN) leaves a plain one, as a second instance of a standard signal
-   * pending would be. */
-  if (!info || REAL(syscall)(SYS_rt_tgsigqueueinfo, (long)getpid(), (long)gettid(), (long)sig, (long)info) != 0)
-    (void)REAL(syscall)(SYS_tgkill, (long)getpid(), (long)gettid(), (long)sig);
+   * signals (RLIMIT_SIGPENDING reached again between the delivery and this call) refuses it: a
+   * standard signal is then sent plainly (its siginfo lost), a real-time one is lost, as the
+   * kernel would have refused it a moment earlier; g_signals_lost counts both. */
+  if (!info || g_libc_syscall(SYS_rt_tgsigqueueinfo, (long)getpid(), (long)gettid(), (long)sig, (long)info) != 0) {
+    atomic_fetch_add_explicit(&g_signals_lost, 1, memory_order_relaxed); /* relaxed: a count */
+    (void)g_libc_syscall(SYS_tgkill, (long)getpid(), (long)gettid(), (long)sig);
+  }
   sigset_t all;
   sigfillset(&all); /* glibc's leaves out its own two signals */
   memcpy(&uc->uc_sigmask, &all, kernel_set);
@@ -1538,17 +1582,33 @@ static const char* signal_name(int sig) {
   return n ? n : "?";
 }
 
+static void default_action_now(int sig) {
+  sigset_t saved;
+  sig_lock(&saved);
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  g_libc_sigaction(sig, &dfl, NULL);
+  atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
+  sig_unlock(&saved);
+}
+
 static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
   const int saved = errno;
-  const int fault = is_synchronous_fault(sig, info);
-  if (!fault && defer_inside_layer(sig, info, uc)) {
+  const int kind = undeferrable(sig, info);
+  if (kind == kDeferrable && defer_inside_layer(sig, info, uc)) {
     errno = saved;
     return;
   }
-  /* A fault inside the layer (a bug, or a program buffer the layer cannot read) is the
-   * kernel's, with no write-back: the layer's state is not to be trusted. Below, the default
-   * action is restored and the instruction faults again. */
-  if (!tai_bridge_on_tai_thread() && !(fault && t_depth > 0)) {
+  /* A fault or an abort inside the layer (a bug, or a program buffer the layer cannot read):
+   * the kernel's default action, with no write-back (see undeferrable). */
+  if (kind == kFatalHere && inside_program_layer()) {
+    default_action_now(sig);
+    errno = saved;
+    return;
+  }
+  if (!tai_bridge_on_tai_thread()) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const int err = tai_bridge_write_back_for_end(kEndWaitMs);
@@ -1570,12 +1630,8 @@ static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  REAL(sigaction)(sig, &dfl, NULL);
+  g_libc_sigaction(sig, &dfl, NULL);
   atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
-  if (fault && t_depth > 0) {
-    errno = saved;
-    return; /* the instruction faults again, with the default action */
-  }
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
@@ -1605,7 +1661,13 @@ static struct sigaction our_action(void) {
  * disposition meanwhile is delivered again to what is there now. */
 static void program_trampoline(int sig, siginfo_t* info, void* uc) {
   const int saved_errno = errno;
-  if (!is_synchronous_fault(sig, info) && defer_inside_layer(sig, info, uc)) {
+  const int kind = undeferrable(sig, info);
+  if (kind == kDeferrable && defer_inside_layer(sig, info, uc)) {
+    errno = saved_errno;
+    return;
+  }
+  if (kind == kFatalHere && inside_program_layer()) {
+    default_action_now(sig);
     errno = saved_errno;
     return;
   }
@@ -1622,7 +1684,7 @@ static void program_trampoline(int sig, siginfo_t* info, void* uc) {
     sigemptyset(&reset.sa_mask);
     const int end = is_end_signal(sig);
     if (end) reset = our_action();
-    if (REAL(sigaction)(sig, &reset, NULL) == 0) {
+    if (g_libc_sigaction(sig, &reset, NULL) == 0) {
       g_program_act[sig].sa_handler = SIG_DFL; /* the kernel keeps flags and mask on a reset */
       atomic_store_explicit(&g_mode[sig], end ? kOurs : kPass, memory_order_relaxed);
     }
@@ -1654,6 +1716,22 @@ static struct sigaction wrapped_action(const struct sigaction* prog) {
   a.sa_flags = (prog->sa_flags & ~(SA_RESETHAND | SA_NODEFER)) | SA_SIGINFO;
   sigfillset(&a.sa_mask);
   return a;
+}
+
+/* What the kernel would answer for the program's own action: its handler, the three flags the
+ * trampoline changes as the program set them, the others as the kernel kept them from the
+ * installed one (SA_RESTORER added by glibc, flags the kernel does not know cleared), and its
+ * mask without SIGKILL and SIGSTOP. */
+static struct sigaction as_the_kernel_keeps(const struct sigaction* want, const struct sigaction* installed) {
+  const int changed = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+  struct sigaction b = *installed;
+  if (want->sa_flags & SA_SIGINFO) b.sa_sigaction = want->sa_sigaction;
+  else b.sa_handler = want->sa_handler;
+  b.sa_flags = (installed->sa_flags & ~changed) | (want->sa_flags & changed);
+  b.sa_mask = want->sa_mask;
+  sigdelset(&b.sa_mask, SIGKILL);
+  sigdelset(&b.sa_mask, SIGSTOP);
+  return b;
 }
 
 static int sets_handler(const struct sigaction* act) {
@@ -1736,6 +1814,9 @@ static int sigaction_impl(int sig, const struct sigaction* act, struct sigaction
     if (rc == 0) {
       const struct sigaction believed = g_program_act[sig];
       if (next != kPass) g_program_act[sig] = want;
+      struct sigaction now;
+      if ((next == kWrapped || next == kOneShot) && real(sig, NULL, &now) == 0)
+        g_program_act[sig] = as_the_kernel_keeps(&want, &now);
       atomic_store_explicit(&g_mode[sig], next, memory_order_relaxed);
       if (mode != kPass) prev = believed;
     }

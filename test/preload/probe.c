@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -475,6 +476,48 @@ static int cmd_signal(void) {
   return bad || m != main_recs || h != SIG_HANDLER_RECS || g_handler_odd;
 }
 
+/* ---- fault: a write whose buffer the program cannot read, with a SIGSEGV handler ----------
+ * The kernel answers EFAULT. The preload library copies the buffer inside the layer, where the
+ * copy faults: the program's handler must not run there (it would leave the layer's locks held
+ * for good when it jumps out), so the process ends by SIGSEGV. Either way it must end, and a
+ * signal after it must still reach its handler: fault_in_layer.sh checks that, not this
+ * program's output alone. */
+static sigjmp_buf g_fault_jmp;
+static volatile sig_atomic_t g_usr1_runs;
+static void on_segv_jump(int sig) {
+  (void)sig;
+  siglongjmp(g_fault_jmp, 1);
+}
+static void on_usr1_count(int sig) {
+  (void)sig;
+  ++g_usr1_runs;
+}
+static int cmd_fault(void) {
+  const char *path = path_of("fault.dat");
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) die("open");
+  write_all(fd, "first record\n", 13, "first");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_segv_jump;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, NULL) != 0) die("sigaction SIGSEGV");
+  sa.sa_handler = on_usr1_count;
+  if (sigaction(SIGUSR1, &sa, NULL) != 0) die("sigaction SIGUSR1");
+  if (sigsetjmp(g_fault_jmp, 1) == 0) {
+    const ssize_t n = write(fd, (const void *)16, 4096);
+    printf("write of an unreadable buffer: %s\n", n < 0 && errno == EFAULT ? "EFAULT" : "another answer");
+  } else {
+    printf("write of an unreadable buffer: the SIGSEGV handler ran\n");
+  }
+  fflush(stdout);
+  raise(SIGUSR1);
+  printf("SIGUSR1 handler ran after it: %s\n", g_usr1_runs == 1 ? "yes" : "NO");
+  write_all(fd, "last record\n", 12, "last");
+  if (close(fd) != 0) die("close");
+  return g_usr1_runs == 1 ? 0 : 1;
+}
+
 /* ---- closerange: close_range(3, ~0U, 0) closes every descriptor the program did not name --- */
 static int my_close_range(unsigned first, unsigned last) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
@@ -516,7 +559,8 @@ int main(int argc, char **argv) {
     const char *name;
     int (*run)(void);
   } cmds[] = {{"fork", cmd_fork},   {"mmap", cmd_mmap},     {"append", cmd_append}, {"dup2stdout", cmd_dup2stdout},
-              {"stdio", cmd_stdio}, {"signal", cmd_signal}, {"closerange", cmd_closerange}};
+              {"stdio", cmd_stdio}, {"signal", cmd_signal}, {"closerange", cmd_closerange},
+              {"fault", cmd_fault}};
   if (argc == 2 && strcmp(argv[1], "--version") == 0) {
     puts("tai_preload_probe");
     return 0;

@@ -75,9 +75,10 @@ fail=0
 # The default, lazy mask: the same load from an empty directory.
 rm -rf "$work/db" && mkdir -p "$work/db"
 lazy=$work/trace.lazy
-env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" strace -f -o "$lazy" \
+env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 strace -f -o "$lazy" \
   sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
   echo "FAIL: sqlite3 under the preload library (lazy mask) failed:"; cat "$work/log"; exit 1; }
+grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed (lazy mask):"; cat "$work/log"; exit 1; }
 got=$(sqlite3 "$work/db/t.db" "SELECT count(*), sum(x) FROM t;")
 [ "$got" = "$n|$((n * (n + 1) / 2))" ] || { echo "FAIL: the table holds $got (lazy mask)"; exit 1; }
 grep -q 'rt_sigaction(SIGINT, {sa_handler=' "$lazy" || echo "note: sqlite3 installed no SIGINT handler in this run"

@@ -1594,20 +1594,27 @@ static void default_action_now(int sig) {
   sig_unlock(&saved);
 }
 
-static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
+/* The first step of every handler of this library: a signal whose thread is inside the layer is
+ * deferred, or, for a fault or an abort there (a bug, or a program buffer the layer cannot
+ * read), made the kernel's default action with no handler and no write-back (see
+ * undeferrable). Returns whether it dealt with the signal; errno is kept. */
+static int held_off_by_layer(int sig, siginfo_t* info, void* uc) {
   const int saved = errno;
   const int kind = undeferrable(sig, info);
-  if (kind == kDeferrable && defer_inside_layer(sig, info, uc)) {
-    errno = saved;
-    return;
-  }
-  /* A fault or an abort inside the layer (a bug, or a program buffer the layer cannot read):
-   * the kernel's default action, with no write-back (see undeferrable). */
-  if (kind == kFatalHere && inside_program_layer()) {
+  int done = 0;
+  if (kind == kDeferrable) {
+    done = defer_inside_layer(sig, info, uc);
+  } else if (kind == kFatalHere && inside_program_layer()) {
     default_action_now(sig);
-    errno = saved;
-    return;
+    done = 1;
   }
+  errno = saved;
+  return done;
+}
+
+static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
+  if (held_off_by_layer(sig, info, uc)) return;
+  const int saved = errno;
   if (!tai_bridge_on_tai_thread()) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1626,12 +1633,7 @@ static void end_signal_handler(int sig, siginfo_t* info, void* uc) {
       say("SIG%s: every routed file's cache handed to the kernel (%ld ms)", signal_name(sig), ms);
   }
   /* The kernel's default action, with the kernel's exit status and core dump. */
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  g_libc_sigaction(sig, &dfl, NULL);
-  atomic_store_explicit(&g_mode[sig], kPass, memory_order_relaxed);
+  default_action_now(sig);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
@@ -1660,17 +1662,8 @@ static struct sigaction our_action(void) {
  * that the default action still writes back. A delivery that finds the program changed the
  * disposition meanwhile is delivered again to what is there now. */
 static void program_trampoline(int sig, siginfo_t* info, void* uc) {
+  if (held_off_by_layer(sig, info, uc)) return;
   const int saved_errno = errno;
-  const int kind = undeferrable(sig, info);
-  if (kind == kDeferrable && defer_inside_layer(sig, info, uc)) {
-    errno = saved_errno;
-    return;
-  }
-  if (kind == kFatalHere && inside_program_layer()) {
-    default_action_now(sig);
-    errno = saved_errno;
-    return;
-  }
   sigset_t saved;
   sig_lock(&saved);
   const int mode = atomic_load_explicit(&g_mode[sig], memory_order_relaxed);

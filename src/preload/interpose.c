@@ -1539,7 +1539,18 @@ static void default_action_now(int sig);
  * whether it deferred. TAI's own threads block every signal; one that reaches them anyway (a
  * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
  * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
+/* Counts for TAI_PRELOAD_LOG's line at the end of the process (relaxed: counts, lock-free, so
+ * that a handler may add to them). */
+static _Atomic unsigned long g_signals_deferred = 0;
 static _Atomic unsigned long g_signals_lost = 0;
+__attribute__((destructor)) static void report_deferred_signals(void) {
+  const unsigned long deferred = atomic_load_explicit(&g_signals_deferred, memory_order_relaxed);
+  const unsigned long lost = atomic_load_explicit(&g_signals_lost, memory_order_relaxed);
+  if (deferred == 0 && lost == 0) return;
+  say("signals that found their thread inside the layer and waited until it left: %lu; of them sent again "
+      "without their siginfo (the signal queue was full): %lu",
+      deferred, lost);
+}
 static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
   if (t_depth == 0 || tai_bridge_on_tai_thread()) return 0;
   ucontext_t* uc = (ucontext_t*)ucv;
@@ -1552,11 +1563,13 @@ static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
   /* The kernel accepts any si_code for a signal a thread queues to itself. A full queue of
    * signals (RLIMIT_SIGPENDING reached again between the delivery and this call) refuses it: a
    * standard signal is then sent plainly (its siginfo lost), a real-time one is lost, as the
-   * kernel would have refused it a moment earlier; g_signals_lost counts both. */
+   * kernel would have refused it a moment earlier; g_signals_lost counts both, and
+   * TAI_PRELOAD_LOG=1 prints the count at the end. */
   if (!info || g_libc_syscall(SYS_rt_tgsigqueueinfo, (long)getpid(), (long)gettid(), (long)sig, (long)info) != 0) {
-    atomic_fetch_add_explicit(&g_signals_lost, 1, memory_order_relaxed); /* relaxed: a count */
+    atomic_fetch_add_explicit(&g_signals_lost, 1, memory_order_relaxed);
     (void)g_libc_syscall(SYS_tgkill, (long)getpid(), (long)gettid(), (long)sig);
   }
+  atomic_fetch_add_explicit(&g_signals_deferred, 1, memory_order_relaxed);
   sigset_t all;
   sigfillset(&all); /* glibc's leaves out its own two signals */
   memcpy(&uc->uc_sigmask, &all, kernel_set);

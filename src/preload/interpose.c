@@ -1532,13 +1532,6 @@ static int inside_program_layer(void) { return t_depth > 0 && !tai_bridge_on_tai
  * faulting instruction or the abort that raises again. */
 static void default_action_now(int sig);
 
-/* In a trampoline (every signal blocked, by its sa_mask): when the interrupted thread is inside
- * the layer (the lazy mask), the signal is queued again for this thread with its own siginfo and
- * the layer resumes with every signal blocked, the program's mask kept in t_saved_mask;
- * leave_layer restores it and the kernel delivers the signal then, outside the layer. Returns
- * whether it deferred. TAI's own threads block every signal; one that reaches them anyway (a
- * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
- * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
 /* Counts for TAI_PRELOAD_LOG's line at the end of the process (relaxed: counts, lock-free, so
  * that a handler may add to them). */
 static _Atomic unsigned long g_signals_deferred = 0;
@@ -1551,6 +1544,14 @@ __attribute__((destructor)) static void report_deferred_signals(void) {
       "without their siginfo (the signal queue was full): %lu",
       deferred, lost);
 }
+
+/* In a trampoline (every signal blocked, by its sa_mask): when the interrupted thread is inside
+ * the layer (the lazy mask), the signal is queued again for this thread with its own siginfo and
+ * the layer resumes with every signal blocked, the program's mask kept in t_saved_mask;
+ * leave_layer restores it and the kernel delivers the signal then, outside the layer. Returns
+ * whether it deferred. TAI's own threads block every signal; one that reaches them anyway (a
+ * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
+ * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
 static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
   if (t_depth == 0 || tai_bridge_on_tai_thread()) return 0;
   ucontext_t* uc = (ucontext_t*)ucv;
@@ -1668,12 +1669,13 @@ static struct sigaction our_action(void) {
  * blocked: a signal whose thread is inside the layer is deferred (defer_inside_layer); otherwise
  * the program's handler runs with the mask the kernel would have given it (the interrupted
  * thread's, its sa_mask, and the signal itself unless SA_NODEFER), and with the same siginfo and
- * context. A fault is never deferred: a program that catches SIGSEGV to map a page the layer
- * touched gets its handler there. For SA_RESETHAND, the first delivery does what the kernel
- * does (the disposition becomes SIG_DFL before the handler runs, so that the same signal during
- * or after it takes the default action), except that for an end signal "SIG_DFL" is ours, so
- * that the default action still writes back. A delivery that finds the program changed the
- * disposition meanwhile is delivered again to what is there now. */
+ * context. A fault or a self-sent SIGABRT is never deferred: outside the layer the program's
+ * handler runs at once, inside it the default action does (held_off_by_layer). For
+ * SA_RESETHAND, the first delivery does what the kernel does (the disposition becomes SIG_DFL
+ * before the handler runs, so that the same signal during or after it takes the default
+ * action), except that for an end signal "SIG_DFL" is ours, so that the default action still
+ * writes back. A delivery that finds the program changed the disposition meanwhile is
+ * delivered again to what is there now. */
 static void program_trampoline(int sig, siginfo_t* info, void* uc) {
   if (held_off_by_layer(sig, info, uc)) return;
   const int saved_errno = errno;

@@ -741,9 +741,13 @@ TEST_F(FsyncOrderInline, AFailedInlineSyncIsReturnedByItsOwnFsync) {
   errno = 0;
   EXPECT_EQ(posix::fsync(fd), -1);
   EXPECT_EQ(errno, EIO);
+  EXPECT_EQ(posix::fsync_order_stats().epochs_inline - before.epochs_inline, 1u) << "the failed epoch was inline";
   ASSERT_EQ(write_all(fd, std::string(500, 'b')), 500);
   EXPECT_EQ(posix::fsync(fd), 0) << std::strerror(errno);
-  EXPECT_EQ(posix::fsync_order_stats().epochs_inline - before.epochs_inline, 2u);
+  // The next epoch is inline only if the order thread is idle by then; after the failure it may
+  // still be busy (it was under ThreadSanitizer), and the epoch then goes to it, its fsync
+  // returning at once. Either way the bytes are durable once every epoch is.
+  EXPECT_EQ(posix::detail::order_point(), 0);
   EXPECT_EQ(kernel_contents(path), std::string(1000, 'a') + std::string(500, 'b'));
   EXPECT_EQ(posix::close(fd), 0);
 }

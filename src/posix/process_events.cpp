@@ -77,14 +77,11 @@ void at_exit() {
          g_stat_log_batches.load(std::memory_order_relaxed), g_stat_checkpoints.load(std::memory_order_relaxed),
          pool.allocations(), pool.reuses());
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
   {
+    const tai::detail::SignalsBlockedScope blocked;
     std::lock_guard<std::mutex> lock(g_init_mu);
     for (auto& f : shutdown_locked()) failures.push_back(std::move(f));
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (failures.empty()) {
     errno = saved;
     return;

@@ -1553,7 +1553,7 @@ __attribute__((destructor)) static void report_deferred_signals(void) {
  * fault) is not deferred. The kernel's ucontext holds a kernel sigset (_NSIG bits), a prefix of
  * glibc's sigset_t: only that prefix is read and written, the frame's siginfo follows it. */
 static int defer_inside_layer(int sig, siginfo_t* info, void* ucv) {
-  if (t_depth == 0 || tai_bridge_on_tai_thread()) return 0;
+  if (!inside_program_layer()) return 0;
   ucontext_t* uc = (ucontext_t*)ucv;
   const size_t kernel_set = (_NSIG - 1) / 8;
   if (!t_masked) {

@@ -35,14 +35,21 @@ n=30
   echo "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER NOT NULL);"
   for ((i = 1; i <= n; ++i)); do echo "INSERT INTO t(x) VALUES($i);"; done
 } >"$work/load.sql"
+# The load under strace from an empty database directory, with the signal-mask mode given;
+# the database must have been routed and hold every row.
+traced_load() {  # trace-file mask-mode
+  rm -rf "$work/db" && mkdir -p "$work/db"
+  env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 TAI_PRELOAD_SIGNAL_MASK="$2" \
+    strace -f -s 512 -o "$1" \
+    sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
+    echo "FAIL: sqlite3 under the preload library ($2 mask) failed:"; cat "$work/log"; exit 1; }
+  grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed ($2 mask):"; cat "$work/log"; exit 1; }
+  local got
+  got=$(sqlite3 "$work/db/t.db" "SELECT count(*), sum(x) FROM t;")
+  [ "$got" = "$n|$((n * (n + 1) / 2))" ] || { echo "FAIL: the table holds $got ($2 mask)"; exit 1; }
+}
 trace=$work/trace
-env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 TAI_PRELOAD_SIGNAL_MASK=eager \
-  strace -f -s 512 -o "$trace" \
-  sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
-  echo "FAIL: sqlite3 under the preload library failed:"; cat "$work/log"; exit 1; }
-grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed:"; cat "$work/log"; exit 1; }
-got=$(sqlite3 "$work/db/t.db" "SELECT count(*), sum(x) FROM t;")
-[ "$got" = "$n|$((n * (n + 1) / 2))" ] || { echo "FAIL: the table holds $got"; exit 1; }
+traced_load "$trace" eager
 
 main=$(awk 'NR == 1 {print $1; exit}' "$trace")
 # A record lock right after the layer blocked signals and restored the mask with no system call
@@ -73,14 +80,8 @@ fail=0
 [ "$proc" -le 1 ] || { echo "FAIL: /proc/self/fd asked for $proc times (once is enough)"; fail=1; }
 
 # The default, lazy mask: the same load from an empty directory.
-rm -rf "$work/db" && mkdir -p "$work/db"
 lazy=$work/trace.lazy
-env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$work/db" TAI_PRELOAD_LOG=1 strace -f -o "$lazy" \
-  sqlite3 -bail "$work/db/t.db" ".read '$work/load.sql'" >"$work/out" 2>"$work/log" || {
-  echo "FAIL: sqlite3 under the preload library (lazy mask) failed:"; cat "$work/log"; exit 1; }
-grep -q "routed $work/db/t.db" "$work/log" || { echo "FAIL: t.db was not routed (lazy mask):"; cat "$work/log"; exit 1; }
-got=$(sqlite3 "$work/db/t.db" "SELECT count(*), sum(x) FROM t;")
-[ "$got" = "$n|$((n * (n + 1) / 2))" ] || { echo "FAIL: the table holds $got (lazy mask)"; exit 1; }
+traced_load "$lazy" lazy
 grep -q 'rt_sigaction(SIGINT, {sa_handler=' "$lazy" || echo "note: sqlite3 installed no SIGINT handler in this run"
 lmain=$(awk 'NR == 1 {print $1; exit}' "$lazy")
 masks=$(awk -v p="$lmain" '$1 == p && /rt_sigprocmask\(/ {++n} END {print n + 0}' "$lazy")

@@ -79,7 +79,7 @@ class IoQueue::Pool {
     try {
       const tai::detail::SignalsBlockedScope start_blocked;  // the threads start with every signal blocked
       for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] {
-        tai::detail::mark_this_thread_as_tai();
+        tai::detail::mark_this_thread_as_tai("tai-io-queue");
         worker_main();
       });
     } catch (...) {

@@ -107,8 +107,11 @@ bool is_own_descriptor(int fd) noexcept {
 }
 
 bool this_thread_is_tai() noexcept { return t_tai_thread; }
-void mark_this_thread_as_tai() noexcept {
+void mark_this_thread_as_tai(const char* name) noexcept {
   t_tai_thread = true;
+  // A name longer than the kernel's 15 characters fails with ERANGE and leaves the thread its
+  // old name; every name TAI gives fits.
+  (void)pthread_setname_np(pthread_self(), name);
   // A signal sent to the process goes to any thread that does not block it. The program's
   // handlers expect its own threads (they may write to a file the drop-in layer routes, which
   // from one of TAI's threads would bypass the layer), so TAI's threads block every signal that

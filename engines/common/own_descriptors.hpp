@@ -48,9 +48,10 @@ int own_descriptor_base() noexcept;
 /// passes every call such a thread makes straight to libc (a worker must never be routed back
 /// into the controller that runs it). Set by the thread itself at its start; thread-local.
 /// mark_this_thread_as_tai also blocks every blockable signal on the calling thread, so that the
-/// program's handlers run on the program's threads.
+/// program's handlers run on the program's threads, and names the thread (`name`, at most 15
+/// characters, "tai-" first: what `top -H`, `ps -L`, perf and gdb show for it).
 bool this_thread_is_tai() noexcept;
-void mark_this_thread_as_tai() noexcept;
+void mark_this_thread_as_tai(const char* name) noexcept;
 
 /// Blocks every blockable signal on the calling thread while it lives and restores the mask
 /// after. Held around the start of each of TAI's threads, so that a thread starts with every

@@ -30,7 +30,7 @@ Controller::~Controller() {
                  "tai::Controller: destroyed from one of its own tasks; its shutdown continues on a thread of "
                  "its own (failures, if any, are printed here)\n");
     std::thread([core = std::move(core_)]() mutable {
-      tai::detail::mark_this_thread_as_tai();
+      tai::detail::mark_this_thread_as_tai("tai-shutdown");
       const ShutdownReport rep = core->shutdown();
       if (!rep.ok()) std::fprintf(stderr, "tai::Controller: shutdown: %s\n", rep.to_string().c_str());
       core.reset();

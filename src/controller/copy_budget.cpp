@@ -1,7 +1,7 @@
 // CopyBudget: back-pressure on write copies (ControllerOptions::write_copy_budget).
 //
-// The fast path is one fetch_add at submission and one fetch_sub plus one load (of the same
-// cache line) at completion. No lost wake-up: a waiter increments waiters_ and then loads
+// The fast path is one fetch_add at submission, and one fetch_sub plus one load (of the
+// waiters' line) per batch of completions (Worker::give_back_copies). No lost wake-up: a waiter increments waiters_ and then loads
 // bytes_, a completer subtracts from bytes_ and then loads waiters_, all four seq_cst, so in
 // their single total order at least one of the two sees the other's write: the waiter sees the
 // room, or the completer sees the waiter and notifies it under mu_ (which the waiter holds from
@@ -9,6 +9,8 @@
 // sleep). On x86 a seq_cst read-modify-write is the same locked instruction as a relaxed one and
 // a seq_cst load a plain load: the ordering costs nothing there.
 #include "src/controller/core.hpp"
+
+#include <algorithm>
 
 namespace tai::detail {
 
@@ -47,8 +49,18 @@ void CopyBudget::release(std::uint64_t n) noexcept {
   }
 }
 
+void CopyBudget::set_release_batch(unsigned workers) noexcept {
+  release_batch_ = std::min<std::uint64_t>(std::uint64_t{1} << 20, budget_ / 4 / std::max(1u, workers));
+}
+
 void CopyBudget::wait_for_room(std::uint64_t n) {
   waits_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  // Relaxed: a hint to the workers (wanted()); the room itself comes through bytes_.
+  wanting_.fetch_add(1, std::memory_order_relaxed);
+  struct Unwant {
+    std::atomic<std::uint32_t>& w;
+    ~Unwant() { w.fetch_sub(1, std::memory_order_relaxed); }
+  } unwant{wanting_};
   // Admission on this path is a compare-and-swap, never an addition taken back, so it never
   // shows other waiters bytes it does not keep. Relaxed loads and CAS: a count (see above).
   auto try_admit = [this, n]() noexcept {

@@ -422,6 +422,15 @@ class CopyBudget {
   void charge(std::uint64_t n, bool may_wait, Doorbell* wake = nullptr);
   /// Uncounts n bytes and wakes the waiters, if any.
   void release(std::uint64_t n) noexcept;
+  /// Bytes a worker may finish before it gives them back (Worker::copy_release): at most 1 MiB
+  /// and a quarter of the budget shared by the workers. Set once, before the workers start.
+  void set_release_batch(unsigned workers) noexcept;
+  std::uint64_t release_batch() const noexcept { return release_batch_; }
+  /// Whether a submitter waits for room (spinning or asleep): the workers then give back what
+  /// they finished at the end of their part instead of batching it. Relaxed: a hint; a waiter
+  /// that a worker does not see yet is woken by that worker's next give-back (its batch filled,
+  /// or before it sleeps).
+  bool wanted() const noexcept { return wanting_.load(std::memory_order_relaxed) != 0; }
   std::uint64_t held() const noexcept { return bytes_.load(std::memory_order_relaxed); }  // a snapshot
   std::uint64_t waits() const noexcept { return waits_.load(std::memory_order_relaxed); }
   std::uint64_t budget() const noexcept { return budget_; }
@@ -434,11 +443,16 @@ class CopyBudget {
   void wait_for_room(std::uint64_t n);
   const std::uint64_t budget_;
   const std::int64_t spin_ns_;
-  // On a cache line of its own with the waiters count, which every completion reads after its
-  // subtraction.
+  std::uint64_t release_batch_ = 0;
+  // On a cache line of its own: every submission adds to it. The workers subtract once per
+  // batch (release_batch_), so the line stays with the submitting thread between batches.
   alignas(64) std::atomic<std::uint64_t> bytes_{0};
+  // The waiters' counts on another line: the workers read them at the end of every part, and
+  // they change only on the slow path, so that line stays shared in every cache.
   // Submitters asleep (or about to sleep) on cv_. Incremented and decremented under mu_.
-  std::atomic<std::uint32_t> waiters_{0};
+  alignas(64) std::atomic<std::uint32_t> waiters_{0};
+  // Submitters inside wait_for_room (spinning or asleep). Relaxed increments and decrements.
+  std::atomic<std::uint32_t> wanting_{0};
   // Submissions that had to wait for room (relaxed counter, slow path only).
   std::atomic<std::uint64_t> waits_{0};
   alignas(64) std::mutex mu_;  // the sleeping side of the wait, used on the slow path only
@@ -717,10 +731,17 @@ class Worker final : public StepSink {
     return n;
   }
   // Write-copy bytes of writes this worker finished, not yet given back to the controller's
-  // count (see ControllerCore::finish): given back at the end of each part and before sleeping
-  // or stopping (flush_releases), so a waiting submitter is never left behind an idle worker.
-  std::uint64_t copy_release = 0;
-  void give_back_copies() noexcept;
+  // count (see ControllerCore::finish): given back at the end of a part once they reach
+  // CopyBudget::release_batch() or a submitter waits for room, and always before sleeping or
+  // stopping (flush_releases), so a waiting submitter is never left behind an idle worker.
+  // Written by this worker only; an atomic so that stats() can leave it out of the count
+  // (relaxed: a snapshot).
+  std::atomic<std::uint64_t> copy_release{0};
+  void add_copy_release(std::uint64_t n) noexcept {
+    copy_release.store(copy_release.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  /// Gives back copy_release. `batched`: only when it reached the batch or somebody waits.
+  void give_back_copies(bool batched = false) noexcept;
   DeferredWakes wakes_;  // waiters to wake after the part's completions and at its end (t_deferred_wakes)
   bool in_round_ = false;
   std::uint64_t round_ = 0;

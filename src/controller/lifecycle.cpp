@@ -48,6 +48,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
       copy_pool(opt.write_copy_budget, opt.huge_pages) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
   lanes = n * std::max(1u, opt.lanes_per_worker);
+  copies.set_release_batch(n);
   rounds.lane_claim = std::make_unique<std::atomic<std::uint64_t>[]>(lanes);
   for (unsigned i = 0; i < lanes; ++i) rounds.lane_claim[i].store(0, std::memory_order_relaxed);
 
@@ -82,7 +83,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
   const tai::detail::SignalsBlockedScope start_blocked;  // the workers start with every signal blocked
   for (unsigned i = 0; i < n; ++i) {
     threads.emplace_back([this, i] {
-      tai::detail::mark_this_thread_as_tai();
+      tai::detail::mark_this_thread_as_tai(i == 0 ? "tai-master" : "tai-worker");
       Worker& w = *workers[i];
       t_worker = &w;
       set_worker_task_cache();
@@ -243,7 +244,12 @@ ControllerStats ControllerCore::stats() const {
   s.quota_peak = quota.peak();
   s.quota_weak = quota.weak();
   s.quota_strict = quota.strict();
-  s.write_copy_bytes = copies.held();
+  // Without what the workers finished and have not given back yet (Worker::copy_release): read
+  // first, so that a give-back between the two reads makes the figure lower, never higher.
+  std::uint64_t unreturned = 0;
+  for (const auto& w : workers) unreturned += w->copy_release.load(std::memory_order_relaxed);
+  const std::uint64_t held = copies.held();
+  s.write_copy_bytes = held > unreturned ? held - unreturned : 0;
   s.write_copy_budget = copies.budget();
   s.write_copy_waits = copies.waits();
   s.write_copy_pooled = copy_pool.pooled_bytes();

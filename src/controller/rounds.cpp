@@ -191,7 +191,7 @@ void Worker::part(std::uint64_t round) {
   }
   in_round_ = false;
   t_deferred_wakes = nullptr;
-  give_back_copies();  // before the wake-ups: a woken submitter finds the room at once
+  give_back_copies(/*batched=*/true);  // before the wake-ups: a woken submitter finds the room at once
   wakes_.wake();
   flush_releases(false);
   steps.add(ran_);

@@ -497,7 +497,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
 }
 
 void order_thread_main() noexcept {
-  tai::detail::mark_this_thread_as_tai();
+  tai::detail::mark_this_thread_as_tai("tai-fsync-order");
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);
   for (;;) {

@@ -204,7 +204,7 @@ void keeper_write_back() noexcept {
 }
 
 void keeper_main() noexcept {
-  tai::detail::mark_this_thread_as_tai();  // libc directly, no program signal handlers here
+  tai::detail::mark_this_thread_as_tai("tai-writebehind");  // libc directly, no program signal handlers here
   for (;;) {
     const std::uint32_t seen = g_keeper_wake.load(std::memory_order_acquire);
     const std::uint32_t requested = g_end_requested.load(std::memory_order_acquire);

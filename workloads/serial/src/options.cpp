@@ -57,11 +57,6 @@ bool parse_unsigned_list(const std::string& text, std::vector<unsigned>& out) {
   return true;
 }
 
-double overlap_ceiling(double compute_s, double posix_s) {
-  if (!(compute_s > 0) || !(posix_s > 0)) return 0;
-  return posix_s / std::max(compute_s, posix_s - compute_s);
-}
-
 std::vector<Mode> interleaved_order(const std::vector<Mode>& modes, unsigned repeat) {
   std::vector<Mode> order;
   for (std::size_t k = 0; k < modes.size(); ++k) order.push_back(modes[(k + repeat) % modes.size()]);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "median.hpp"
+#include "overlap_ceiling.hpp"
 
 namespace serial {
 
@@ -61,11 +62,8 @@ std::optional<int> parse_command_line(int argc, const char* const* argv, Command
 // Parses "1,30,300" (each 0..1000000); false on anything else.
 bool parse_unsigned_list(const std::string& text, std::vector<unsigned>& out);
 
-// The best speed-up over the serial program that overlapping compute and I/O can give, with C
-// the compute-only time and P the posix time (P - C is then the time in I/O): the overlapped
-// program still computes for C and still does the I/O for P - C, so it takes at least
-// max(C, P - C). Returns 0 when P or C is not positive.
-double overlap_ceiling(double compute_s, double posix_s);
+// The ceiling of overlap (overlap_ceiling.hpp), with C the compute-only run's time.
+using augment::overlap_ceiling;
 
 // The median tai-augment reports too (0 for none).
 using augment::median;

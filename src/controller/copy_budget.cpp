@@ -1,13 +1,13 @@
 // CopyBudget: back-pressure on write copies (ControllerOptions::write_copy_budget).
 //
 // The fast path is one fetch_add at submission, and one fetch_sub plus one load (of the
-// waiters' line) per batch of completions (Worker::give_back_copies). No lost wake-up: a waiter increments waiters_ and then loads
-// bytes_, a completer subtracts from bytes_ and then loads waiters_, all four seq_cst, so in
-// their single total order at least one of the two sees the other's write: the waiter sees the
-// room, or the completer sees the waiter and notifies it under mu_ (which the waiter holds from
-// its increment until it sleeps, so the notification cannot fall between its check and its
-// sleep). On x86 a seq_cst read-modify-write is the same locked instruction as a relaxed one and
-// a seq_cst load a plain load: the ordering costs nothing there.
+// waiters' line) per batch of completions (Worker::give_back_copies). No lost wake-up: a waiter
+// increments waiters_ and then loads bytes_, a completer subtracts from bytes_ and then loads
+// waiters_, all four seq_cst, so in their single total order at least one of the two sees the
+// other's write: the waiter sees the room, or the completer sees the waiter and notifies it under
+// mu_ (which the waiter holds from its increment until it sleeps, so the notification cannot
+// fall between its check and its sleep). On x86 a seq_cst read-modify-write is the same locked
+// instruction as a relaxed one and a seq_cst load a plain load: the ordering costs nothing there.
 #include "src/controller/core.hpp"
 
 #include <algorithm>

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "src/controller/core.hpp"
+#include "support/controller_support.hpp"
 
 namespace tai::test {
 namespace {
@@ -18,17 +19,6 @@ namespace {
 using detail::CopyBudget;
 constexpr std::uint64_t kKiB = 1024;
 constexpr std::uint64_t kMiB = kKiB * kKiB;
-
-// Waits up to 30 s for pred; true when it held.
-template <class Pred>
-bool within_30s(Pred pred) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 TEST(CopyBudget, TheReleaseBatchIsAQuarterOfTheBudgetSharedByTheWorkersAndAtMostOneMiB) {
   CopyBudget small(256 * kKiB, 0);
@@ -54,7 +44,7 @@ TEST(CopyBudget, ASubmitterOverTheBudgetWaitsAndSaysSoUntilTheBytesComeBack) {
     budget.charge(64 * kKiB, /*may_wait=*/true);
     admitted = true;
   });
-  EXPECT_TRUE(within_30s([&] { return budget.wanted(); })) << "a waiting submitter is invisible to the workers";
+  EXPECT_TRUE(eventually([&] { return budget.wanted(); })) << "a waiting submitter is invisible to the workers";
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(admitted) << "admitted over a full budget";
   // A worker's batch below release_batch() is still given back while somebody waits (the worker

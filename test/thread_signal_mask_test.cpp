@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,12 +22,7 @@ namespace tai::test {
 namespace {
 
 // The blocked mask of the calling thread, as the kernel prints it.
-std::string own_mask() {
-  std::ifstream status("/proc/thread-self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.compare(0, 7, "SigBlk:") == 0) return line.substr(line.find_first_not_of(" \t", 7));
-  return {};
-}
+std::string own_mask() { return blocked_signals_in("/proc/thread-self/status"); }
 
 TEST(ThreadSignalMask, AThreadStartedInsideTheScopeStartsWithEverythingBlockedAndTheCreatorGetsItsMaskBack) {
   const std::string all = everything_blockable_mask();

@@ -188,7 +188,9 @@ void Worker::give_back_copies(bool batched) noexcept {
 }
 
 void Worker::flush_releases(bool all) {
-  give_back_copies(/*batched=*/!all);
+  // The end of a part gives its copies back itself (batched, before its wake-ups, Worker::part);
+  // a full flush (sleep, stop, a full release list) gives back everything.
+  if (all) give_back_copies();
   std::size_t keep = 0;
   for (std::size_t i = 0; i < nreleases_; ++i) {
     FileCore* f = releases_[i].file.load(std::memory_order_relaxed);

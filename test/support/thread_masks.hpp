@@ -23,6 +23,17 @@ struct ThreadMask {
   std::string blocked;  // the "SigBlk:" field of its status, hex as the kernel prints it
 };
 
+// The "SigBlk:" field of a /proc status file (hex, as the kernel prints it); empty if none.
+inline std::string blocked_signals_in(const std::string& status_path) {
+  std::ifstream status(status_path);
+  for (std::string line; std::getline(status, line);)
+    if (line.compare(0, 7, "SigBlk:") == 0) {
+      const std::size_t v = line.find_first_not_of(" \t", 7);
+      return v == std::string::npos ? "" : line.substr(v);
+    }
+  return {};
+}
+
 // Every thread of the process whose name starts with `prefix`, with its blocked-signal mask.
 // A thread that exits while it is read is left out.
 inline std::vector<ThreadMask> threads_named(const std::string& prefix) {
@@ -36,12 +47,7 @@ inline std::vector<ThreadMask> threads_named(const std::string& prefix) {
     t.tid = static_cast<pid_t>(std::atoi(e->d_name));
     std::ifstream comm(base + "/comm");
     if (!std::getline(comm, t.name) || t.name.compare(0, prefix.size(), prefix) != 0) continue;
-    std::ifstream status(base + "/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.compare(0, 7, "SigBlk:") == 0) {
-        const std::size_t v = line.find_first_not_of(" \t", 7);
-        t.blocked = v == std::string::npos ? "" : line.substr(v);
-      }
+    t.blocked = blocked_signals_in(base + "/status");
     if (!t.blocked.empty()) out.push_back(t);
   }
   ::closedir(dir);
@@ -68,12 +74,7 @@ inline std::string everything_blockable_mask() {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    std::ifstream status("/proc/thread-self/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.compare(0, 7, "SigBlk:") == 0) {
-        const std::size_t v = line.find_first_not_of(" \t", 7);
-        mask = v == std::string::npos ? "" : line.substr(v);
-      }
+    mask = blocked_signals_in("/proc/thread-self/status");
   }).join();
   return mask;
 }

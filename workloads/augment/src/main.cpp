@@ -516,6 +516,15 @@ Runs run_methods(const Options& o, const std::vector<EncodedImage>& input, RunCo
   return runs;
 }
 
+// The run with the median wall time (the lower middle one for an even count): a table row shows
+// one run's figures, since medians of every figure would mix runs. `runs` must not be empty.
+const RunResult& median_run(const std::vector<RunResult>& runs) {
+  std::vector<const RunResult*> by_wall;
+  for (const RunResult& r : runs) by_wall.push_back(&r);
+  std::sort(by_wall.begin(), by_wall.end(), [](const RunResult* a, const RunResult* b) { return a->wall_s < b->wall_s; });
+  return *by_wall[(by_wall.size() - 1) / 2];
+}
+
 // One row per thread count and method: the run with the median wall time.
 void print_table(const Options& o, const std::map<RunKey, std::vector<RunResult>>& results) {
   fmt::print("\n{:>3} {:<16} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>11} {:>8}  {}\n",
@@ -532,13 +541,10 @@ void print_table(const Options& o, const std::map<RunKey, std::vector<RunResult>
     for (const std::string& spec : o.specs) {
       auto it = results.find({threads, spec});
       if (it == results.end()) continue;
-      // The run with the median wall time gives the row (medians of every figure would mix runs).
-      std::vector<RunResult> runs = it->second;
-      std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
       std::vector<double> walls;
-      for (const RunResult& x : runs) walls.push_back(x.wall_s);
+      for (const RunResult& x : it->second) walls.push_back(x.wall_s);
       const double wall = median(walls);
-      const RunResult& m = runs[(runs.size() - 1) / 2];
+      const RunResult& m = median_run(it->second);
       const std::string ratio = posix_wall > 0 ? fmt::format("{:.2f}x", posix_wall / wall) : "-";
       const auto& cm = m.measured.cache_misses.misses;
       const std::string misses = m.measured.cache_misses.any()
@@ -557,9 +563,7 @@ void print_table(const Options& o, const std::map<RunKey, std::vector<RunResult>
     // under its ceiling left time on the table; a ceiling near 1.00x says this storage had
     // little to hide (a fast disk, few syncs), whatever the method.
     if (posix != results.end() && !posix->second.empty()) {
-      std::vector<RunResult> runs = posix->second;
-      std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.wall_s < b.wall_s; });
-      const RunResult& p = runs[(runs.size() - 1) / 2];
+      const RunResult& p = median_run(posix->second);
       const double share = p.wall_s > 0 ? std::min(1.0, p.io_s / (threads * p.wall_s)) : 0;
       const double ceiling = overlap_ceiling(p.wall_s * (1 - share), p.wall_s);
       if (ceiling > 0)

@@ -252,6 +252,8 @@ int ftruncate(int fd, off_t length) {
   const int saved = errno;
   if (length < 0) return finish(-EINVAL, saved);
   detail::Inode& ino = *d->inode;
+  if (const int same = detail::truncate_to_own_size(ino, fd, static_cast<std::uint64_t>(length)); same != 1)
+    return finish(same, saved);
   if (detail::order_mode()) {
     // The truncation goes to the kernel: after every closed epoch is durable, with the gate
     // held open (see detail::order_gate_locked).

@@ -157,6 +157,45 @@ int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept {
   reopen_locked(ino, fd, "truncate");
   return -terr;
 }
+// A truncation to the file's own logical size (cached and held writes included) changes no
+// byte, so it needs neither the general path's write-back and reopen of the cache (which drops
+// every cached block) nor, in order mode, the wait for every epoch to be durable (a drain and a
+// checkpoint of the log: 3 ms each time SQLite's WAL checkpoint set its database's size). What
+// the kernel must still see:
+//  - its file as long: ftruncate there too, which changes only the times (as the kernel's does);
+//  - shorter, with writes of ours on their way that reach `length`: in order mode those are held
+//    back, and they grow the file (and set its times) when they arrive, in their order; without
+//    the order mode the kernel's ftruncate may grow it now (zeros that the cached writes cover);
+//  - shorter, and nothing of ours reaches `length` (another process shortened it): the general
+//    path, which grows it with zeros as the kernel would;
+//  - longer (another process grew it): the general path cuts it.
+// 1 when the general path must do it, else 0 or -errno.
+int truncate_to_own_size(Inode& ino, int fd, std::uint64_t length) noexcept {
+  if (ino.size.load(std::memory_order_acquire) != length) return 1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) > length) return 1;
+  const auto kernel_truncate = [&] {
+    int rc;
+    do {
+      rc = ::ftruncate(fd, static_cast<off_t>(length));
+    } while (rc < 0 && errno == EINTR);
+    return rc < 0 ? -errno : 0;
+  };
+  if (static_cast<std::uint64_t>(st.st_size) == length) return kernel_truncate();
+  if (!order_mode()) {
+    // Cached writes of ours reach `length`, or the file was shortened behind the cache's back:
+    // either way the kernel's file grows to `length` as the general path would make it.
+    std::lock_guard<std::mutex> lock(ino.mu);
+    if (ino.size.load(std::memory_order_acquire) != length || kernel_locked(ino)) return 1;
+    return kernel_truncate();
+  }
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> il(ino.mu);  // the held writes' bytes leave under it
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.error != 0 || ino.size.load(std::memory_order_acquire) != length) return 1;
+  return held_write_ends_at_locked(o, ino, length) ? 0 : 1;
+}
+
 std::mutex g_through_mu;
 std::vector<std::string>& through_paths() {
   static auto* v = new std::vector<std::string>;  // never destroyed: used by the exit handler

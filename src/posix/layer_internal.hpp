@@ -128,6 +128,9 @@ int close_file_locked(Inode& ino) noexcept;
 int inode_release_open(Inode* ino) noexcept;
 void reopen_locked(Inode& ino, int fd, const char* why) noexcept;
 int truncate_locked(Inode& ino, int fd, std::uint64_t length) noexcept;
+// ftruncate to the size the file already has (SQLite sets its database's size after every WAL
+// checkpoint): 0 or -errno when done here, 1 when the general path must do it. See inodes.cpp.
+int truncate_to_own_size(Inode& ino, int fd, std::uint64_t length) noexcept;
 std::vector<std::string>& through_paths();
 bool through_path_known(const std::string& path);
 void remember_through_path(const std::string& path, bool through);
@@ -168,8 +171,23 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched);
 int sync_files(const std::vector<Inode*>& files, bool data_only);
 void order_thread_main() noexcept;
 int take_error_locked(OrderState& o);
-void order_admit(std::size_t n);
+// order_hold_write's answer when the write was not held back (the caller takes the inode's
+// mutex and the general path).
+inline constexpr ssize_t kNotHeld = std::numeric_limits<ssize_t>::min();
+// A write in order mode, without the inode's mutex: admitted (back-pressure while the queue of
+// held bytes is full), then held back when the gate is closed. Bytes or -errno, or kNotHeld
+// when the gate is open, the layer shuts down, or the write would take a write-through file back
+// to the cache.
+ssize_t order_hold_write(Inode& ino, const void* buf, std::size_t n, std::uint64_t pos);
 ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
+// Under the inode's mutex and the order state's: does a write held back for `ino`, not yet in
+// the cache, end exactly at `end`?
+bool held_write_ends_at_locked(const OrderState& o, const Inode& ino, std::uint64_t end);
+// A read of a file with writes held back (Inode::deferred): the cache's (or the kernel's) bytes
+// with the held writes laid over them, oldest first, instead of waiting for the epochs before
+// them to be durable. Bytes or -errno, or kNotHeld when an epoch failed and the program has not
+// heard (the caller's wait returns the error).
+ssize_t read_held_through(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos);
 int order_point_impl();
 void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
@@ -249,12 +267,17 @@ struct Inode {
   // while it is set, so the kernel's copy is the file; `file` may hold stale clean blocks (then
   // cache_used is set and they are dropped on the way back) or be closed (a file opened
   // write-through is given its engine file only when it goes back to the cache).
-  bool through = false;
+  // Atomic (seq_cst, the default: rare stores, loads are plain on x86) because the order mode's
+  // held-back writes and fsyncs read it without mu (order_hold_write, sync_routed): a value
+  // that changes under them only moves the write-through decision to the next write.
+  std::atomic<bool> through{false};
   // Under mu (or before the inode is published): counted in g_cached_files (see there).
   bool counted_cached = false;
-  std::uint64_t bytes_since_sync = 0;  // under mu: written since the last sync (or the open)
+  // Written since the last sync (or the open). Changed under mu, except by the order mode's
+  // held-back writes and fsyncs, which add and reset it without mu (hence atomic; see `through`).
+  std::atomic<std::uint64_t> bytes_since_sync{0};
   // TAI_FSYNC=order (see "The order mode" below): writes of this file held back in the layer
-  // behind an epoch not yet durable (reads wait for them to reach the cache), and whether the
+  // behind an epoch not yet durable (reads lay them over the cache's bytes), and whether the
   // open epoch's list of files to sync has it (under the order state's mutex).
   std::atomic<std::uint64_t> deferred{0};
   bool in_open_dirty = false;
@@ -368,6 +391,13 @@ struct OrderState {
   bool gate_closed = false;
   std::deque<Epoch> closed;  // front: the epoch being made durable
   std::vector<Deferred> open_writes;
+  // Held writes on their way to the cache, older first (older than every write in `closed` and
+  // `open_writes`): moved here under mu by the thread making them durable (the order thread, or
+  // an inline epoch's), which alone changes the vectors, cleared under mu when they are in. A
+  // write's bytes leave (for the cache, or the kernel of a write-through file) under its inode's
+  // mutex: a reader holding that mutex and mu sees exactly the held writes of that file that the
+  // cache does not have yet (read_held_through).
+  std::vector<std::vector<Deferred>> applying;
   std::vector<Inode*> open_dirty;
   std::uint64_t queued_bytes = 0;  // bytes in `closed` and `open_writes` not yet in the cache
   std::uint64_t closed_seq = 0, durable_seq = 0;
@@ -401,7 +431,7 @@ struct OrderState {
   std::uint64_t checkpointed_seq = 0;
   std::uint64_t checkpoint_wanted = 0;  // order_sync_all waits for this epoch to be checkpointed
   // Program threads waiting for the gate to open (order_point, order_drain) or for the queue to
-  // shrink (order_admit): with the log in use, the order thread then checkpoints at once instead
+  // shrink (admit_locked): with the log in use, the order thread then checkpoints at once instead
   // of keeping the log open for the next epochs.
   int gate_waiters = 0;
   // The log of epochs (order_log.hpp, TAI_FSYNC_LOG_DIR). `dir` is set with the controller
@@ -415,6 +445,9 @@ struct OrderState {
     bool broken = false;  // it failed once: not used again by this process
     std::uint64_t generation = 1;
     std::uint64_t end = kOrderLogHeaderBytes;  // where the next batch goes
+    // Batches start at multiples of this: 4096 when the log is open with O_DIRECT (where the file
+    // system allows it), else 1.
+    std::uint32_t align = 1;
     std::uint64_t checkpoint_bytes = std::uint64_t{64} << 20;
     std::vector<Inode*> files;  // written through it since the last checkpoint, a reference each
     unsigned batches_since_checkpoint = 0;

@@ -22,9 +22,13 @@ namespace {
 
 constexpr std::uint64_t kFileMagic = 0x314c44524f494154ull;   // "TAIORDL1"
 constexpr std::uint64_t kBatchMagic = 0x4843544142494154ull;  // "TAIBATCH"
-constexpr std::uint32_t kVersion = 1;
+// Version 2 adds the batches' alignment to the header (version 1: none, batches back to back;
+// still read, a dead process's log may be one).
+constexpr std::uint32_t kVersion = 2;
 constexpr std::size_t kHeaderSector = 512;
-constexpr std::size_t kFileHeaderUsed = 24;  // magic, version, generation, crc
+constexpr std::size_t kFileHeaderUsedV1 = 24;  // magic, version, generation, crc
+constexpr std::size_t kFileHeaderUsed = 28;    // magic, version, generation, alignment, crc
+constexpr std::uint32_t kMaxAlign = 1u << 20;
 constexpr std::size_t kBatchHeaderBytes = 56;
 constexpr std::size_t kWriteHeaderBytes = 40;
 // A path longer than PATH_MAX or a payload field past this are a damaged log, not data.
@@ -142,12 +146,13 @@ int replay_one(const std::string& path, int fd, OrderLogRecovery& rec) {
 
 }  // namespace
 
-std::string encode_order_log_header(std::uint64_t generation) {
+std::string encode_order_log_header(std::uint64_t generation, std::uint32_t align) {
   std::string out;
   out.reserve(kHeaderSector);
   put64(out, kFileMagic);
   put32(out, kVersion);
   put64(out, generation);
+  put32(out, align);
   put32(out, crc32c(out.data(), out.size()));
   out.resize(kHeaderSector, '\0');
   return out;
@@ -157,6 +162,10 @@ std::size_t order_log_batch_bytes(const std::vector<OrderLogWriteView>& writes) 
   std::size_t total = kBatchHeaderBytes;
   for (const auto& w : writes) total += kWriteHeaderBytes + w.path->size() + w.size;
   return total;
+}
+
+std::size_t order_log_batch_span(std::size_t batch_bytes, std::uint32_t align) {
+  return (batch_bytes + align - 1) / align * align;
 }
 
 void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch, std::uint64_t last_epoch,
@@ -190,12 +199,15 @@ void encode_order_log_batch(std::uint64_t generation, std::uint64_t first_epoch,
 
 ParsedOrderLog parse_order_log(const unsigned char* data, std::size_t size) {
   ParsedOrderLog log;
-  if (size < kOrderLogHeaderBytes) return log;
-  if (get64(data) != kFileMagic || get32(data + 8) != kVersion ||
-      get32(data + kFileHeaderUsed - 4) != crc32c(data, kFileHeaderUsed - 4))
-    return log;
+  if (size < kOrderLogHeaderBytes || get64(data) != kFileMagic) return log;
+  const std::uint32_t version = get32(data + 8);
+  const std::size_t used = version == 1 ? kFileHeaderUsedV1 : kFileHeaderUsed;
+  if ((version != 1 && version != kVersion) || get32(data + used - 4) != crc32c(data, used - 4)) return log;
+  const std::uint32_t align = version == 1 ? 1 : get32(data + 20);
+  if (align == 0 || align > kMaxAlign || (align & (align - 1)) != 0) return log;
   log.header_ok = true;
   log.generation = get64(data + 12);
+  log.align = align;
   std::size_t at = kOrderLogHeaderBytes;
   while (size - at >= kBatchHeaderBytes) {
     const unsigned char* h = data + at;
@@ -236,7 +248,9 @@ ParsedOrderLog parse_order_log(const unsigned char* data, std::size_t size) {
     // A checksummed payload that does not parse was not written by this code: stop there.
     if (!whole || off != payload) break;
     log.batches.push_back(std::move(b));
-    at += kBatchHeaderBytes + static_cast<std::size_t>(payload);
+    // The next batch starts at the next multiple of the alignment (zeros between).
+    at += order_log_batch_span(kBatchHeaderBytes + static_cast<std::size_t>(payload), align);
+    if (at > size) break;
   }
   return log;
 }

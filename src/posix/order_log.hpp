@@ -18,8 +18,10 @@
 // (the gate opening, a truncation, a namespace operation, close, exit) so that a replay never
 // writes an older byte over a newer one that did not come from the log.
 //
-// Layout: a 4096-byte header block (its first 512 bytes: magic, version, generation, CRC-32C),
-// then batches back to back: a fixed header (magic, generation, first and last epoch, count of
+// Layout: a 4096-byte header block (its first 512 bytes: magic, version, generation, the
+// batches' alignment, CRC-32C), then batches, each at a multiple of the alignment (zeros between;
+// 4096 when the log is written with O_DIRECT, so that the kernel copies nothing: the batch goes
+// from the order thread's buffer to the device), each a fixed header (magic, generation, first and last epoch, count of
 // writes, payload bytes, CRC-32C of the payload, CRC-32C of the header) and the payload (per
 // write: device, inode, offset, length, path length, the path, the bytes). The parser stops at
 // the first batch that is torn, of another generation, or past the end.
@@ -57,13 +59,18 @@ struct OrderLogBatch {
 struct ParsedOrderLog {
   bool header_ok = false;       ///< false: not a log, or its header is torn (nothing to replay)
   std::uint64_t generation = 0;
+  std::uint32_t align = 1;      ///< batches start at multiples of it
   std::vector<OrderLogBatch> batches;  ///< the batches of `generation`, in order, each whole
 };
 
-/// The 512 bytes at offset 0 (the rest of the header block stays zero). Thread-safe (pure).
-std::string encode_order_log_header(std::uint64_t generation);
+/// The 512 bytes at offset 0 (the rest of the header block stays zero), for batches aligned to
+/// `align` (a power of two, at most 1 MiB; 1: back to back). Thread-safe (pure).
+std::string encode_order_log_header(std::uint64_t generation, std::uint32_t align = 1);
 /// The bytes encode_order_log_batch writes for `writes`. Thread-safe (pure).
 std::size_t order_log_batch_bytes(const std::vector<OrderLogWriteView>& writes);
+/// Where the next batch starts after one of `batch_bytes`: batch_bytes rounded up to `align`.
+/// Thread-safe (pure).
+std::size_t order_log_batch_span(std::size_t batch_bytes, std::uint32_t align);
 /// Writes one batch, exactly order_log_batch_bytes(writes) bytes, at `out` (the order thread
 /// encodes straight into the buffer the log's write then takes: no copy of the epochs' bytes
 /// besides this one). Thread-safe (pure).

@@ -26,6 +26,11 @@ constexpr int kLogIdleMs = 50;
 // an fsync every 30 records, 0.8 MiB an epoch, was 6 % slower with the log). An epoch larger than
 // this goes the direct way.
 constexpr std::uint64_t kLogMaxEpochBytes = 128 << 10;
+// A batch takes the queued epochs up to this many bytes of writes, so that its buffer (with the
+// records' headers and the alignment) stays one that HeldCopyPool keeps: a larger one came from
+// the allocator every time, and writing it faulted in every page (under SQLite's WAL, with the
+// program a few thousand transactions ahead, that was a quarter of the order thread's time).
+constexpr std::uint64_t kLogMaxBatchBytes = HeldCopyPool::kLargest / 8 * 7;
 // After this many forced checkpoints in a row that closed a single batch each, the log pauses for
 // kLogPauseEpochs epochs (see log_checkpoint).
 constexpr unsigned kLogShortRunsToPause = 4;
@@ -100,6 +105,10 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
       } else if (err == 0) {
         err = EIO;  // the file left the cache meanwhile (it could not be reopened): never reported durable
       }
+      // Back to the pool (a write-through file's, or one the cache did not take), under the
+      // inode's mutex: a reader laying held writes over the cache's bytes (read_held_through)
+      // takes it and skips a write whose bytes are gone.
+      w.bytes = Buffer();
     }
     bytes += n;
     ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
@@ -107,13 +116,13 @@ int apply_writes(std::vector<Deferred>& writes, std::vector<Inode*>& touched) {
       touched.push_back(&ino);
     else
       inode_unref(&ino);
-    w.bytes = Buffer();  // back to the pool (a through file's, or one the cache did not take)
   }
-  writes.clear();
+  // `writes` stays as it is (emptied Deferreds): it is OrderState::applying's, cleared under the
+  // state's mutex by the caller.
   OrderState& o = ord();
   std::lock_guard<std::mutex> lock(o.mu);
   o.queued_bytes -= bytes;
-  if (o.program_waiters > 0) o.cv.notify_all();  // order_admit, and waits for a file's held writes
+  if (o.program_waiters > 0) o.cv.notify_all();  // admit_locked, and waits for a file's held writes
   return err;
 }
 
@@ -232,9 +241,11 @@ int log_write_sync(OrderState::Log& L, std::uint64_t pos, Buffer&& bytes) {
   return e ? e : f;
 }
 
-// The header with `generation`, written and synced. errno or 0.
+// The header with `generation`, written and synced (the whole header block when the log is
+// O_DIRECT: a write of the file's own block size). errno or 0.
 int write_header(OrderState::Log& L, std::uint64_t generation) {
-  const std::string h = encode_order_log_header(generation);
+  std::string h = encode_order_log_header(generation, L.align);
+  if (L.align > 1) h.resize(kOrderLogHeaderBytes, '\0');
   return log_write_sync(L, 0, Buffer::copy_of(h.data(), h.size()));
 }
 
@@ -253,8 +264,16 @@ int log_open(OrderState::Log& L) {
   }
   L.lock_fd = fd;
   // Through the controller (the trivial tree: no cache), so that its engine, the crash
-  // simulator's in the tests, sees the log beside the files.
-  auto f = c->open<BTreeTrivial>(L.path, OpenMode(Open::read | Open::write));
+  // simulator's in the tests, sees the log beside the files. With O_DIRECT where the file
+  // system and the engine allow it: a batch written through the page cache cost the order thread
+  // a kernel copy of every byte (the largest part of its time under SQLite's WAL, on 2 CPUs
+  // shared with the program); aligned, it goes from the batch buffer to the device.
+  auto f = c->open<BTreeTrivial>(L.path, OpenMode(Open::read | Open::write | Open::direct));
+  L.align = 4096;
+  if (!f) {
+    f = c->open<BTreeTrivial>(L.path, OpenMode(Open::read | Open::write));
+    L.align = 1;
+  }
   if (!f) return f.error().code.value() ? f.error().code.value() : EIO;
   L.file = std::move(f.value());
   L.generation = 1;
@@ -333,6 +352,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     L.short_runs = 0;
   }
   std::size_t k = 0;
+  std::uint64_t batch_bytes_so_far = 0;
   while (k < o.closed.size() && o.closed[k].dirty.empty()) {
     bool loggable = true;
     std::uint64_t bytes = 0;
@@ -340,7 +360,8 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
       loggable = loggable && !w.ino->log_path.empty();
       bytes += w.bytes.size();
     }
-    if (!loggable || bytes > kLogMaxEpochBytes) break;
+    if (!loggable || bytes > kLogMaxEpochBytes || (k > 0 && batch_bytes_so_far + bytes > kLogMaxBatchBytes)) break;
+    batch_bytes_so_far += bytes;
     ++k;
   }
   // One epoch alone gains nothing from the log (one sync either way) unless the log is in use,
@@ -350,32 +371,38 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
   bool skip = false;
   for (std::size_t i = 0; i < k; ++i) skip = skip || (skip_every != 0 && o.closed[i].seq % skip_every == 0);
-  std::vector<std::vector<Deferred>> per_epoch(k);
+  std::vector<std::vector<Deferred>>& per_epoch = o.applying;  // this thread's alone until cleared
+  per_epoch.resize(k);
   for (std::size_t i = 0; i < k; ++i) per_epoch[i] = std::move(o.closed[i].writes);
   const std::uint64_t started = now_ns();
   o.front_started_ns = started;
   o.front_epochs = k;
   lk.unlock();
   int err = 0;
+  // The log made first: its alignment (O_DIRECT or not) shapes the batch.
+  if (!L.file.is_open()) {
+    err = log_open(L);
+    if (err) logf("fsync order: cannot make the log in %s: %s", L.dir.c_str(), std::strerror(err));
+  }
   Buffer batch;
-  try {
+  if (err == 0) try {
     std::vector<OrderLogWriteView> views;
     for (const auto& ws : per_epoch)
       for (const auto& w : ws)
         views.push_back({static_cast<std::uint64_t>(w.ino->dev), static_cast<std::uint64_t>(w.ino->ino), w.pos,
                          &w.ino->log_path, w.bytes.chars(), w.bytes.size()});
     // From the pool: the controller frees it once written, and it comes back for the next batch.
-    batch = HeldCopyPool::instance().buffer(order_log_batch_bytes(views));
+    // Zeros up to the log's alignment (the next batch starts there).
+    const std::size_t bytes = order_log_batch_bytes(views);
+    const std::size_t span = order_log_batch_span(bytes, L.align);
+    batch = HeldCopyPool::instance().buffer(span);
     if (batch.data() == nullptr) throw std::bad_alloc();
     encode_order_log_batch(L.generation, first, last, views, batch.chars());
+    if (span > bytes) std::memset(batch.chars() + bytes, 0, span - bytes);
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
   }
   const std::size_t batch_bytes = batch.size();
-  if (err == 0 && !L.file.is_open()) {
-    err = log_open(L);
-    if (err) logf("fsync order: cannot make the log in %s: %s", L.dir.c_str(), std::strerror(err));
-  }
   std::vector<Inode*> touched;
   // skip_epoch_syncs_for_testing: the writes reach the cache before the log is durable (and the
   // log is not written at all): the crash suite's proof that it sees a broken log.
@@ -383,6 +410,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   if (err != 0) {
     lk.lock();
     for (std::size_t i = 0; i < k; ++i) o.closed[i].writes = std::move(per_epoch[i]);
+    per_epoch.clear();
     o.front_started_ns = 0;
     logf("fsync order: the log failed (%s): epochs go one by one from now on", std::strerror(err));
     L.broken = true;
@@ -406,6 +434,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   int cerr = 0;
   if (L.end - kOrderLogHeaderBytes >= L.checkpoint_bytes) cerr = log_checkpoint(L, false);
   lk.lock();
+  per_epoch.clear();
   const std::uint64_t took = now_ns() - started;
   const std::uint64_t per = took / k;
   o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
@@ -449,7 +478,9 @@ static void checkpoint_locked(OrderState& o, std::unique_lock<std::mutex>& lk, b
 // it, keeps the order thread waiting meanwhile).
 static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   Epoch& front = o.closed.front();
-  std::vector<Deferred> writes = std::move(front.writes);
+  o.applying.resize(1);
+  o.applying[0] = std::move(front.writes);
+  std::vector<Deferred>& writes = o.applying[0];  // this thread's alone until cleared
   std::vector<Inode*> files = std::move(front.dirty);
   const bool data_only = front.data_only;
   const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
@@ -467,6 +498,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   const int serr = skip_syncs ? 0 : sync_files(files, data_only);
   if (err == 0) err = serr;
   lk.lock();
+  o.applying.clear();
   if (err != 0) {
     // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
     // again, and its success is real (as the next fsync after a failed one in `full`).
@@ -543,8 +575,10 @@ void order_thread_main() noexcept {
       o.cv.notify_all();
       continue;
     }
-    std::vector<Deferred> writes = std::move(o.open_writes);
+    o.applying.resize(1);
+    o.applying[0] = std::move(o.open_writes);
     o.open_writes.clear();
+    std::vector<Deferred>& writes = o.applying[0];  // this thread's alone until cleared
     int err = 0;
     // On the open epoch's list before they leave `open_writes`: an fsync or sync_now made while
     // they are on their way to the cache must find the epoch not empty (its sync runs on this
@@ -565,6 +599,7 @@ void order_thread_main() noexcept {
     }
     for (Inode* ip : touched) inode_unref(ip);
     lk.lock();
+    o.applying.clear();
     if (err != 0) o.error = err;
     o.cv.notify_all();
   }
@@ -657,10 +692,9 @@ static int run_inline_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   return take_error_locked(o);
 }
 
-// Before a write of n bytes (no lock held): while the gate is closed and the queue is full, wait.
-void order_admit(std::size_t n) {
-  OrderState& o = ord();
-  std::unique_lock<std::mutex> lk(o.mu);
+// Under o.mu (`lk`): while the gate is closed and the queue of held bytes is full, wait (the
+// back-pressure of DESIGN section 3's memory bound) for room for n bytes.
+static void admit_locked(OrderState& o, std::unique_lock<std::mutex>& lk, std::size_t n) {
   const std::uint64_t limit = g_order_limit.load(std::memory_order_relaxed);
   if (!o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit) return;
   g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);
@@ -668,6 +702,114 @@ void order_admit(std::size_t n) {
   o.cv.notify_all();
   program_wait(o, lk, [&] { return !o.gate_closed || o.queued_bytes == 0 || o.queued_bytes + n <= limit || o.error != 0; });
   --o.gate_waiters;
+}
+
+// Under o.mu with the gate closed: holds the write back (a copy of its bytes on the open
+// epoch's list). Bytes or -errno.
+static ssize_t hold_locked(OrderState& o, Inode& ino, const void* buf, std::size_t n, std::uint64_t pos) {
+  if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
+  try {
+    Buffer copy = HeldCopyPool::instance().buffer(n);
+    if (copy.data() == nullptr) return -ENOMEM;
+    if (n != 0) std::memcpy(copy.data(), buf, n);
+    o.open_writes.push_back(Deferred{&ino, pos, std::move(copy)});
+  } catch (const std::bad_alloc&) {
+    return -ENOMEM;
+  }
+  ino.refs.fetch_add(1, std::memory_order_relaxed);
+  ino.deferred.fetch_add(1, std::memory_order_acq_rel);
+  o.queued_bytes += n;
+  g_stat_deferred.fetch_add(1, std::memory_order_relaxed);
+  if (o.queued_bytes > g_stat_max_queued.load(std::memory_order_relaxed))
+    g_stat_max_queued.store(o.queued_bytes, std::memory_order_relaxed);
+  grow_size(ino, pos + n);
+  return static_cast<ssize_t>(n);
+}
+
+// Why without the inode's mutex: with the log the gate stays closed for whole runs, and the order
+// thread takes that mutex for every held write it gives to the cache, back to back. A program
+// write that needed it slept until the order thread's whole batch was in (glibc's mutex is not
+// fair: the order thread took it again before the woken writer ran): about 400 sleeps of 60 us
+// in SQLite's 10,000 WAL transactions. A held write touches neither the cache nor the kernel,
+// only the order state (under its mutex) and the inode's atomics.
+ssize_t order_hold_write(Inode& ino, const void* buf, std::size_t n, std::uint64_t pos) {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  admit_locked(o, lk, n);
+  if (!o.gate_closed || g_down.load(std::memory_order_acquire)) return kNotHeld;
+  // A write-through file that this write would take back to the cache (count_write_locked)
+  // needs the inode's mutex: the general path.
+  if (ino.through && (ino.direct_fd < 0 || ino.bytes_since_sync.load(std::memory_order_relaxed) + n >
+                                                g_sync_through.load(std::memory_order_relaxed)))
+    return kNotHeld;
+  const ssize_t r = hold_locked(o, ino, buf, n, pos);
+  if (r > 0) ino.bytes_since_sync.fetch_add(n, std::memory_order_relaxed);
+  return r;
+}
+
+// Calls f(w) for every write held back for `ino` whose bytes the cache does not have yet, oldest
+// first. Under ino.mu and o.mu.
+template <class F>
+static void for_each_held_locked(const OrderState& o, const Inode& ino, F&& f) {
+  const auto each = [&](const std::vector<Deferred>& ws) {
+    for (const Deferred& w : ws)
+      if (w.ino == &ino && w.bytes.size() != 0) f(w);
+  };
+  for (const auto& ws : o.applying) each(ws);
+  for (const Epoch& e : o.closed) each(e.writes);
+  each(o.open_writes);
+}
+
+bool held_write_ends_at_locked(const OrderState& o, const Inode& ino, std::uint64_t end) {
+  bool found = false;
+  for_each_held_locked(o, ino, [&](const Deferred& w) { found = found || w.pos + w.bytes.size() == end; });
+  return found;
+}
+
+// Why not wait for the held writes to reach the cache, as reads did: with the log they reach it
+// after the log's device sync of their batch, and SQLite's WAL checkpoint, which reads the frames
+// the last transactions wrote, waited for that about 3 ms each time (a fifth of the run over
+// 10,000 transactions).
+ssize_t read_held_through(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos) {
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> il(ino.mu);  // no held write of the file reaches the cache meanwhile
+  {
+    std::lock_guard<std::mutex> lk(o.mu);
+    if (o.error != 0) return kNotHeld;
+  }
+  // What the cache (or, write-through, the kernel) has.
+  std::uint64_t got = 0;
+  if (kernel_locked(ino)) {
+    if (ino.through) order(ino);
+    ssize_t k;
+    do {
+      k = ::pread(fd, buf, n, static_cast<off_t>(pos));
+    } while (k < 0 && errno == EINTR);
+    if (k < 0) return -errno;
+    got = static_cast<std::uint64_t>(k);
+  } else {
+    order(ino);
+    ino.cache_used = true;
+    const Receipt r = ino.file.read(pos, buf, n);
+    if (!r.ok()) return -error_of(r);
+    got = static_cast<std::uint64_t>(r.bytes());
+  }
+  // The held writes over it, oldest first; a write past what was there leaves zeros before it
+  // (a hole), as the kernel's file would read.
+  std::lock_guard<std::mutex> lk(o.mu);
+  const std::uint64_t stop = pos + n;
+  std::uint64_t end = pos + got;
+  for_each_held_locked(o, ino, [&](const Deferred& w) {
+    const std::uint64_t w_end = w.pos + w.bytes.size();
+    if (w.pos < stop && w_end > pos) end = std::max(end, std::min(stop, w_end));
+  });
+  auto* out = static_cast<char*>(buf);
+  if (end > pos + got) std::memset(out + got, 0, end - pos - got);
+  for_each_held_locked(o, ino, [&](const Deferred& w) {
+    const std::uint64_t from = std::max(pos, w.pos), to = std::min(stop, w.pos + w.bytes.size());
+    if (from < to) std::memcpy(out + (from - pos), w.bytes.chars() + (from - w.pos), to - from);
+  });
+  return static_cast<ssize_t>(end - pos);
 }
 
 // Under ino.mu (after order()): a write in order mode, of the cached path or of a write-through
@@ -687,22 +829,8 @@ ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, s
     order(ino);
     lk.lock();
   }
+  if (o.gate_closed) return hold_locked(o, ino, buf, n, pos);
   try {
-    if (o.gate_closed) {
-      if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
-      Buffer copy = HeldCopyPool::instance().buffer(n);
-      if (copy.data() == nullptr) return -ENOMEM;
-      if (n != 0) std::memcpy(copy.data(), buf, n);
-      o.open_writes.push_back(Deferred{&ino, pos, std::move(copy)});
-      ino.refs.fetch_add(1, std::memory_order_relaxed);
-      ino.deferred.fetch_add(1, std::memory_order_acq_rel);
-      o.queued_bytes += n;
-      g_stat_deferred.fetch_add(1, std::memory_order_relaxed);
-      if (o.queued_bytes > g_stat_max_queued.load(std::memory_order_relaxed))
-        g_stat_max_queued.store(o.queued_bytes, std::memory_order_relaxed);
-      grow_size(ino, pos + n);
-      return static_cast<ssize_t>(n);
-    }
     note_open_dirty_locked(o, ino);
   } catch (const std::bad_alloc&) {
     return -ENOMEM;

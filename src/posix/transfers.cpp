@@ -170,7 +170,9 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   if (buf == nullptr) return -EFAULT;
   Inode& ino = *d.inode;
   const bool ordered = order_mode();
-  if (ordered && !append) order_admit(n);
+  if (ordered && !append) {
+    if (const ssize_t held = order_hold_write(ino, buf, n, pos); held != kNotHeld) return held;
+  }
   for (;;) {
   if (ordered && append) order_drain();
   std::unique_lock<std::mutex> lock(ino.mu);
@@ -212,8 +214,11 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
   Inode& ino = *d.inode;
   if (buf == nullptr) return pos >= current_size(ino, fd) ? 0 : -EFAULT;
   if (ino.deferred.load(std::memory_order_acquire) != 0) {
-    // Order mode: writes of this file are held back behind an epoch; the read waits until they
-    // are in the cache (a failed epoch, not yet returned, is returned by this read instead).
+    // Order mode: writes of this file are held back behind an epoch; the read lays them over
+    // what the cache has.
+    if (const ssize_t r = read_held_through(ino, fd, buf, n, pos); r != kNotHeld) return r;
+    // An epoch failed and the program has not heard: the read waits until the held writes are
+    // in the cache, and returns the error when they cannot get there.
     OrderState& o = ord();
     std::unique_lock<std::mutex> lk(o.mu);
     program_wait(o, lk, [&] { return ino.deferred.load(std::memory_order_acquire) == 0 || o.error != 0; });
@@ -241,16 +246,23 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
 int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   if (g_fsync_none.load(std::memory_order_relaxed)) return 0;  // benchmark only: see Settings
+  if (order_mode() && !g_down.load(std::memory_order_acquire) && (!ino.through || ino.direct_fd >= 0)) {
+    // The order mode's fsync, without the inode's mutex (the order thread takes it for every
+    // held write it gives to the cache: see order_hold_write). The write-through rule (a file
+    // synced after little data) counts from the program's fsync, not from the device's sync of
+    // its epoch: with the log that sync comes only at a checkpoint, and SQLite's WAL, synced
+    // after every transaction, left write-through after its first MiB and took the cache's way
+    // for the rest of the run.
+    ino.bytes_since_sync.store(0, std::memory_order_relaxed);
+    return order_fsync(data_only);
+  }
   if (order_mode()) {
+    // The layer shuts down, or a write-through file without the order thread's descriptor.
     bool kernel, through;
     {
       std::lock_guard<std::mutex> lock(ino.mu);
       kernel = kernel_locked(ino);
       through = order_through_locked(ino);
-      // The write-through rule (a file synced after little data) counts from the program's
-      // fsync, not from the device's sync of its epoch: with the log that sync comes only at a
-      // checkpoint, and SQLite's WAL, synced after every transaction, left write-through after
-      // its first MiB and took the cache's way for the rest of the run.
       if (!kernel || through) ino.bytes_since_sync = 0;
     }
     // A file write-through without the order thread's descriptor (see order_through_locked) or

@@ -111,6 +111,7 @@ class OrderProgram {
     if (!posix::routed(fd)) throw std::runtime_error(path + " is not routed");
     fds_.push_back(fd);
     names_.push_back(path);
+    sizes_.push_back(0);
     return fds_.size() - 1;
   }
   void write(std::size_t f, std::uint64_t offset, const std::vector<unsigned char>& bytes) {
@@ -124,6 +125,7 @@ class OrderProgram {
     const ssize_t n = posix::pwrite(fds_[f], bytes.data(), bytes.size(), static_cast<off_t>(offset));
     op.end = sim_->tick();
     if (n != static_cast<ssize_t>(bytes.size())) throw std::runtime_error(op.label + " failed: " + std::strerror(errno));
+    sizes_[f] = std::max<std::uint64_t>(sizes_[f], offset + bytes.size());
     files_of_.push_back(f);
     ops_.push_back(std::move(op));
     pause();
@@ -148,7 +150,8 @@ class OrderProgram {
   }
   /// ftruncate to 0: goes to the kernel after every closed epoch is durable (a sync point for
   /// them), is itself a change of the current epoch, and is logged in the crash log by hand (no
-  /// engine request carries it).
+  /// engine request carries it). Of a file that is empty already it changes nothing, and the
+  /// layer returns at once: no sync point then.
   void truncate0(std::size_t f) {
     EpochOp op;
     op.kind = EpochOp::Kind::truncate;
@@ -159,7 +162,8 @@ class OrderProgram {
     if (posix::ftruncate(fds_[f], 0) != 0) throw std::runtime_error(std::string("ftruncate: ") + std::strerror(errno));
     sim_->log_truncate(engine_path(f));
     op.end = sim_->tick();
-    add_sync_point("ftruncate f" + std::to_string(f), epoch_, op.begin, op.end);
+    if (sizes_[f] != 0) add_sync_point("ftruncate f" + std::to_string(f), epoch_, op.begin, op.end);
+    sizes_[f] = 0;
     files_of_.push_back(f);
     ops_.push_back(std::move(op));
   }
@@ -239,6 +243,7 @@ class OrderProgram {
   std::string dir_, prefix_;
   std::vector<int> fds_;
   std::vector<std::string> names_;
+  std::vector<std::uint64_t> sizes_;  // per file: its size as the program made it
   std::vector<EpochOp> ops_;
   std::vector<std::size_t> files_of_;  // per write/truncate op, in order: its file
   unsigned epoch_ = 0;

@@ -1,5 +1,6 @@
 // ftruncate through the cache: shrinking drops cached bytes beyond the new end (they never come
-// back from a later write-back), growing reads as zeros; O_TRUNC on a file the layer caches.
+// back from a later write-back), growing reads as zeros, the file's own size changes nothing;
+// O_TRUNC on a file the layer caches.
 #include "posix_layer/support.hpp"
 
 namespace tai::test {
@@ -102,6 +103,46 @@ TEST_P(Truncate, BadLengthAndReadOnlyDescriptor) {
   ::close(kr);
   EXPECT_EQ(posix::close(r), 0);
   EXPECT_EQ(posix::close(fd), 0);
+}
+
+// SQLite sets its database's size after every WAL checkpoint to the size it has: that truncation
+// changes no byte and keeps the cache (no write-back and reopen). The kernel's file is grown to
+// the size when the cache still holds the bytes that reach it.
+TEST_P(Truncate, ToTheOwnSizeKeepsTheCacheAndGrowsTheKernelsFile) {
+  const std::string path = file("own.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string data = pattern(20000, 6);
+  ASSERT_EQ(write_all(fd, data), 20000);
+  ASSERT_EQ(posix::ftruncate(fd, 20000), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 20000) << "the kernel's file has the size the program set";
+  std::string back(20000, '\0');
+  ASSERT_EQ(posix::pread(fd, back.data(), back.size(), 0), 20000);
+  EXPECT_TRUE(back == data);
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == data);
+}
+
+// Another process grew the file behind the layer's back: a truncation to the size the layer knows
+// is a real one then, and cuts what the other process wrote, as the kernel's would.
+TEST_P(Truncate, ToTheOwnSizeOfAFileAnotherProcessGrewCutsIt) {
+  const std::string path = file("grown.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, pattern(1000, 2)), 1000);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  const int other = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::pwrite(other, "tail", 4, 5000), 4);
+  ::close(other);
+  ASSERT_EQ(posix::ftruncate(fd, 1000), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 1000);
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == pattern(1000, 2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Trees, Truncate, ::testing::Values(false, true),

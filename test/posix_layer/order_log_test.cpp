@@ -3,6 +3,7 @@
 // layer writing its log on a real directory (fewer device syncs than epochs, the files right
 // after every close, the log gone at shutdown). The crash states with the log are in
 // fsync_order_crash_test.cpp.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "posix_layer/support.hpp"
+#include "src/posix/crc32c.hpp"
 #include "src/posix/order_log.hpp"
 
 namespace tai::test {
@@ -37,15 +39,18 @@ struct Rec {
   std::string bytes;
 };
 
-std::string log_of(std::uint64_t gen, const std::vector<std::vector<Rec>>& batches, std::uint64_t batch_gen = 0) {
-  std::string out = posix::detail::encode_order_log_header(gen);
+// A log as the order thread writes it: batches at multiples of `align` (zeros between).
+std::string log_of(std::uint64_t gen, const std::vector<std::vector<Rec>>& batches, std::uint64_t batch_gen = 0,
+                   std::uint32_t align = 1) {
+  std::string out = posix::detail::encode_order_log_header(gen, align);
   out.resize(posix::detail::kOrderLogHeaderBytes, '\0');
   std::uint64_t epoch = 1;
   for (const auto& b : batches) {
     std::vector<OrderLogWriteView> views;
     for (const auto& r : b) views.push_back({r.dev, r.ino, r.pos, &r.path, r.bytes.data(), r.bytes.size()});
     const std::size_t at = out.size();
-    out.resize(at + posix::detail::order_log_batch_bytes(views));
+    const std::size_t bytes = posix::detail::order_log_batch_bytes(views);
+    out.resize(at + posix::detail::order_log_batch_span(bytes, align), '\0');
     posix::detail::encode_order_log_batch(batch_gen ? batch_gen : gen, epoch, epoch + 1, views, &out[at]);
     epoch += 2;
   }
@@ -93,6 +98,62 @@ TEST(OrderLog, ATornBatchEndsTheLogAndEveryCutParses) {
     damaged[at] = static_cast<char>(damaged[at] ^ (1 + rng() % 255));
     EXPECT_EQ(parse(damaged).batches.size(), 1u) << "byte " << at;
   }
+}
+
+// The log written with O_DIRECT: every batch at a multiple of 4096. The same batches come back,
+// and a cut anywhere gives the batches wholly before it (the zeros after a batch belong to it).
+TEST(OrderLog, AlignedBatchesRoundTripAndEveryCutParses) {
+  const std::vector<std::vector<Rec>> batches = {
+      {{"/a/f", 1, 2, 0, "hello"}},
+      {{"/a/g", 1, 3, 4096, std::string(5000, 'x')}, {"/a/f", 1, 2, 5, "!"}},
+      {{"/a/f", 1, 2, 6, std::string(4096 - 56 - 40 - 4, 'y')}},  // exactly one block
+  };
+  const std::string whole = log_of(2, batches, 0, 4096);
+  ASSERT_EQ(whole.size() % 4096, 0u);
+  const auto p = parse(whole);
+  ASSERT_TRUE(p.header_ok);
+  EXPECT_EQ(p.align, 4096u);
+  ASSERT_EQ(p.batches.size(), 3u);
+  EXPECT_EQ(p.batches[1].writes.size(), 2u);
+  EXPECT_EQ(std::string(p.batches[1].writes[0].bytes.begin(), p.batches[1].writes[0].bytes.end()), std::string(5000, 'x'));
+  EXPECT_EQ(p.batches[2].writes[0].bytes.size(), 4096u - 56 - 40 - 4);
+  // Where each batch starts: 4096, 8192, then two blocks later (the second batch is 5,145 bytes).
+  const std::size_t starts[] = {4096, 8192, 16384, whole.size()};
+  ASSERT_EQ(whole.size(), 20480u);
+  for (std::size_t cut = posix::detail::kOrderLogHeaderBytes; cut <= whole.size(); cut += 97) {
+    std::size_t expect = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      const std::size_t used = i == 0 ? 56 + 40 + 4 + 5 : i == 1 ? 56 + 2 * 40 + 8 + 5000 + 1 : 4096;
+      if (cut >= starts[i] + used) expect = i + 1;
+    }
+    EXPECT_EQ(parse(whole.substr(0, cut)).batches.size(), expect) << "cut at " << cut;
+  }
+}
+
+// A log of the format before alignment (version 1: batches back to back, no alignment in the
+// header) is still replayed: a dead process may have left one.
+TEST(OrderLog, AVersionOneLogStillParses) {
+  std::string v1 = log_of(5, {{{"/f", 1, 1, 0, "one"}}, {{"/f", 1, 1, 3, "two"}}});
+  // The version 1 header: magic, version, generation, CRC-32C of those 20 bytes.
+  std::string h(v1, 0, 20);
+  const std::uint32_t version = 1;
+  std::memcpy(&h[8], &version, 4);
+  const std::uint32_t crc = posix::detail::crc32c(h.data(), h.size());
+  h.append(reinterpret_cast<const char*>(&crc), 4);
+  v1.replace(0, 28, h + std::string(4, '\0'));
+  const auto p = parse(v1);
+  ASSERT_TRUE(p.header_ok);
+  EXPECT_EQ(p.generation, 5u);
+  EXPECT_EQ(p.align, 1u);
+  ASSERT_EQ(p.batches.size(), 2u);
+  EXPECT_EQ(std::string(p.batches[1].writes[0].bytes.begin(), p.batches[1].writes[0].bytes.end()), "two");
+  // A header with an alignment that is not a power of two is not a log.
+  std::string bad = log_of(5, {}, 0, 4096);
+  const std::uint32_t odd = 3000;
+  std::memcpy(&bad[20], &odd, 4);
+  const std::uint32_t bad_crc = posix::detail::crc32c(bad.data(), 24);
+  std::memcpy(&bad[24], &bad_crc, 4);
+  EXPECT_FALSE(parse(bad).header_ok);
 }
 
 TEST(OrderLog, BatchesOfAnotherGenerationAreVoid) {
@@ -215,6 +276,53 @@ TEST_F(OrderLogRecovery, TheLayerBatchesQueuedEpochsIntoTheLog) {
   EXPECT_GE(after.log_checkpoints - before.log_checkpoints, 1u);
   restart(layer_settings());
   EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 0u) << "the log was removed at shutdown";
+}
+
+// The log goes around the page cache (O_DIRECT) where the directory's file system takes it, its
+// batches at multiples of 4096; elsewhere (tmpfs) it is written through the page cache, back to
+// back. Either way the files hold every byte after close.
+TEST_F(OrderLogRecovery, TheLogIsWrittenWithODirectWhereTheFileSystemAllowsIt) {
+  const std::string dir = file("");
+  const std::string probe = dir + "/probe";
+  const int pfd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_DIRECT | O_CLOEXEC, 0644);
+  const bool direct = pfd >= 0;
+  if (pfd >= 0) ::close(pfd);
+  ::unlink(probe.c_str());
+  restart(order_with_log(dir));
+  const std::string a = file("a");
+  const int fa = posix::open(a.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fa, 0);
+  std::string want = "first";
+  ASSERT_EQ(posix::pwrite(fa, want.data(), want.size(), 0), 5);
+  ASSERT_EQ(posix::fsync(fa), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  posix::detail::hold_order_thread_for_testing(true);
+  for (int i = 0; i < 20; ++i) {
+    const std::string rec = "record " + std::to_string(i) + "\n";
+    ASSERT_EQ(posix::pwrite(fa, rec.data(), rec.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(rec.size()));
+    want += rec;
+    ASSERT_EQ(posix::fdatasync(fa), 0);
+  }
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  posix::detail::hold_order_thread_for_testing(false);
+  // Until the queue is in the log (the log stays open a while after that: it is read meanwhile).
+  for (int i = 0; i < 500 && posix::fsync_order_stats().log_batches == before.log_batches; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GT(posix::fsync_order_stats().log_batches, before.log_batches);
+  std::string log_path;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const struct dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind("tai-order.", 0) == 0) log_path = dir + "/" + e->d_name;
+    ::closedir(d);
+  }
+  ASSERT_FALSE(log_path.empty()) << "the log is in " << dir;
+  const std::string bytes = kernel_contents(log_path);
+  const auto p = parse(bytes);
+  ASSERT_TRUE(p.header_ok);
+  EXPECT_EQ(p.align, direct ? 4096u : 1u) << (direct ? "O_DIRECT works here" : "O_DIRECT is refused here");
+  if (direct) EXPECT_EQ(bytes.size() % 4096, 0u) << "every batch padded to a block";
+  ASSERT_EQ(posix::close(fa), 0);
+  EXPECT_EQ(kernel_contents(a), want);
 }
 
 // The delay bound with the log: a batch in flight makes all its epochs durable with one sync,

@@ -334,7 +334,9 @@ struct Ref {
 // sync. An fsync closes the epoch: it moves that list (and the writes held back, below) into an
 // Epoch at the back of the `closed` queue, closes the gate, and returns. From then on writes are
 // not given to the cache (whose idle flush, quota, write-around and write-behind would send them
-// to the engine at any time) but copied into `open_writes`. The order thread takes the epochs
+// to the engine at any time) but copied into `open_writes`, under the state's mutex alone (no
+// inode mutex: order_hold_write); a read of the file meanwhile gets them laid over the cache's
+// bytes (read_held_through, OrderState::applying). The order thread takes the epochs
 // from the front, one at a time: it gives the epoch's held writes to the cache, then syncs every
 // file of the epoch through the engine (tai::File::fsync: write-back and the engine's durable
 // sync) and waits for all of them; only then is the epoch popped and the next one started. When
@@ -343,8 +345,9 @@ struct Ref {
 // was synced: the rule of DESIGN section 3. Deliberately simple: one epoch in flight, one sync
 // per file per epoch, no merging of epochs (which would break the rule).
 //
-// What goes to the kernel behind the cache (O_APPEND writes, ftruncate, and in the preload
-// unlink/rename/link, open with O_TRUNC, an fsync of a non-routed descriptor but a directory) first
+// What goes to the kernel behind the cache (O_APPEND writes, an ftruncate that changes the size,
+// and in the preload unlink/rename/link, open with O_TRUNC, an fsync of a non-routed descriptor
+// but a directory) first
 // waits until the gate is open (order_drain) or the closed epochs are durable (order_point), and
 // is done with the gate held open (the state's mutex), so that the next fsync covers it.
 // A write-through file (Settings::sync_through_bytes: synced after little data) keeps the rule:

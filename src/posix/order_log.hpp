@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+struct iovec;
+
 namespace tai::posix::detail {
 
 inline constexpr std::uint64_t kOrderLogHeaderBytes = 4096;
@@ -102,5 +104,8 @@ int fsync_directory(const std::string& dir);
 
 /// All n bytes at p written to fd at pos (EINTR and short writes retried). errno or 0.
 int pwrite_all(int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept;
+/// The same for `count` (at most IOV_MAX) buffers written one after the other from pos; `iov`
+/// is changed (a short write advances it). errno or 0.
+int pwritev_all(int fd, struct iovec* iov, int count, std::uint64_t pos) noexcept;
 
 }  // namespace tai::posix::detail

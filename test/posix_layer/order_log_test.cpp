@@ -320,7 +320,9 @@ TEST_F(OrderLogRecovery, TheLogIsWrittenWithODirectWhereTheFileSystemAllowsIt) {
   const auto p = parse(bytes);
   ASSERT_TRUE(p.header_ok);
   EXPECT_EQ(p.align, direct ? 4096u : 1u) << (direct ? "O_DIRECT works here" : "O_DIRECT is refused here");
-  if (direct) EXPECT_EQ(bytes.size() % 4096, 0u) << "every batch padded to a block";
+  if (direct) {
+    EXPECT_EQ(bytes.size() % 4096, 0u) << "every batch padded to a block";
+  }
   ASSERT_EQ(posix::close(fa), 0);
   EXPECT_EQ(kernel_contents(a), want);
 }

@@ -457,7 +457,10 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   int cerr = 0;
   if (L.end - kOrderLogHeaderBytes >= L.checkpoint_bytes) cerr = log_checkpoint(L, false);
   lk.lock();
-  per_epoch.clear();
+  // Freed below without the state's mutex: a free per epoch, under it, kept the program's held
+  // writes waiting (about 25 us each time, a batch of a few hundred epochs).
+  std::vector<std::vector<Deferred>> applied;
+  applied.swap(per_epoch);
   const std::uint64_t took = now_ns() - started;
   const std::uint64_t per = took / k;
   o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
@@ -475,6 +478,9 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     logf("fsync order: a logged batch failed: %s (returned by the next fsync, close or sync_now)", std::strerror(e));
   }
   o.cv.notify_all();
+  lk.unlock();
+  applied.clear();
+  lk.lock();
   return true;
 }
 

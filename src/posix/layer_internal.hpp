@@ -185,9 +185,14 @@ ssize_t order_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, s
 bool held_write_ends_at_locked(const OrderState& o, const Inode& ino, std::uint64_t end);
 // A read of a file with writes held back (Inode::deferred): the cache's (or the kernel's) bytes
 // with the held writes laid over them, oldest first, instead of waiting for the epochs before
-// them to be durable. Bytes or -errno, or kNotHeld when an epoch failed and the program has not
-// heard (the caller's wait returns the error).
+// them to be durable. Bytes or -errno.
 ssize_t read_held_through(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos);
+// start_read_locked's answer when the cache has the read: wait for its receipt.
+inline constexpr ssize_t kCacheRead = std::numeric_limits<ssize_t>::min();
+// Under ino.mu: a read of what the kernel has (a write-through file, or see shut_down_locked),
+// answered at once (bytes or -errno), or of the cache: kCacheRead, `r` its receipt, which the
+// caller waits for (without the mutex where it can).
+ssize_t start_read_locked(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos, Receipt& r);
 int order_point_impl();
 void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);

@@ -832,31 +832,17 @@ bool held_write_ends_at_locked(const OrderState& o, const Inode& ino, std::uint6
 // Why not wait for the held writes to reach the cache, as reads did: with the log they reach it
 // after the log's device sync of their batch, and SQLite's WAL checkpoint, which reads the frames
 // the last transactions wrote, waited for that about 3 ms each time (a fifth of the run over
-// 10,000 transactions).
+// 10,000 transactions). Nor after a failed epoch: its writes are still here to read, and its error
+// is the next fsync's, close's or sync_now's to return (a read used to take it).
 ssize_t read_held_through(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos) {
   OrderState& o = ord();
   std::lock_guard<std::mutex> il(ino.mu);  // no held write of the file reaches the cache meanwhile
-  {
-    std::lock_guard<std::mutex> lk(o.mu);
-    if (o.error != 0) return kNotHeld;
-  }
   // What the cache (or, write-through, the kernel) has.
-  std::uint64_t got = 0;
-  if (kernel_locked(ino)) {
-    if (ino.through) order(ino);
-    ssize_t k;
-    do {
-      k = ::pread(fd, buf, n, static_cast<off_t>(pos));
-    } while (k < 0 && errno == EINTR);
-    if (k < 0) return -errno;
-    got = static_cast<std::uint64_t>(k);
-  } else {
-    order(ino);
-    ino.cache_used = true;
-    const Receipt r = ino.file.read(pos, buf, n);
-    if (!r.ok()) return -error_of(r);
-    got = static_cast<std::uint64_t>(r.bytes());
-  }
+  Receipt r;
+  ssize_t k = start_read_locked(ino, fd, buf, n, pos, r);
+  if (k == kCacheRead) k = r.ok() ? static_cast<ssize_t>(r.bytes()) : -error_of(r);
+  if (k < 0) return k;
+  const auto got = static_cast<std::uint64_t>(k);
   // The held writes over it, oldest first; a write past what was there leaves zeros before it
   // (a hole), as the kernel's file would read.
   std::lock_guard<std::mutex> lk(o.mu);

@@ -206,6 +206,21 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   }
 }
 
+ssize_t start_read_locked(Inode& ino, int fd, void* buf, std::size_t n, std::uint64_t pos, Receipt& r) {
+  if (kernel_locked(ino)) {  // write-through (the kernel has every byte), or see shut_down_locked
+    if (ino.through) order(ino);
+    ssize_t k;
+    do {
+      k = ::pread(fd, buf, n, static_cast<off_t>(pos));
+    } while (k < 0 && errno == EINTR);
+    return k < 0 ? -errno : k;
+  }
+  order(ino);
+  ino.cache_used = true;
+  r = ino.file.read(pos, buf, n);
+  return kCacheRead;
+}
+
 ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t pos) {
   if (!readable(d)) return -EBADF;
   if (const ssize_t e = clamp_count(buf, n)) return e;
@@ -213,31 +228,13 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
   if (pos > kOffMax || n > kOffMax - pos) return -EINVAL;
   Inode& ino = *d.inode;
   if (buf == nullptr) return pos >= current_size(ino, fd) ? 0 : -EFAULT;
-  if (ino.deferred.load(std::memory_order_acquire) != 0) {
-    // Order mode: writes of this file are held back behind an epoch; the read lays them over
-    // what the cache has.
-    if (const ssize_t r = read_held_through(ino, fd, buf, n, pos); r != kNotHeld) return r;
-    // An epoch failed and the program has not heard: the read waits until the held writes are
-    // in the cache, and returns the error when they cannot get there.
-    OrderState& o = ord();
-    std::unique_lock<std::mutex> lk(o.mu);
-    program_wait(o, lk, [&] { return ino.deferred.load(std::memory_order_acquire) == 0 || o.error != 0; });
-    if (ino.deferred.load(std::memory_order_acquire) != 0) return -take_error_locked(o);
-  }
+  // Order mode: writes of this file are held back behind an epoch; the read lays them over what
+  // the cache has.
+  if (ino.deferred.load(std::memory_order_acquire) != 0) return read_held_through(ino, fd, buf, n, pos);
   Receipt r;
   {
     std::lock_guard<std::mutex> lock(ino.mu);
-    if (kernel_locked(ino)) {  // write-through (the kernel has every byte), or see shut_down_locked
-      if (ino.through) order(ino);
-      ssize_t k;
-      do {
-        k = ::pread(fd, buf, n, static_cast<off_t>(pos));
-      } while (k < 0 && errno == EINTR);
-      return k < 0 ? -errno : k;
-    }
-    order(ino);
-    ino.cache_used = true;
-    r = ino.file.read(pos, buf, n);
+    if (const ssize_t k = start_read_locked(ino, fd, buf, n, pos, r); k != kCacheRead) return k;
   }
   if (!r.ok()) return -error_of(r);
   return static_cast<ssize_t>(r.bytes());

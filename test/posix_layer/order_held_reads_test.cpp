@@ -11,6 +11,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "posix_layer/support.hpp"
 
@@ -95,6 +96,34 @@ TEST_F(OrderHeld, ATruncationToTheOwnSizeReturnsAtOnceAndARealOneWaits) {
   EXPECT_EQ(st.st_size, 100);
   ASSERT_EQ(posix::close(fd), 0);
   EXPECT_TRUE(kernel_contents(path) == fill(100, '1'));
+}
+
+// A failed epoch stops the order thread until the program hears of it. A read of the writes held
+// behind it meanwhile gets them (they are still in the layer), and leaves the error to the
+// program's next fsync, close or sync_now (DESIGN section 3), which a read used to take.
+TEST_F(OrderHeld, AReadAfterAFailedEpochGetsTheHeldWritesAndLeavesTheErrorToTheSync) {
+  posix::detail::Settings s = fault_settings("fsync:nth=1:errno=EIO:once");
+  s.fsync_mode = posix::FsyncMode::order;
+  s.fsync_max_delay_ms = 600'000;
+  s.start_writeback_bytes = 0;
+  restart(s);
+  const std::string path = file("f.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write_all(fd, fill(1000, 'a')), 1000);
+  ASSERT_EQ(posix::fsync(fd), 0) << "order: the epoch's sync has not run yet";
+  ASSERT_EQ(posix::pwrite(fd, fill(500, 'b').data(), 500, 800), 500);  // held behind it
+  // Time for the order thread to run the epoch's sync (which fails) and stop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string got(2000, 'x');
+  ASSERT_EQ(within(10s, [&] { return posix::pread(fd, got.data(), got.size(), 0); }), 1300) << std::strerror(errno);
+  got.resize(1300);
+  EXPECT_TRUE(got == fill(800, 'a') + fill(500, 'b'));
+  errno = 0;
+  EXPECT_EQ(posix::sync_now(), -1) << "the failed epoch's error is still there to return";
+  EXPECT_EQ(errno, EIO);
+  EXPECT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == fill(800, 'a') + fill(500, 'b'));
 }
 
 }  // namespace

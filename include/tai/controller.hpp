@@ -71,6 +71,16 @@ struct ControllerOptions {
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
   /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
   std::int64_t spin_ns = 20'000;
+  /// Run the master and the workers under SCHED_BATCH (Linux): the same share of the CPU as
+  /// SCHED_OTHER, but a worker that wakes while every CPU runs the program's threads does not
+  /// preempt one of them; it runs when a CPU goes idle (a thread that waits for TAI leaves its
+  /// CPU idle) or at the running thread's next scheduling point, a few milliseconds at most. For
+  /// programs whose compute threads fill every core and must not be interrupted (an OpenMP team
+  /// waits at its barrier for the thread a worker preempted). Off by default: in the image
+  /// workload on 2 cores it cut the involuntary context switches by 10-25 % and left the
+  /// throughput where it was (docs/controller_options.md). Best effort: a refusal leaves the
+  /// workers with the policy of the thread that made the controller, as does false.
+  bool batch_scheduling = false;
   /// How late a write of the program may wake a sleeping master (0: at once; default 2 ms, a
   /// few records of a compute loop, short beside any fsync interval). Within this delay
   /// a write's submission arms a timer instead of waking the master, so a stream of writes

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "src/controller/core.hpp"
 #include "tai/engine_selector.hpp"
 #include "engines/common/own_descriptors.hpp"
@@ -84,6 +87,10 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
   for (unsigned i = 0; i < n; ++i) {
     threads.emplace_back([this, i] {
       tai::detail::mark_this_thread_as_tai(i == 0 ? "tai-master" : "tai-worker");
+      if (opt.batch_scheduling) {  // ControllerOptions::batch_scheduling says why
+        struct sched_param batch {};
+        (void)::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &batch);
+      }
       Worker& w = *workers[i];
       t_worker = &w;
       set_worker_task_cache();

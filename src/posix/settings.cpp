@@ -144,6 +144,14 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       warn("TAI_HUGE_PAGES='" + v + "' is neither 0 nor 1; using " + (s.options.huge_pages ? "1" : "0"));
   }
+  // The layer's workers under SCHED_BATCH (ControllerOptions::batch_scheduling).
+  if (const char* b = std::getenv("TAI_BATCH_SCHEDULING"); b && *b) {
+    const std::string v = b;
+    if (v == "0" || v == "1")
+      s.options.batch_scheduling = v == "1";
+    else
+      warn("TAI_BATCH_SCHEDULING='" + v + "' is neither 0 nor 1; using " + (s.options.batch_scheduling ? "1" : "0"));
+  }
   if (const char* f = std::getenv("TAI_FSYNC"); f && *f) {
     const std::string v = f;
     if (v == "full") {

@@ -23,28 +23,6 @@ namespace {
 
 using posix::FsyncMode;
 
-// Restores (or removes) an environment variable at the end of a scope.
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~EnvVar() {
-    if (had_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 TEST(FsyncOrderSettings, TheModeAndTheDelayAreParsedAndABadValueIsReported) {
   {
     EnvVar m("TAI_FSYNC", nullptr), d("TAI_FSYNC_MAX_DELAY", nullptr);

@@ -16,6 +16,27 @@
 
 namespace tai::test {
 
+/// Restores (or removes) an environment variable at the end of a scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~EnvVar() {
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 /// The depth of the run: `make test` (a developer's quick check) and the sanitizer steps of
 /// `make check` set TAI_TEST_DEPTH=quick and the randomized suites run a quarter of their counts;
 /// make check's release step and a plain ctest run them in full (unset, or any other value). A

@@ -45,6 +45,9 @@ class TaiMethod final : public Method {
     // measuring what the wake-ups cost.
     if (const char* wd = std::getenv("TAI_WRITE_WAKE_DELAY_NS"); wd && *wd)
       opts.write_wake_delay_ns = std::strtoll(wd, nullptr, 10);
+    // Whether the workers run under SCHED_BATCH (ControllerOptions::batch_scheduling), for
+    // measuring what their wake-up preemptions of the compute threads cost.
+    if (const char* bs = std::getenv("TAI_BATCH_SCHEDULING"); bs && *bs) opts.batch_scheduling = bs[0] == '1';
     ctl_ = std::make_unique<tai::Controller>(opts);
     if (!config.fault_rules.empty()) {
 #if TAI_AUGMENT_FAULT_ENGINE

@@ -25,6 +25,8 @@ void WriteBehind::written(int fd, std::uint64_t offset, std::uint64_t n, std::ui
   while (from < to && !started_.compare_exchange_weak(from, to, std::memory_order_relaxed)) {
   }
   if (from >= to) return;
+  // Scattered writes: the range is left to the kernel's timer or the next fsync (see the header).
+  if (to - from > kScatterFactor * (cur + n)) return;
   // Pages already under write-back are skipped (no WAIT flags).
   (void)::sync_file_range(fd, static_cast<off_t>(from), static_cast<off_t>(to - from), SYNC_FILE_RANGE_WRITE);
 }

@@ -246,7 +246,9 @@ struct EngineOptions {
   /// ended to its highest written end less this many bytes (sync_file_range with
   /// SYNC_FILE_RANGE_WRITE: no wait, no durability; the last interval stays behind for prompt
   /// overwrites to meet in memory, and a range is started once, so random overwrites of started
-  /// data wait for the fsync as a plain program's do). Without it the kernel starts the
+  /// data wait for the fsync as a plain program's do; a range 32 times longer than the bytes
+  /// written since the last start, from writes scattered over a large span, is passed over
+  /// rather than started while the writing thread waits). Without it the kernel starts the
   /// device only at the program's fsync, or after its dirty timeout (30 s by default), so the
   /// fsync waits for every byte since the last one while the device sat idle. 0 turns it off.
   /// Ignored for O_DIRECT, O_DSYNC and Open::dontneed files (nothing dirty stays behind).

@@ -195,6 +195,8 @@ Run run_tai(const OverheadOptions& o, const Config& c, const std::string& data_p
   // How late a write may wake a sleeping master (ControllerOptions::write_wake_delay_ns), for
   // measuring what the delay changes here.
   if (const char* wd = std::getenv("TAI_WRITE_WAKE_DELAY_NS"); wd && *wd) co.write_wake_delay_ns = std::strtoll(wd, nullptr, 10);
+  // How long waits spin before they sleep (ControllerOptions::spin_ns), for A/B runs.
+  if (const char* sp = std::getenv("TAI_SPIN_NS"); sp && *sp) co.spin_ns = std::strtoll(sp, nullptr, 10);
   // The engines' write-behind (EngineOptions::start_writeback_bytes, 0 turns it off), for A/B runs.
   if (const char* sw = std::getenv("TAI_START_WRITEBACK"); sw && *sw)
     co.engine_options.start_writeback_bytes = std::strtoull(sw, nullptr, 10);

@@ -69,7 +69,8 @@ struct ControllerOptions {
   /// map the arena that holds large write copies the same way.
   bool huge_pages = true;
   /// How long a waiting thread spins before it sleeps (workers at the barrier, receipts'
-  /// wait()). Spinning costs CPU the application might want; sleeping costs a wake-up.
+  /// wait() and wait_any()). Spinning costs CPU the application might want; sleeping costs a
+  /// wake-up, paid by the worker that finishes the task (docs/controller_options.md).
   std::int64_t spin_ns = 20'000;
   /// Run the master and the workers under SCHED_BATCH (Linux): the same share of the CPU as
   /// SCHED_OTHER, but a worker that wakes while every CPU runs the program's threads does not

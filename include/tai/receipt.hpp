@@ -51,7 +51,8 @@ class Receipt {
   TaskState state() const noexcept;
   /// done, rejected or failed; never blocks.
   bool finished() const noexcept;
-  /// Blocks until finished(): spins for a few microseconds, then sleeps.
+  /// Blocks until finished(): spins for its controller's ControllerOptions::spin_ns (20 us by
+  /// default), then sleeps.
   ///
   /// Blocking on a worker: a continuation, a submitted function or a hook runs on a worker of
   /// the controller and holds up its rounds, so a wait there for an unfinished receipt of the
@@ -81,8 +82,8 @@ class Receipt {
   Buffer take_buffer();
 
   /// Blocks until at least one of the `n` receipts has finished (empty ones count as finished)
-  /// and returns its index; -1 when `timeout_ns` (>= 0) passed first or n == 0. Spins briefly,
-  /// then sleeps on all of their futex words at once (futex_waitv, Linux 5.16+; on older kernels
+  /// and returns its index; -1 when `timeout_ns` (>= 0) passed first or n == 0. Spins for the
+  /// longest ControllerOptions::spin_ns of their controllers, then sleeps on all of their futex words at once (futex_waitv, Linux 5.16+; on older kernels
   /// it sleeps on the first unfinished one in short slices). The way to keep a fixed number of
   /// requests in flight without waiting for the oldest. Thread-safe (const on the receipts).
   static std::ptrdiff_t wait_any(const Receipt* receipts, std::size_t n, std::int64_t timeout_ns = -1) noexcept;

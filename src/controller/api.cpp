@@ -17,6 +17,7 @@ void wake_for_waiter(const ControllerCore* c) noexcept {
   // change their controller.
   if (c != nullptr) const_cast<ControllerCore*>(c)->doorbell.ring();
 }
+std::int64_t wait_spin_ns(const ControllerCore* c) noexcept { return c != nullptr ? c->opt.spin_ns : kDefaultWaitSpinNs; }
 }  // namespace detail
 
 Controller::Controller(const ControllerOptions& options) : core_(std::make_unique<detail::ControllerCore>(options)) {}

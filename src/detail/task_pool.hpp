@@ -28,6 +28,10 @@ const ControllerCore* worker_controller() noexcept;
 /// write may have left it asleep until its doorbell's timer (ControllerOptions::
 /// write_wake_delay_ns). Thread-safe.
 void wake_for_waiter(const ControllerCore* c) noexcept;
+/// How long a thread waiting for a task of `c` spins before it sleeps (ControllerOptions::
+/// spin_ns; null: kDefaultWaitSpinNs). Thread-safe (the options never change).
+std::int64_t wait_spin_ns(const ControllerCore* c) noexcept;
+inline constexpr std::int64_t kDefaultWaitSpinNs = 3000;
 /// Why Receipt's waits refuse to block on a worker of the task's own controller.
 extern const char* const kWaitOnOwnWorkerReason;
 /// Tasks ever allocated from the heap by the pool (a test counts allocations with this).

@@ -72,6 +72,16 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
     else
       warn(std::string(name) + "='" + text + "' is not a byte count (suffixes K, M, G); using " + std::to_string(target));
   };
+  // A switch, 0 or 1, from `name`, into `target`; any other value keeps it.
+  auto env_switch = [&](const char* name, bool& target) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return;
+    const std::string v = text;
+    if (v == "0" || v == "1")
+      target = v == "1";
+    else
+      warn(std::string(name) + "='" + v + "' is neither 0 nor 1; using " + (target ? "1" : "0"));
+  };
   if (const char* e = std::getenv("TAI_ENGINE"); e && *e) s.options.engine = e;
   if (const char* t = std::getenv("TAI_TREE"); t && *t) {
     const std::string v = t;
@@ -137,21 +147,9 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   // flight (write_copy_budget): for measuring them.
   env_bytes("TAI_CLEAN_BUDGET", s.options.clean_budget);
   env_bytes("TAI_WRITE_COPY_BUDGET", s.options.write_copy_budget);
-  if (const char* h = std::getenv("TAI_HUGE_PAGES"); h && *h) {
-    const std::string v = h;
-    if (v == "0" || v == "1")
-      s.options.huge_pages = v == "1";
-    else
-      warn("TAI_HUGE_PAGES='" + v + "' is neither 0 nor 1; using " + (s.options.huge_pages ? "1" : "0"));
-  }
+  env_switch("TAI_HUGE_PAGES", s.options.huge_pages);
   // The layer's workers under SCHED_BATCH (ControllerOptions::batch_scheduling).
-  if (const char* b = std::getenv("TAI_BATCH_SCHEDULING"); b && *b) {
-    const std::string v = b;
-    if (v == "0" || v == "1")
-      s.options.batch_scheduling = v == "1";
-    else
-      warn("TAI_BATCH_SCHEDULING='" + v + "' is neither 0 nor 1; using " + (s.options.batch_scheduling ? "1" : "0"));
-  }
+  env_switch("TAI_BATCH_SCHEDULING", s.options.batch_scheduling);
   if (const char* f = std::getenv("TAI_FSYNC"); f && *f) {
     const std::string v = f;
     if (v == "full") {

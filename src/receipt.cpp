@@ -25,7 +25,8 @@ namespace {
 // spin for their controller's ControllerOptions::spin_ns: with 3 us there, a program keeping 32
 // writes in flight slept on nearly every wait, since the oldest write finished a few
 // microseconds later, and each sleep cost the worker a futex wake-up (tai-bench overhead
-// --window 32, posix Trivial: 0.60x a pwrite loop at 3 us, 0.81x at 20 us).
+// --window 32, posix Trivial: 0.43-0.44x a pwrite loop at 3 us, 0.77-0.81x at 20 us;
+// docs/controller_options.md).
 constexpr std::int64_t kQueueSpinNs = detail::kDefaultWaitSpinNs;
 
 // A receipt's spin: the first kDefaultWaitSpinNs on the CPU (cpu_relax), the rest of it

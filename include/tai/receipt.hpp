@@ -83,8 +83,9 @@ class Receipt {
 
   /// Blocks until at least one of the `n` receipts has finished (empty ones count as finished)
   /// and returns its index; -1 when `timeout_ns` (>= 0) passed first or n == 0. Spins for the
-  /// longest ControllerOptions::spin_ns of their controllers, then sleeps on all of their futex words at once (futex_waitv, Linux 5.16+; on older kernels
-  /// it sleeps on the first unfinished one in short slices). The way to keep a fixed number of
+  /// longest ControllerOptions::spin_ns of their controllers, then sleeps on all of their futex
+  /// words at once (futex_waitv, Linux 5.16+; on older kernels it sleeps on the first unfinished
+  /// one in short slices). The way to keep a fixed number of
   /// requests in flight without waiting for the oldest. Thread-safe (const on the receipts).
   static std::ptrdiff_t wait_any(const Receipt* receipts, std::size_t n, std::int64_t timeout_ns = -1) noexcept;
 

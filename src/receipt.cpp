@@ -29,34 +29,13 @@ namespace {
 // docs/controller_options.md).
 constexpr std::int64_t kQueueSpinNs = detail::kDefaultWaitSpinNs;
 
-// A receipt's spin: the first kDefaultWaitSpinNs on the CPU (cpu_relax), the rest of it
-// yielding the CPU at each look. A pure 20 us spin kept the master off the CPU where the
-// waiting threads outnumber the CPUs: two submitting threads keeping 32 writes each in flight
-// on 2 CPUs (tai-bench overhead, null engine) cost 1,087-1,705 ns of CPU per request against
-// 642-1,076 ns with 3 us. sched_yield returns at once when nothing else wants the CPU.
-class SpinPhase {
- public:
-  SpinPhase(std::int64_t start, std::int64_t until) noexcept
-      : until_(until), busy_until_(std::min(until, start + detail::kDefaultWaitSpinNs)) {}
-  /// After look number i that found nothing: false once the spin is over (sleep now).
-  bool next(unsigned i) noexcept {
-    if (yielding_) {
-      if (detail::monotonic_ns() >= until_) return false;
-      ::sched_yield();
-      return true;
-    }
-    detail::cpu_relax();
-    if ((i & 15) != 15) return true;
-    const std::int64_t now = detail::monotonic_ns();
-    if (now >= until_) return false;
-    yielding_ = now >= busy_until_;
-    return true;
-  }
-
- private:
-  const std::int64_t until_, busy_until_;
-  bool yielding_ = false;
-};
+// A receipt's spin: the first kDefaultWaitSpinNs on the CPU, the rest of it yielding (a pure
+// 20 us spin kept the master off the CPU where the waiting threads outnumber the CPUs: two
+// submitting threads keeping 32 writes each in flight on 2 CPUs, tai-bench overhead with the
+// null engine, cost 1,087-1,705 ns of CPU per request against 642-1,076 ns with 3 us).
+std::int64_t yield_from(std::int64_t start, std::int64_t until) noexcept {
+  return std::min(until, start + detail::kDefaultWaitSpinNs);
+}
 }  // namespace
 
 TaskState Receipt::state() const noexcept {
@@ -87,11 +66,9 @@ bool Receipt::wait_ns(std::int64_t ns) const noexcept {
   const std::int64_t deadline = ns < 0 ? -1 : start + ns;
   const std::int64_t spin_ns = detail::wait_spin_ns(task_->owner);
   const std::int64_t spin_until = start + (ns >= 0 && ns < spin_ns ? ns : spin_ns);
-  SpinPhase phase(start, spin_until);
-  for (unsigned i = 0;; ++i) {
-    if (w.load(std::memory_order_acquire) & detail::Task::kFinished) return true;
-    if (!phase.next(i)) break;
-  }
+  if (detail::spin_until_time(spin_until, yield_from(start, spin_until),
+                              [&w] { return (w.load(std::memory_order_acquire) & detail::Task::kFinished) != 0; }))
+    return true;
   for (;;) {
     std::uint32_t v = w.load(std::memory_order_acquire);
     if (v & detail::Task::kFinished) return true;
@@ -135,11 +112,9 @@ std::ptrdiff_t Receipt::wait_any(const Receipt* rs, std::size_t n, std::int64_t 
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
   const std::int64_t spin_until = start + std::min<std::int64_t>(spin_ns, timeout_ns < 0 ? spin_ns : timeout_ns);
-  SpinPhase phase(start, spin_until);
-  for (unsigned k = 0;; ++k) {
-    if (const auto i = scan(); i >= 0) return i;
-    if (!phase.next(k)) break;
-  }
+  std::ptrdiff_t found = -1;
+  if (detail::spin_until_time(spin_until, yield_from(start, spin_until), [&] { return (found = scan()) >= 0; }))
+    return found;
   constexpr std::size_t kMax = FUTEX_WAITV_MAX;
   static std::atomic<bool> have_waitv{true};  // relaxed: every thread computes the same answer
   for (;;) {
@@ -316,11 +291,10 @@ std::size_t CompletionQueue::pop(std::uint64_t* out, std::size_t max, std::size_
   const std::int64_t start = detail::monotonic_ns();
   const std::int64_t deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
   const std::int64_t spin_until = start + std::min<std::int64_t>(kQueueSpinNs, timeout_ns < 0 ? kQueueSpinNs : timeout_ns);
-  for (unsigned k = 0; got < min; ++k) {
-    detail::cpu_relax();
+  detail::spin_until_time(spin_until, spin_until, [&] {
     take();
-    if ((k & 15) == 15 && detail::monotonic_ns() >= spin_until) break;
-  }
+    return got >= min;
+  });
   while (got < min) {
     const std::uint32_t seen = impl_->posted.load(std::memory_order_seq_cst);
     impl_->sleeping.store(true, std::memory_order_seq_cst);

@@ -78,18 +78,13 @@ inline unsigned log2_bucket(std::uint64_t ns) noexcept {
   return std::min<unsigned>(b, LatencyHistogram::kBuckets - 1);
 }
 
-/// Spins (cpu_relax) until done() holds or spin_ns have passed; true when done() held. The clock
-/// is read once per 64 turns: a clock read costs more than a turn. The spin half of every
-/// spin-then-sleep wait in the controller (followers on `go`, the master on `arrived`, writers
-/// on the copy budget).
+/// Spins (cpu_relax) until done() holds or spin_ns have passed; true when done() held. The spin
+/// half of the controller's own spin-then-sleep waits (followers on `go`, the master on
+/// `arrived`, writers on the copy budget): never yields, the waits are between TAI's threads.
 template <class Done>
 bool spin_until(std::int64_t spin_ns, Done&& done) {
   const std::int64_t until = monotonic_ns() + spin_ns;
-  for (unsigned i = 0;; ++i) {
-    if (done()) return true;
-    cpu_relax();
-    if ((i & 63) == 63 && monotonic_ns() >= until) return false;
-  }
+  return spin_until_time(until, until, std::forward<Done>(done));
 }
 
 extern const char* const kClosedReason;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,6 +52,29 @@ inline std::int64_t monotonic_ns() noexcept {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// Spins until done() holds or the monotonic clock reaches `until`; true when done() held. The
+/// spin half of every spin-then-sleep wait (receipts, the round barrier, the copy budget). Up to
+/// `yield_from` each turn pauses (cpu_relax) and the clock is read once per 64 turns (a clock
+/// read costs more than a turn); from then on each turn yields the CPU (sched_yield returns at
+/// once when nothing else wants it), so that waiters that outnumber the CPUs do not keep the
+/// thread they wait for off one (docs/controller_options.md, "spin_ns").
+template <class Done>
+bool spin_until_time(std::int64_t until, std::int64_t yield_from, Done&& done) {
+  for (unsigned i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) != 63) continue;
+    const std::int64_t now = monotonic_ns();
+    if (now >= until) return false;
+    if (now >= yield_from) break;
+  }
+  for (;;) {
+    if (done()) return true;
+    if (monotonic_ns() >= until) return false;
+    ::sched_yield();
+  }
 }
 
 }  // namespace tai::detail

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "src/detail/futex.hpp"
+#include "src/detail/small_copy_pool.hpp"
 #include "src/detail/task_pool.hpp"
 #include "tai/receipt.hpp"
 
@@ -139,7 +140,8 @@ void Task::recycle() noexcept {
   // back, also when the large one was never made (a write refused for want of memory). Memory
   // another home lent (a buffer moved in by File::write(offset, Buffer&&)) goes back there
   // whatever its size: it is not the task's to keep.
-  if (data.borrowed() || data.size() > kKeepDataBytes || data.empty()) data = std::move(displaced_copy);
+  if ((data.borrowed() && !SmallCopyPool::owns(data)) || data.size() > kKeepDataBytes || data.empty())
+    data = std::move(displaced_copy);
   displaced_copy.reset();
 }
 

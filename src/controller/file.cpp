@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "src/controller/core.hpp"
+#include "src/detail/small_copy_pool.hpp"
 
 namespace tai {
 
@@ -116,11 +117,15 @@ Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
     // grow on about one write in seven when it was allocated at the size asked. A large copy
     // comes from the controller's pool (reused pages, no fault per write), and the small copy it
     // displaces waits in the task (displaced_copy) until the write ends (ControllerCore::finish).
+    // Small copies come from the process's pool, apart from the program's heap
+    // (small_copy_pool.hpp).
     if (n > Task::kKeepDataBytes && core_) {
-      if (!t->data.borrowed()) t->displaced_copy = std::move(t->data);
+      if (!t->data.borrowed() || detail::SmallCopyPool::owns(t->data)) t->displaced_copy = std::move(t->data);
       t->data = core_->ctl->copy_pool.take(n);
+    } else if (n <= Task::kKeepDataBytes) {
+      t->data = detail::SmallCopyPool::instance().take(n);
     } else {
-      t->data = detail::AlignedBuffer::try_allocate(n <= 4096 ? 4096 : std::max(n, Task::kKeepDataBytes), 64);
+      t->data = detail::AlignedBuffer::try_allocate(n, 64);
     }
     if (t->data.empty()) return reject_transfer(t, TreeOp::write, offset, n, ENOMEM, "no memory for the write's copy");
   }

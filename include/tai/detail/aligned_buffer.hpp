@@ -111,6 +111,8 @@ class AlignedBuffer {
 
   /// Whether the memory is lent by a BufferHome (not the C allocator's).
   bool borrowed() const noexcept { return home_ != nullptr; }
+  /// The home that lent the memory (nullptr: the C allocator's, or empty).
+  const BufferHome* home() const noexcept { return home_; }
 
   /// Gives up ownership: the caller must std::free() the returned pointer. Only for memory of
   /// the C allocator: a borrowed buffer returns nullptr and keeps its memory.

@@ -360,7 +360,7 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
 // (src/detail/small_copy_pool.hpp): the copies of writes that outrun the workers shared the
 // allocator's extents with the program's own short-lived allocations, which then faulted in
 // fresh memory (the serial image loop under the drop-in layer: about 2,400 page faults more in
-// zlib per GiB written). The workers are held at a gate while 1,000 records of 11,000 bytes are
+// zlib in a run writing 1.08 GiB). The workers are held at a gate while 1,000 records of 11,000 bytes are
 // queued, so that most of them need a new task and a first copy; before the pool each of those
 // copies was an allocation (as many as the new tasks).
 TEST(ControllerAllocRecordSizes, NewTasksTakeTheirSmallCopiesFromThePool) {

@@ -154,6 +154,16 @@ std::uint64_t requests_per_kind() {
   return s >= 1.0 ? 20000 : (s >= 0.1 ? 10000 : 5000);
 }
 
+/// A controller of `workers` workers over the null engine, without write-back rounds in the
+/// measured loops (records whose copies are counted).
+ControllerOptions null_engine_options(unsigned workers) {
+  ControllerOptions options;
+  options.workers = workers;
+  options.flush_idle_ns = -1;
+  options.engine = "null";
+  return options;
+}
+
 struct Counts {
   std::uint64_t operator_new = 0, aligned = 0, tasks = 0;
   std::uint64_t copies_dropped = 0;  // small copies freed at the end of a write a receipt held (keep_finished_copy)
@@ -272,10 +282,7 @@ TEST(ControllerAllocRecordSizes, RecordsOfVaryingSizeReuseTheirTasksCopies) {
   // optimised build separates them by about a hundred times (721-2,241 against 0-8).
   if (sanitized_build()) GTEST_SKIP() << "copy counts depend on the workers' lag, which the sanitizer changes; checked in the optimised build";
   ScratchDir dir;
-  ControllerOptions options;
-  options.workers = 2;
-  options.flush_idle_ns = -1;
-  options.engine = "null";
+  const ControllerOptions options = null_engine_options(2);
   // Declared before the controller: a continuation still queued when a check below returns
   // early runs in the controller's destructor, and may touch them.
   std::atomic<std::uint64_t> failures{0};
@@ -370,10 +377,7 @@ TEST(ControllerAllocRecordSizes, NewTasksTakeTheirSmallCopiesFromThePool) {
       GTEST_SKIP() << "this build takes small copies from the allocator (AddressSanitizer, so that a use after free of one is caught)";
   }
   ScratchDir dir;
-  ControllerOptions options;
-  options.workers = 1;
-  options.flush_idle_ns = -1;
-  options.engine = "null";
+  const ControllerOptions options = null_engine_options(1);
   std::atomic<std::uint64_t> failures{0};
   Gate gate;
   Controller ctl(options);

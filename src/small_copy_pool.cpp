@@ -24,11 +24,16 @@ namespace tai::detail {
 static_assert(SmallCopyPool::kLargeBytes == Task::kKeepDataBytes, "the pool's large class is what a task keeps");
 
 struct SmallCopyPool::Impl {
-  /// One size class: a free list threaded through the free copies' first bytes, and the
-  /// unused rest of the class's newest chunk.
+  /// A free copy holds the link to the next one of its class in its first bytes (as the
+  /// drop-in layer's HeldCopyPool does; that pool takes its blocks from the allocator, which is
+  /// what this one must not).
+  struct FreeCopy {
+    FreeCopy* next;
+  };
+  /// One size class: its free list, and the unused rest of the class's newest chunk.
   struct Class {
     std::mutex mu;
-    std::byte* free_head = nullptr;  // guarded by mu
+    FreeCopy* free_head = nullptr;   // guarded by mu
     std::byte* next = nullptr;       // guarded by mu: the newest chunk's first unused byte
     std::byte* end = nullptr;        // guarded by mu
     std::atomic<std::uint64_t> free_count{0};  // relaxed: statistics only
@@ -76,9 +81,9 @@ AlignedBuffer SmallCopyPool::take(std::size_t n) noexcept {
     std::byte* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(c.mu);
-      if (c.free_head != nullptr) {
-        p = c.free_head;
-        c.free_head = *reinterpret_cast<std::byte**>(p);
+      if (Impl::FreeCopy* f = c.free_head) {
+        c.free_head = f->next;
+        p = reinterpret_cast<std::byte*>(f);
         c.free_count.fetch_sub(1, std::memory_order_relaxed);
       } else if (c.next != c.end || impl_->grow(c)) {
         p = c.next;
@@ -93,8 +98,7 @@ AlignedBuffer SmallCopyPool::take(std::size_t n) noexcept {
 void SmallCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
   Impl::Class& c = impl_->of(size);  // only the pool's own buffers come here: impl_ is set
   std::lock_guard<std::mutex> lock(c.mu);
-  *reinterpret_cast<std::byte**>(data) = c.free_head;
-  c.free_head = data;
+  c.free_head = new (data) Impl::FreeCopy{c.free_head};
   c.free_count.fetch_add(1, std::memory_order_relaxed);
 }
 

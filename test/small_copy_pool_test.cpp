@@ -72,6 +72,30 @@ TEST(SmallCopyPool, FreedCopiesAreTakenAgainBeforeAnyNewMemory) {
   }
 }
 
+// Memory is bounded (DESIGN, section 2): past kMaxMappedBytes of chunks the pool maps no more,
+// and copies come from the allocator. The copies are taken and not touched, so the chunks stay
+// address space, not resident memory.
+TEST(SmallCopyPool, PastItsLimitCopiesComeFromTheAllocator) {
+  SKIP_WITHOUT_POOL();
+  SmallCopyPool& pool = SmallCopyPool::instance();
+  std::vector<AlignedBuffer> held;
+  const std::size_t most = SmallCopyPool::kMaxMappedBytes / SmallCopyPool::kLargeBytes + 4096;
+  held.reserve(most);
+  while (held.size() < most) {
+    held.push_back(pool.take(SmallCopyPool::kLargeBytes));
+    ASSERT_FALSE(held.back().empty());
+    if (!SmallCopyPool::owns(held.back())) break;
+  }
+  ASSERT_FALSE(SmallCopyPool::owns(held.back())) << held.size() << " copies taken, all from the pool";
+  EXPECT_EQ(pool.mapped_bytes(), SmallCopyPool::kMaxMappedBytes);
+  AlignedBuffer small = pool.take(1);
+  EXPECT_LE(pool.mapped_bytes(), SmallCopyPool::kMaxMappedBytes);
+  EXPECT_EQ(small.size(), SmallCopyPool::kSmallBytes);
+  held.clear();
+  // Given back, the pool's copies are taken again.
+  EXPECT_TRUE(SmallCopyPool::owns(pool.take(SmallCopyPool::kLargeBytes)));
+}
+
 TEST(SmallCopyPool, ThreadsTakeAndGiveBackWithoutSharingACopy) {
   // Each thread fills its copies with its own byte and checks them before giving them back (to
   // another thread's list half the time): a copy handed to two threads at once shows up here

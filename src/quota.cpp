@@ -127,6 +127,7 @@ struct Quota::Pool {
   Kept* heads[kClasses] = {};
   std::uint64_t bytes = 0;        // under mu; mirrored in Quota::pooled_ (chunks' unhanded bytes included)
   std::uint64_t chunk_total = 0;  // under mu; mirrored in Quota::chunk_bytes_
+  bool mapped_once = false;       // under mu: a chunk was mapped before (see map_chunk)
   std::unordered_map<std::uintptr_t, Chunk*> chunks;  // by base address
   Chunk* avail[kClasses] = {};
 
@@ -194,10 +195,15 @@ struct Quota::Pool {
     bytes += class_bytes(k->cls);
   }
   /// Maps a chunk for class `c`; false when mmap refuses. `not_advised` is set when madvise did.
+  /// The first chunk a quota maps keeps 4 KiB pages: a short process (a shell command under the
+  /// preload library writing a few KiB) would otherwise have the kernel clear a whole 2 MiB page
+  /// for its first block, about a tenth of such a process's CPU; a long one pays 511 more page
+  /// faults once.
   bool map_chunk(int c, bool& not_advised) noexcept {
     const std::size_t size = std::size_t{1} << kChunkLog;
-    void* mapped = detail::map_aligned(size, size, /*huge=*/true, not_advised);
+    void* mapped = detail::map_aligned(size, size, /*huge=*/mapped_once, not_advised);
     if (mapped == nullptr) return false;
+    mapped_once = true;
     auto* base = static_cast<std::byte*>(mapped);
     const auto a = reinterpret_cast<std::uintptr_t>(base);
     Chunk* k = new (std::nothrow) Chunk;

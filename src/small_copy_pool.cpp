@@ -49,8 +49,10 @@ struct SmallCopyPool::Impl {
     do {
       if (m + kChunkBytes > kMaxMappedBytes) return false;
     } while (!mapped.compare_exchange_weak(m, m + kChunkBytes, std::memory_order_relaxed));
+    // The process's first chunk keeps 4 KiB pages (as the quota's first chunk, for the same
+    // reason: a short process writing a few KiB would have a whole 2 MiB page cleared).
     bool not_advised = false;
-    void* p = map_aligned(kChunkBytes, kChunkBytes, /*huge=*/true, not_advised);
+    void* p = map_aligned(kChunkBytes, kChunkBytes, /*huge=*/m != 0, not_advised);
     if (p == nullptr) {
       mapped.fetch_sub(kChunkBytes, std::memory_order_relaxed);
       return false;

@@ -20,10 +20,15 @@ CopyArena::CopyArena(std::uint64_t cap, bool huge_pages) noexcept : cap_(cap) {
   // huge page, at a huge-page boundary, so that every opened chunk's halves can be huge pages.
   const std::size_t size = round_up(static_cast<std::size_t>(cap), kHugePage);
   if (size == 0) return;
+  // The first 2 MiB keep 4 KiB pages (as the quota's first chunk: a short process's first copies
+  // should not cost a cleared 2 MiB page); the rest is advised as a whole.
   bool not_advised = false;
-  if (void* p = map_aligned(size, kHugePage, huge_pages, not_advised)) {
+  if (void* p = map_aligned(size, kHugePage, /*huge=*/false, not_advised)) {
     base_ = static_cast<std::byte*>(p);
     reserved_ = size;
+#ifdef MADV_HUGEPAGE
+    if (huge_pages && size > kHugePage) (void)::madvise(base_ + kHugePage, size - kHugePage, MADV_HUGEPAGE);
+#endif
   }
 }
 

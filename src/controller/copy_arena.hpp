@@ -38,7 +38,8 @@ class CopyArena final : public BufferHome {
   /// `huge_pages` its reservation is advised MADV_HUGEPAGE (ControllerOptions::huge_pages): the
   /// pages of a copy are touched first by the memcpy in File::write, on the program's thread,
   /// and huge pages make that 2 faults per 4 MiB chunk instead of 1,024 where the kernel's
-  /// transparent huge pages allow it.
+  /// transparent huge pages allow it. The reservation's first 2 MiB are not advised (a short
+  /// process's first copies then clear 4 KiB pages, not a 2 MiB one).
   static CopyArena* create(std::uint64_t cap, bool huge_pages = false);
 
   /// n bytes (n > 0) rounded up to whole pages, page-aligned, from the arena; an empty buffer

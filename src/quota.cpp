@@ -31,27 +31,37 @@ static_assert(std::is_trivially_copyable_v<BlockRecord> && std::is_trivially_des
 // This ring allocates once, takes any capacity, and its cells are touched by one claimer at a
 // time.
 struct Quota::Records {
+  // The cells come from fresh anonymous memory, whose zero bytes already are every cell's first
+  // state (see Cell::seq): nothing is touched until the ring reaches a cell. Built with a loop,
+  // the 16,384 cells of a controller's quota were 640 KiB written at construction, 160 of the
+  // 560 page faults a short process under the preload library took.
   explicit Records(std::size_t capacity) {
     std::size_t n = 2;
     while (n < capacity) n *= 2;
-    cells = std::make_unique<Cell[]>(n);
+    bytes = n * sizeof(Cell);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    cells = static_cast<Cell*>(p);
     mask = n - 1;
-    for (std::size_t i = 0; i < n; ++i) cells[i].seq.store(i, std::memory_order_relaxed);
   }
+  ~Records() { ::munmap(cells, bytes); }
+  Records(const Records&) = delete;
+  Records& operator=(const Records&) = delete;
 
   bool push(const BlockRecord& r) noexcept {
     std::size_t pos = tail.load(std::memory_order_relaxed);
     for (;;) {
-      Cell& c = cells[pos & mask];
+      const std::size_t i = pos & mask;
+      Cell& c = cells[i];
       // Acquire: pairs with the release store of the consumer that freed this cell.
-      const std::size_t seq = c.seq.load(std::memory_order_acquire);
+      const std::size_t seq = c.seq.load(std::memory_order_acquire) + i;
       const auto dif = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos);
       if (dif == 0) {
         // Relaxed: the claim only orders producers among themselves; the data is published by
         // the release store below.
         if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           c.record = r;
-          c.seq.store(pos + 1, std::memory_order_release);  // pairs with pop()'s acquire
+          c.seq.store(pos + 1 - i, std::memory_order_release);  // pairs with pop()'s acquire
           return true;
         }
       } else if (dif < 0) {
@@ -65,14 +75,15 @@ struct Quota::Records {
   bool pop(BlockRecord& out) noexcept {
     std::size_t pos = head.load(std::memory_order_relaxed);
     for (;;) {
-      Cell& c = cells[pos & mask];
+      const std::size_t i = pos & mask;
+      Cell& c = cells[i];
       // Acquire: pairs with the release store of the producer that filled this cell.
-      const std::size_t seq = c.seq.load(std::memory_order_acquire);
+      const std::size_t seq = c.seq.load(std::memory_order_acquire) + i;
       const auto dif = static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos + 1);
       if (dif == 0) {
         if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           out = c.record;
-          c.seq.store(pos + mask + 1, std::memory_order_release);  // pairs with push()'s acquire
+          c.seq.store(pos + mask + 1 - i, std::memory_order_release);  // pairs with push()'s acquire
           return true;
         }
       } else if (dif < 0) {
@@ -83,11 +94,15 @@ struct Quota::Records {
     }
   }
 
+  // A cell's sequence number as in Vyukov's bounded queue, stored less the cell's index: cell i
+  // starts at sequence i, which is then a stored 0, and a zero record is BlockRecord{}.
   struct Cell {
-    std::atomic<std::size_t> seq{0};
+    std::atomic<std::size_t> seq;
     BlockRecord record;
   };
-  std::unique_ptr<Cell[]> cells;
+  static_assert(std::is_trivially_destructible_v<Cell>, "cells are unmapped, never destroyed one by one");
+  Cell* cells = nullptr;
+  std::size_t bytes = 0;
   std::size_t mask = 0;
   alignas(64) std::atomic<std::size_t> tail{0};  // next cell to fill
   alignas(64) std::atomic<std::size_t> head{0};  // next cell to empty

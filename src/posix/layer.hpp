@@ -77,10 +77,17 @@ struct Settings {
   /// cache has nothing to hide (the fsync waits for the write-back and the device either way),
   /// and each fsync through the workers costs a wake-up and a round trip. The path is
   /// remembered, so a file made again under the same name (SQLite's rollback journal, made and
-  /// deleted by every transaction) starts write-through; in order mode so does an empty file.
-  /// Under order a write-through file's writes still pass the epoch gate, and the order thread
-  /// writes and syncs them on its own descriptor. 0: off (every routed file is cached).
+  /// deleted by every transaction) starts write-through, and so does an empty file (see
+  /// empty_files_start_through). Under order a write-through file's writes still pass the epoch
+  /// gate, and the order thread writes and syncs them on its own descriptor. 0: off (every
+  /// routed file is cached).
   std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
+  /// A file routed empty (made, or truncated by its open) starts write-through, as a file
+  /// synced after little data: most are small files synced at once (git's objects, lock files,
+  /// journals), whose first sync through the cache costs a worker's hand-off each; a large
+  /// output goes to the cache after its first sync_through_bytes. Always so under order; false
+  /// keeps a new file cached from its first write in the full mode (tests of the cache).
+  bool empty_files_start_through = true;
   /// TAI_FSYNC (tai/posix.hpp).
   FsyncMode fsync_mode = FsyncMode::full;
   /// TAI_FSYNC_INLINE (order only). An epoch the program waits for right after its fsync (at a

@@ -80,6 +80,7 @@ extern std::optional<Settings> g_override;
 extern std::atomic<bool> g_trivial;
 extern std::atomic<std::uint64_t> g_start_writeback;
 extern std::atomic<std::uint64_t> g_sync_through;
+extern std::atomic<bool> g_empty_through;
 extern std::atomic<int> g_fsync_mode;
 extern std::atomic<bool> g_fsync_mode_set;
 extern std::atomic<bool> g_fsync_none;

@@ -126,6 +126,7 @@ Controller* controller() {
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
   g_write_behind_ns.store(s.write_behind_ms * 1'000'000u, std::memory_order_release);
   g_sync_through.store(s.sync_through_bytes, std::memory_order_release);
+  g_empty_through.store(s.empty_files_start_through, std::memory_order_release);
   if (!g_fsync_mode_set.load(std::memory_order_acquire))
     g_fsync_mode.store(static_cast<int>(s.fsync_mode), std::memory_order_release);
   g_fsync_none.store(s.fsync_none_for_benchmark, std::memory_order_release);

@@ -52,13 +52,14 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
         const std::string self = "/proc/self/fd/" + std::to_string(fd);
         owned->direct_fd = tai::detail::adopt_own_descriptor(::open(self.c_str(), O_WRONLY | O_CLOEXEC));
       }
-      // Made again under the name of a file that went write-through, or in order mode empty: it
-      // starts so, and gets its engine file only if it goes back to the cache (more than
-      // sync_through_bytes between two syncs: leave_through_locked). Under order an empty file
-      // is most often a small one synced at once (a lock file, git's objects, a journal), whose
-      // every sync would otherwise be an order-thread and a worker hand-off; a large output
-      // goes back to the cache after its first sync_through_bytes.
-      const bool starts_through = through_path_known(owned->name) || (order_mode() && st.st_size == 0);
+      // Made again under the name of a file that went write-through, or empty: it starts so,
+      // and gets its engine file only if it goes back to the cache (more than sync_through_bytes
+      // between two syncs: leave_through_locked). An empty file is most often a small one synced
+      // at once (a lock file, git's objects, a journal), whose every sync would otherwise be a
+      // worker's hand-off (under order an order thread's too); a large output goes back to the
+      // cache after its first sync_through_bytes (Settings::empty_files_start_through).
+      const bool empty_through = st.st_size == 0 && (order_mode() || g_empty_through.load(std::memory_order_relaxed));
+      const bool starts_through = through_path_known(owned->name) || empty_through;
       if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && starts_through) {
         owned->through = true;
       } else {

@@ -20,6 +20,7 @@ std::optional<Settings> g_override;         // restart_for_testing's settings (u
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
 std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_ctl)
+std::atomic<bool> g_empty_through{true};          // Settings::empty_files_start_through (set before g_ctl)
 std::atomic<int> g_fsync_mode{0};                 // FsyncMode as int: Settings::fsync_mode or set_fsync_mode
 std::atomic<bool> g_fsync_mode_set{false};        // set_fsync_mode was called: the settings do not override it
 std::atomic<bool> g_fsync_none{false};            // Settings::fsync_none_for_benchmark

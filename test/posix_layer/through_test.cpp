@@ -155,6 +155,56 @@ TEST_F(Through, AFileMadeAgainUnderTheSameNameStartsThrough) {
   EXPECT_EQ(kernel_contents(other), "cached");
 }
 
+TEST_F(Through, AnEmptyFileStartsThroughAndALargeOutputGoesBackToTheCache) {
+  posix::detail::Settings s = settings(kThrough);
+  s.empty_files_start_through = true;  // the default
+  restart(s);
+  // A file with bytes in it starts cached: its first write stays in the cache.
+  const std::string old = file("old.dat");
+  {
+    const int k = ::open(old.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(k, 0);
+    ASSERT_EQ(::write(k, "0123456789", 10), 10);
+    ::close(k);
+  }
+  const int fo = posix::open(old.c_str(), O_WRONLY, 0644);
+  ASSERT_GE(fo, 0);
+  ASSERT_EQ(posix::pwrite(fo, "abc", 3, 0), 3);
+  EXPECT_EQ(kernel_contents(old), "0123456789") << "a file with bytes in it starts cached";
+  ASSERT_EQ(posix::close(fo), 0);
+  EXPECT_EQ(kernel_contents(old), "abc3456789");
+
+  // A new (empty) file: each write is the kernel's as it returns, a sync reaches no engine.
+  const std::size_t before = log().size();
+  const std::string path = file("new.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string a = pattern(5000, 11);
+  ASSERT_EQ(write_all(fd, a), 5000);
+  EXPECT_TRUE(kernel_contents(path) == a) << "an empty file starts write-through";
+  ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_EQ(log().size(), before) << "the engine saw a request of a write-through file";
+
+  // More than kThrough bytes without a sync: back to the cache, and the bytes past that point
+  // reach the kernel at the next sync, every one of them.
+  std::string all = a;
+  for (unsigned i = 0; i < 4; ++i) {
+    const std::string p = pattern(kThrough / 2, 12 + i);
+    ASSERT_EQ(write_all(fd, p), static_cast<ssize_t>(p.size()));
+    all += p;
+  }
+  const std::string last = pattern(3000, 20);
+  ASSERT_EQ(write_all(fd, last), 3000);
+  all += last;
+  EXPECT_LT(kernel_contents(path).size(), all.size()) << "the last write should be in the cache";
+  EXPECT_TRUE(read_back(fd, all.size(), 0) == all);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == all);
+  EXPECT_GT(log().size(), before) << "the file went back to the cache and its engine";
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == all);
+}
+
 TEST_F(Through, AReceiptOrABarrierTakesTheFileBackToTheController) {
   const std::string path = file("receipt.dat");
   const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT, 0644);

@@ -3,7 +3,11 @@
 # durability, the default), `order` (TAI_FSYNC=order: fsync is an ordering barrier, durability
 # lags), `log` (order with TAI_FSYNC_LOG_DIR: the epochs queued behind the device go to a log in
 # batches, one device sync per batch), and `none` (every fsync a no-op: the unsafe upper bound, for this benchmark only; it is
-# switched on by TAI_FSYNC_BENCHMARK_ONLY_NONE=1, which is no user setting). Workloads:
+# switched on by TAI_FSYNC_BENCHMARK_ONLY_NONE=1, which is no user setting), and `floor`: no TAI,
+# but a preloaded shim (fsync_floor_shim.c) that makes the program wait for the device exactly where
+# the order mode's contract does (a close of a written file, an unlink, rename or truncation, exit:
+# every file written since is synced there) and nowhere else; what those waits cost by
+# themselves, with the ordering between fsyncs free. Workloads:
 #   sqlite-delete  N single-row transactions, journal_mode=DELETE, synchronous=FULL
 #   sqlite-wal     N single-row transactions, journal_mode=WAL, synchronous=FULL
 #   sqlite-wal-excl  the same with locking_mode=EXCLUSIVE (no record lock per transaction: a
@@ -17,7 +21,7 @@
 # Interleaved (every workload and mode once per round, round after round), medians of the
 # rounds; each run starts from an empty directory, and every SQLite table is checked. The last
 # columns are `order`'s and `log`'s gains as fractions of `none`'s gain, all over `full`:
-# (full/order - 1) / (full/none - 1).
+# (full/order - 1) / (full/none - 1); then of `floor`'s gain, the most the contract leaves to win.
 #
 #   bench/preload/fsync_modes_bench.sh [--lib PATH] [--serial PATH] [--rounds 3] [--txns 2000]
 #                                      [--loops 2000] [--images 30] [--commits 500] [--dir DIR]
@@ -61,6 +65,12 @@ done
 [ -x "$serial" ] && serial=$(realpath "$serial")
 mkdir -p "$dir"
 modes=(full order log none)
+floor_lib=$dir/fsync_floor_shim.so
+if command -v cc >/dev/null && cc -O2 -shared -fPIC -o "$floor_lib" "$(dirname "${BASH_SOURCE[0]}")/fsync_floor_shim.c" -ldl; then
+  modes+=(floor)
+else
+  echo "fsync_modes_bench: the floor shim could not be built (no C compiler?): no floor column" >&2
+fi
 
 for jm in DELETE WAL WAL-EXCL; do
   awk -v n="$txns" -v jm="$jm" -f "$(dirname "${BASH_SOURCE[0]}")/sqlite_load.awk" >"$dir/load-$jm.sql"
@@ -94,6 +104,7 @@ env_of() {  # mode -> environment
     order) echo "TAI_FSYNC=order" ;;
     log) echo "TAI_FSYNC=order TAI_FSYNC_LOG_DIR=$dir/order-log" ;;
     none) echo "TAI_FSYNC=full TAI_FSYNC_BENCHMARK_ONLY_NONE=1" ;;
+    floor) echo "LD_PRELOAD=$floor_lib" ;;  # after the library's LD_PRELOAD: replaces it
   esac
 }
 now() { date +%s.%N; }
@@ -145,17 +156,19 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
 echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"
-printf '%-14s %9s %9s %9s %9s %10s %10s %10s %11s %11s\n' workload "full s" "order s" "log s" "none s" "full/order" "full/log" "full/none" "order gain" "log gain"
+printf '%-14s %8s %8s %8s %8s %8s %10s %10s %10s %10s %10s %10s %10s %10s\n' workload "full s" "order s" \
+  "log s" "none s" "floor s" "full/order" "full/log" "full/none" "full/floor" "order/none" "log/none" "order/floor" "log/floor"
+gain() { awk -v s="$1" -v c="$2" 'BEGIN { printf "%.2f", (c > 1 ? (s - 1) / (c - 1) : 0) }'; }
 for w in "${workloads[@]}"; do
   f=$(echo "${times[$w.full]}" | median)
   o=$(echo "${times[$w.order]}" | median)
   l=$(echo "${times[$w.log]}" | median)
   n=$(echo "${times[$w.none]}" | median)
-  awk -v w="$w" -v f="$f" -v o="$o" -v l="$l" -v n="$n" 'BEGIN {
-    so = f / o; sl = f / l; sn = f / n
-    printf "%-14s %9.3f %9.3f %9.3f %9.3f %9.2fx %9.2fx %9.2fx %11.2f %11.2f\n", w, f, o, l, n, so, sl, sn,
-           (sn > 1 ? (so - 1) / (sn - 1) : 0), (sn > 1 ? (sl - 1) / (sn - 1) : 0)
-  }'
+  c=$(echo "${times[$w.floor]:-}" | median)
+  [ -n "$c" ] || c=$f  # no floor run: its columns say 1.00x and 0
+  read -r so sl sn sc < <(awk -v f="$f" -v o="$o" -v l="$l" -v n="$n" -v c="$c" 'BEGIN { print f / o, f / l, f / n, f / c }')
+  printf '%-14s %8.3f %8.3f %8.3f %8.3f %8.3f %9.2fx %9.2fx %9.2fx %9.2fx %10s %10s %10s %10s\n' "$w" "$f" "$o" "$l" "$n" "$c" \
+    "$so" "$sl" "$sn" "$sc" "$(gain "$so" "$sn")" "$(gain "$sl" "$sn")" "$(gain "$so" "$sc")" "$(gain "$sl" "$sc")"
 done
 echo
 echo "runs (s):"

@@ -32,9 +32,9 @@
 // Huge-page chunks (the constructor's huge_pages, on in the controller by default). Blocks of
 // 4 KiB to 1 MiB are then carved from 2 MiB-aligned chunks of anonymous memory advised with
 // MADV_HUGEPAGE (all but the first the quota maps, which keeps 4 KiB pages so that a short
-// process does not clear a 2 MiB page for its first block), each chunk serving one size: where the kernel's transparent huge pages are
-// enabled for madvise'd memory, one page fault maps 2 MiB (512 blocks of 4 KiB) instead of one
-// block. A chunk's blocks are never freed one by one: a released one goes back to its chunk's
+// process does not clear a 2 MiB page for its first block), each chunk serving one size: where
+// the kernel's transparent huge pages are enabled for madvise'd memory, one page fault maps
+// 2 MiB (512 blocks of 4 KiB) instead of one block. A chunk's blocks are never freed one by one: a released one goes back to its chunk's
 // free list (it counts as kept, in pooled()), and a chunk is unmapped only when none of its
 // blocks is in use and the kept bytes pass pool_limit (or trim()). The strict limit still bounds
 // every byte: a chunk is mapped only when used() + pooled() + 2 MiB fits under it, the

@@ -208,38 +208,37 @@ int ftruncate(int fd, off_t n) {
   return REAL(ftruncate)(fd, n);
 }
 
-#define OPEN_WRAPPER(name, call)                         \
-  int name(const char* p, int flags, ...) {              \
-    mode_t mode = 0;                                     \
-    if (flags & (O_CREAT | __O_TMPFILE)) {               \
-      va_list ap;                                        \
-      va_start(ap, flags);                               \
-      mode = va_arg(ap, mode_t);                         \
-      va_end(ap);                                        \
-    }                                                    \
-    load_##name();                                       \
-    if (flags & O_TRUNC) sync_written();                 \
-    const int fd = call;                                 \
-    forget(fd);                                          \
-    return fd;                                           \
+/* The mode argument of an open call: present only with O_CREAT or O_TMPFILE. */
+#define TAKE_MODE(flags, mode)                         \
+  mode_t mode = 0;                                     \
+  if ((flags) & (O_CREAT | __O_TMPFILE)) {             \
+    va_list ap;                                        \
+    va_start(ap, flags);                               \
+    mode = va_arg(ap, mode_t);                         \
+    va_end(ap);                                        \
   }
-OPEN_WRAPPER(open, REAL(open)(p, flags, mode))
-OPEN_WRAPPER(open64, REAL(open64)(p, flags, mode))
 
-#define OPENAT_WRAPPER(name)                             \
-  int name(int dir, const char* p, int flags, ...) {     \
-    mode_t mode = 0;                                     \
-    if (flags & (O_CREAT | __O_TMPFILE)) {               \
-      va_list ap;                                        \
-      va_start(ap, flags);                               \
-      mode = va_arg(ap, mode_t);                         \
-      va_end(ap);                                        \
-    }                                                    \
-    load_##name();                                       \
-    if (flags & O_TRUNC) sync_written();                 \
-    const int fd = REAL(name)(dir, p, flags, mode);      \
-    forget(fd);                                          \
-    return fd;                                           \
+/* An O_TRUNC open truncates a file in the kernel: the order mode waits for the epochs first. */
+#define OPEN_WRAPPER(name)                             \
+  int name(const char* p, int flags, ...) {            \
+    TAKE_MODE(flags, mode)                             \
+    load_##name();                                     \
+    if (flags & O_TRUNC) sync_written();               \
+    const int fd = REAL(name)(p, flags, mode);         \
+    forget(fd);                                        \
+    return fd;                                         \
+  }
+OPEN_WRAPPER(open)
+OPEN_WRAPPER(open64)
+
+#define OPENAT_WRAPPER(name)                           \
+  int name(int dir, const char* p, int flags, ...) {   \
+    TAKE_MODE(flags, mode)                             \
+    load_##name();                                     \
+    if (flags & O_TRUNC) sync_written();               \
+    const int fd = REAL(name)(dir, p, flags, mode);    \
+    forget(fd);                                        \
+    return fd;                                         \
   }
 OPENAT_WRAPPER(openat)
 OPENAT_WRAPPER(openat64)

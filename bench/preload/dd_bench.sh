@@ -74,7 +74,8 @@ for ((r = 0; r < rounds; ++r)); do
   run null-preload env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$dir/other" "${dd_null[@]}"
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
 declare -A med
 for k in "${!times[@]}"; do med[$k]=$(echo "${times[$k]}" | median); done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }

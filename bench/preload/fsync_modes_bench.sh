@@ -152,7 +152,8 @@ for ((r = 0; r < rounds; ++r)); do
     done
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
 echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"

@@ -56,7 +56,8 @@ for ((r = 0; r < rounds; ++r)); do
     faults[$v]+="$(awk -v f="$f" -v n="$runs" 'BEGIN { printf "%.0f", f / n }') "
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
 echo "a short process under the preload library: $runs processes of sh -c 'echo x >> FILE' per run, $rounds interleaved rounds, medians"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); $lib"
 [ -z "$before" ] || echo "before: $before"

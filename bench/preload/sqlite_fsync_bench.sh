@@ -71,7 +71,8 @@ for ((r = 0; r < rounds; ++r)); do
     times[$v]+="$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.4f", a - b }') "
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# shellcheck source=bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
 echo "sqlite3 $(sqlite3 --version | cut -d' ' -f1): $inserts autocommit inserts, synchronous=FULL, journal_mode=DELETE, in $dir/db"
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-8s %9s %9s   %s\n' variant "median s" "libc/this" "runs (s)"

@@ -213,6 +213,9 @@ void skip_epoch_syncs_for_testing(unsigned every);
 /// For tests: each write of the order log's batches takes `ms` milliseconds longer (a slow
 /// device while a batch is in flight). 0: no delay.
 void delay_order_log_writes_for_testing(unsigned ms);
+/// For tests: the fsync/fdatasync system calls the layer made itself and that succeeded (a
+/// write-through file's syncs, which reach no engine).
+std::uint64_t kernel_syncs_for_testing() noexcept;
 /// Every routed write durable (tai::posix::sync_now()): errno or 0.
 int sync_all();
 /// The benchmark-only `none` mode (Settings::fsync_none_for_benchmark) is on.

@@ -132,6 +132,12 @@ ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, 
   return r;
 }
 
+// Successful kernel syncs made by the layer, for tests: a write-through file's fsync reaches no
+// engine, so only this tells that it reached the kernel (relaxed: a count, beside a system call).
+static std::atomic<std::uint64_t> g_kernel_syncs{0};
+
+std::uint64_t kernel_syncs_for_testing() noexcept { return g_kernel_syncs.load(std::memory_order_relaxed); }
+
 int kernel_sync(int fd, bool data_only) noexcept {
   // The system call itself, not libc's wrapper: the preload library interposes fsync, and a
   // caller outside its depth count (the exit handler making the last epoch durable inline)
@@ -140,7 +146,9 @@ int kernel_sync(int fd, bool data_only) noexcept {
   do {
     rc = ::syscall(data_only ? SYS_fdatasync : SYS_fsync, fd);
   } while (rc < 0 && errno == EINTR);
-  return rc < 0 ? errno : 0;
+  if (rc < 0) return errno;
+  g_kernel_syncs.fetch_add(1, std::memory_order_relaxed);
+  return 0;
 }
 
 bool order_through_locked(const Inode& ino) noexcept {

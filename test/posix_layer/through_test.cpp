@@ -182,7 +182,12 @@ TEST_F(Through, AnEmptyFileStartsThroughAndALargeOutputGoesBackToTheCache) {
   const std::string a = pattern(5000, 11);
   ASSERT_EQ(write_all(fd, a), 5000);
   EXPECT_TRUE(kernel_contents(path) == a) << "an empty file starts write-through";
+  // Its fsync is the kernel's, made by the layer on this thread (durability without an engine).
+  const std::uint64_t syncs = posix::detail::kernel_syncs_for_testing();
   ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_EQ(posix::detail::kernel_syncs_for_testing(), syncs + 1) << "the fsync did not reach the kernel";
+  ASSERT_EQ(posix::fdatasync(fd), 0);
+  EXPECT_EQ(posix::detail::kernel_syncs_for_testing(), syncs + 2) << "the fdatasync did not reach the kernel";
   EXPECT_EQ(log().size(), before) << "the engine saw a request of a write-through file";
 
   // More than kThrough bytes without a sync: back to the cache, and the bytes past that point

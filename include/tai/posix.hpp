@@ -86,10 +86,10 @@
 //                works while the program computes and its fsync finds little left to write
 //   TAI_WRITE_BEHIND_MS  milliseconds (default 200; 0: off): a routed write reaches the kernel
 //                (written back, not synced) at most about this long after it was made, whatever
-//                the program does meanwhile. A keeper thread, started with the first routed
-//                file, does it; it sleeps on a futex while nothing is dirty. This bounds what a
-//                SIGKILL (or an _exit with this header alone) can take, in time; the strict quota
-//                bounds it in bytes.
+//                the program does meanwhile. A keeper thread, started with the controller (at
+//                the first file that goes to the cache), does it; it sleeps on a futex while
+//                nothing is dirty. This bounds what a SIGKILL (or an _exit with this header
+//                alone) can take, in time; the strict quota bounds it in bytes.
 //   TAI_FSYNC    full | order (default full). full: fsync/fdatasync return when the file's
 //                earlier writes are durable (POSIX). order: fsync/fdatasync return at once and
 //                close an epoch across every routed file of the process; no write made after

@@ -311,8 +311,8 @@ Receipt fsync_async(int fd) {
   // synchronous fsync; the kernel has every byte written through so far, and this sync, an
   // engine sync of the same inode, covers them).
   if (!detail::leave_through_locked(ino, fd)) {
-    Controller* c = detail::g_ctl.load(std::memory_order_acquire);
-    if (!c) return File().fsync();  // rejected: EBADF
+    Controller* c = detail::make_controller();  // a leaf lock: fine under ino.mu
+    if (!c) return File().fsync();  // the layer is down: rejected (EBADF)
     return c->submit([fd] {
       if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
     });
@@ -375,6 +375,9 @@ int set_fsync_mode(FsyncMode mode) {
   int err = 0;
   const bool now_order = detail::order_mode();
   if (mode == FsyncMode::order && !now_order) {
+    // The order mode's epochs are the controller's: made now if the files routed so far were
+    // all write-through (a routed open makes it under order).
+    if (detail::g_configured.load(std::memory_order_acquire)) (void)detail::controller();
     // What the cache holds was written under `full`, outside any epoch's list: durable first.
     err = detail::sync_all();
   } else if (mode == FsyncMode::full && now_order) {

@@ -70,9 +70,10 @@ std::map<InodeKey, Inode*>& registry() {
 }
 
 // Never takes g_init_mu (callers hold g_reg_mu or an inode's mutex, which the exit handler takes
-// after g_init_mu): the controller must exist already.
+// after g_init_mu): the layer must be configured already; the controller is made here at the
+// first engine file (make_controller takes only its own leaf lock).
 Result<File> open_engine_file(const std::string& path, bool readable) {
-  Controller* c = g_ctl.load(std::memory_order_acquire);
+  Controller* c = make_controller();
   if (!c || g_down.load(std::memory_order_acquire))
     return Error{std::make_error_code(std::errc::operation_canceled), "the controller is not available"};
   const OpenMode mode(readable ? Open::read | Open::write : Open::write);

@@ -32,9 +32,14 @@ void hand_back_offsets() {
 
 std::vector<std::string> shutdown_locked() {
   std::vector<std::string> failures;
-  Controller* c = g_ctl.load(std::memory_order_acquire);
-  g_down.store(true, std::memory_order_release);
-  if (!c) {
+  Controller* c = nullptr;
+  {
+    // Under g_make_mu: a controller being made now is either seen here or not made at all.
+    std::lock_guard<std::mutex> make(g_make_mu);
+    g_down.store(true, std::memory_order_release);
+    c = g_ctl.load(std::memory_order_acquire);
+  }
+  if (!g_configured.load(std::memory_order_acquire)) {  // nothing was ever routed
     g_handed_back.store(true, std::memory_order_release);
     return failures;
   }
@@ -48,6 +53,7 @@ std::vector<std::string> shutdown_locked() {
   }
   hand_back_offsets();
   g_handed_back.store(true, std::memory_order_release);
+  if (!c) return failures;  // every routed file was write-through: the kernel has its bytes
   ShutdownReport report = c->shutdown();
   for (auto& f : report.failures) failures.push_back(std::move(f));
   return failures;
@@ -97,42 +103,53 @@ void at_exit() {
 // runs after them (atexit handlers run in reverse order), so their writes are written back too.
 __attribute__((constructor(101))) void register_exit_handler() { std::atexit(&at_exit); }
 
-Controller* controller() {
-  if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
+namespace {
+// The controller's options and the test hook, from the settings configure applied: written
+// under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu.
+ControllerOptions g_options;
+std::function<void(Controller&)> g_setup;
+}  // namespace
+
+bool layer_active() noexcept {
+  return g_configured.load(std::memory_order_acquire) && !g_down.load(std::memory_order_acquire);
+}
+
+// Applies the settings once (and again after restart_for_testing): the modes, the thresholds,
+// the logs of epochs a dead process left. false when the layer is down. Takes g_init_mu: never
+// under g_reg_mu or an inode's mutex.
+bool configure() {
+  if (g_configured.load(std::memory_order_acquire)) return !g_down.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lock(g_init_mu);
-  if (g_down.load(std::memory_order_acquire)) return nullptr;
-  if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
+  if (g_down.load(std::memory_order_acquire)) return false;
+  if (g_configured.load(std::memory_order_acquire)) return true;
   std::vector<std::string> warnings;
   Settings s = g_override ? *g_override : settings_from_env(&warnings);
   g_log.store(s.log, std::memory_order_relaxed);
   for (const auto& w : warnings) std::fprintf(stderr, "tai::posix: %s\n", w.c_str());
-  Controller* c = nullptr;
   // The layer starts the device write-back itself (start_writeback_every: it first hands the
   // cache's dirty bytes to the kernel, which the engine's own write-behind cannot), so the
   // engine's is off: one sync_file_range per interval, not two.
   s.options.engine_options.start_writeback_bytes = 0;
-  try {
-    c = new Controller(s.options);
-    if (s.setup) s.setup(*c);
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "tai::posix: cannot make the controller (%s): every file passes through to libc\n",
-                 ex.what());
-    delete c;
-    g_down.store(true, std::memory_order_release);
-    g_handed_back.store(true, std::memory_order_release);
-    return nullptr;
+  {
+    std::lock_guard<std::mutex> make(g_make_mu);
+    g_options = s.options;
+    g_setup = s.setup;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
   g_write_behind_ns.store(s.write_behind_ms * 1'000'000u, std::memory_order_release);
   g_sync_through.store(s.sync_through_bytes, std::memory_order_release);
-  g_empty_through.store(s.empty_files_start_through, std::memory_order_release);
+  g_start_through.store(s.files_start_through, std::memory_order_release);
   if (!g_fsync_mode_set.load(std::memory_order_acquire))
     g_fsync_mode.store(static_cast<int>(s.fsync_mode), std::memory_order_release);
   g_fsync_none.store(s.fsync_none_for_benchmark, std::memory_order_release);
   g_max_delay_ns.store(s.fsync_max_delay_ms * 1'000'000u, std::memory_order_release);
   g_fsync_inline.store(static_cast<int>(s.fsync_inline), std::memory_order_release);
-  g_order_limit.store(s.order_queue_bytes ? s.order_queue_bytes : std::max<std::uint64_t>(c->options().weak_quota, 1),
+  // The weak quota as the controller will have it (the constructor's correction when it
+  // exceeds the strict one).
+  const std::uint64_t weak =
+      s.options.weak_quota > s.options.strict_quota ? s.options.strict_quota / 2 : s.options.weak_quota;
+  g_order_limit.store(s.order_queue_bytes ? s.order_queue_bytes : std::max<std::uint64_t>(weak, 1),
                       std::memory_order_release);
   // Before any file is routed: a log of epochs left by a process that died is replayed into
   // its files, whatever this process's mode (the files alone may not hold a state of that
@@ -141,21 +158,54 @@ Controller* controller() {
   order_log_configure(s.fsync_log_dir, s.fsync_log_checkpoint_bytes);
   if (s.fsync_none_for_benchmark)
     std::fprintf(stderr, "tai::posix: benchmark-only mode: every fsync is a no-op, nothing is durable\n");
-  // A new controller caches nothing yet: a stamp left by the last one (restart_for_testing,
-  // whose write-behind may have been off, so that the keeper never cleared it) would keep the
-  // next write from stamping and waking the keeper, and its deadline would pass unseen.
-  g_dirty_since.store(0, std::memory_order_release);
-  g_keeper_wake.fetch_add(1, std::memory_order_release);
-  futex_wake(g_keeper_wake, 1);
-  logf("fsync mode %s (max delay %" PRIu64 " ms, queue %" PRIu64 " bytes)", order_mode() ? "order" : "full",
-       s.fsync_max_delay_ms, g_order_limit.load(std::memory_order_relaxed));
-  logf("controller: %u workers, engine %s (%s), tree %s, quota %" PRIu64 ",%" PRIu64 ", start write-back every %" PRIu64
-       " bytes, write-behind %" PRIu64 " ms, write-through below %" PRIu64 " bytes per sync", c->workers(), s.options.engine.c_str(), c->engine_note().c_str(), s.trivial_tree ? "trivial" : "default",
-       c->options().weak_quota, c->options().strict_quota, s.start_writeback_bytes,
-       s.write_behind_ms, s.sync_through_bytes);
-  g_ctl.store(c, std::memory_order_release);
+  logf("fsync mode %s (max delay %" PRIu64 " ms, queue %" PRIu64 " bytes), tree %s, start write-back every %" PRIu64
+       " bytes, write-behind %" PRIu64 " ms, write-through below %" PRIu64 " bytes per sync",
+       order_mode() ? "order" : "full", s.fsync_max_delay_ms, g_order_limit.load(std::memory_order_relaxed),
+       s.trivial_tree ? "trivial" : "default", s.start_writeback_bytes, s.write_behind_ms, s.sync_through_bytes);
+  g_configured.store(true, std::memory_order_release);
+  return true;
+}
+
+// The controller, made at the first file the engine opens (or by controller()). nullptr when
+// the layer is down or not configured, or when it cannot be made (then every file passes
+// through to libc). Takes g_make_mu only (a leaf): callable under an inode's mutex.
+Controller* make_controller() {
+  if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
+  if (!g_configured.load(std::memory_order_acquire)) return nullptr;
+  Controller* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_make_mu);
+    if (g_down.load(std::memory_order_acquire)) return nullptr;
+    if (Controller* made = g_ctl.load(std::memory_order_acquire)) return made;
+    try {
+      c = new Controller(g_options);
+      if (g_setup) g_setup(*c);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tai::posix: cannot make the controller (%s): every file passes through to libc\n",
+                   ex.what());
+      delete c;
+      g_down.store(true, std::memory_order_release);
+      g_handed_back.store(true, std::memory_order_release);
+      return nullptr;
+    }
+    // A new controller caches nothing yet: a stamp left by the last one (restart_for_testing,
+    // whose write-behind may have been off, so that the keeper never cleared it) would keep the
+    // next write from stamping and waking the keeper, and its deadline would pass unseen.
+    g_dirty_since.store(0, std::memory_order_release);
+    g_keeper_wake.fetch_add(1, std::memory_order_release);
+    futex_wake(g_keeper_wake, 1);
+    logf("controller: %u workers, engine %s (%s), quota %" PRIu64 ",%" PRIu64, c->workers(),
+         c->options().engine.c_str(), c->engine_note().c_str(), c->options().weak_quota, c->options().strict_quota);
+    g_ctl.store(c, std::memory_order_release);
+  }
+  // The keeper writes back what the cache holds: needed from the first engine file on.
+  start_keeper();
   return c;
 }
+
+Controller* controller() { return configure() ? make_controller() : nullptr; }
+
+bool controller_made_for_testing() noexcept { return g_ctl.load(std::memory_order_acquire) != nullptr; }
 
 int write_back_all(bool drain_order) {
   // Held writes reach the cache first (the caller hands the cache to the kernel).
@@ -253,7 +303,7 @@ void start_keeper() noexcept {
 int write_back_for_end(int timeout_ms) noexcept {
   if (g_forked_child.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire) ||
       !g_keeper_started.load(std::memory_order_acquire))
-    return 0;  // nothing was ever routed (the keeper starts with the first routed file)
+    return 0;  // nothing was ever cached (the keeper starts with the controller)
   if (g_keeper_failed.load(std::memory_order_acquire)) {
     // No keeper: on this thread, without the bounded wait (better than losing the data).
     keeper_write_back();
@@ -306,7 +356,7 @@ int write_back_one(Inode& ino) {
 }
 
 int write_back_inode(dev_t dev, ino_t ino) {
-  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return 0;
+  if (!layer_active()) return 0;
   Inode* ip = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_reg_mu);
@@ -372,7 +422,7 @@ bool nothing_cached() noexcept {
 
 // full mode: a durable sync of every routed file, all submitted, then all waited for.
 int full_sync_all() {
-  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return 0;
+  if (!layer_active()) return 0;
   std::vector<Inode*> files;
   {
     std::lock_guard<std::mutex> lock(g_reg_mu);
@@ -412,7 +462,7 @@ int full_sync_all() {
 int sync_all() { return order_mode() ? order_sync_all() : full_sync_all(); }
 
 bool cached_size(dev_t dev, ino_t ino, std::uint64_t* size) {
-  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return false;
+  if (!layer_active()) return false;
   std::lock_guard<std::mutex> lock(g_reg_mu);
   auto it = registry().find(InodeKey{dev, ino});
   if (it == registry().end()) return false;
@@ -475,9 +525,15 @@ ShutdownReport restart_for_testing(const Settings& settings) {
   g_fsync_mode.store(0, std::memory_order_release);
   std::lock_guard<std::mutex> lock(g_init_mu);
   ShutdownReport report;
-  if (Controller* c = g_ctl.exchange(nullptr, std::memory_order_acq_rel)) {
-    report = c->shutdown();
-    delete c;
+  Controller* old = nullptr;
+  {
+    std::lock_guard<std::mutex> make(g_make_mu);
+    old = g_ctl.exchange(nullptr, std::memory_order_acq_rel);
+    g_configured.store(false, std::memory_order_release);  // the next routed open applies `settings`
+  }
+  if (old) {
+    report = old->shutdown();
+    delete old;
   }
   g_override = settings;
   g_down.store(false, std::memory_order_release);

@@ -28,9 +28,19 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   if (!S_ISREG(st.st_mode)) return "not a regular file";
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
-  if (wants_write && !controller()) return "no controller";  // made here, before g_reg_mu (lock order: init, reg, inode)
+  if (wants_write) {
+    // Configured here, before g_reg_mu (lock order: init, reg, inode).
+    if (!configure()) return "the layer is shut down (exit, exec or a forked child)";
+    // A file that starts write-through (see below) needs no controller: a process whose files
+    // all stay so (git, a shell appending a line) never pays for the workers and engines. The
+    // others have it made here, outside the locks (a file that goes back to the cache later
+    // has it made then, by open_engine_file).
+    const bool may_start_through = !order_mode() && g_sync_through.load(std::memory_order_relaxed) != 0 &&
+                                   (g_start_through.load(std::memory_order_relaxed) || through_path_known(path));
+    if (!may_start_through && !make_controller()) return "no controller";
+  }
   // A reader makes no controller: the logs of epochs a dead process left are replayed here first.
-  if (!wants_write && !g_ctl.load(std::memory_order_acquire))
+  if (!wants_write && !g_configured.load(std::memory_order_acquire))
     if (const char* d = std::getenv("TAI_FSYNC_LOG_DIR"); d && d[0] == '/') recover_order_logs_once(d);
   Inode* ino = nullptr;
   bool fresh = false;
@@ -52,14 +62,15 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
         const std::string self = "/proc/self/fd/" + std::to_string(fd);
         owned->direct_fd = tai::detail::adopt_own_descriptor(::open(self.c_str(), O_WRONLY | O_CLOEXEC));
       }
-      // Made again under the name of a file that went write-through, or empty: it starts so,
-      // and gets its engine file only if it goes back to the cache (more than sync_through_bytes
-      // between two syncs: leave_through_locked). An empty file is most often a small one synced
-      // at once (a lock file, git's objects, a journal), whose every sync would otherwise be a
-      // worker's hand-off (under order an order thread's too); a large output goes back to the
-      // cache after its first sync_through_bytes (Settings::empty_files_start_through).
-      const bool empty_through = st.st_size == 0 && (order_mode() || g_empty_through.load(std::memory_order_relaxed));
-      const bool starts_through = through_path_known(owned->name) || empty_through;
+      // Made again under the name of a file that went write-through, or (the full mode) any
+      // file, or (order) an empty one: it starts so, and gets its engine file only if it goes
+      // back to the cache (more than sync_through_bytes between two syncs: leave_through_locked).
+      // Most files a short process writes are small ones synced at once or appended to (a lock
+      // file, git's objects and logs, a journal), whose every sync would otherwise be a worker's
+      // hand-off (under order an order thread's too); a large output goes back to the cache
+      // after its first sync_through_bytes (Settings::files_start_through).
+      const bool setting_through = order_mode() ? st.st_size == 0 : g_start_through.load(std::memory_order_relaxed);
+      const bool starts_through = through_path_known(owned->name) || setting_through;
       if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && starts_through) {
         owned->through = true;
       } else {
@@ -102,7 +113,6 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
     (void)truncate_locked(*ino, fd, 0);
   }
   install(fd, d);  // release: the description's fields above happen-before its users
-  if (fresh) start_keeper();
   if (order_mode() && wants_write && (flags & (O_CREAT | O_TRUNC))) {
     // The open may have made or truncated the file in the kernel: the next fsync syncs it.
     OrderState& o = ord();
@@ -212,7 +222,7 @@ int unroute_inode(dev_t dev, ino_t ino) {
 }
 
 int unroute_all(bool inheritable_only) {
-  if (!g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return 0;
+  if (!layer_active()) return 0;
   std::vector<int> fds;
   for_each_slot([&](int fd, Description*) {
     if (inheritable_only) {

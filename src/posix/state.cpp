@@ -7,8 +7,15 @@ namespace tai::posix::detail {
 // ---------------------------------------------------------------------------------------------
 // The controller's lifecycle
 
-std::mutex g_init_mu;                       // making, restarting and shutting down
-std::atomic<Controller*> g_ctl{nullptr};    // release by the maker, acquire by users
+std::mutex g_init_mu;                       // configuring, restarting and shutting down
+// Making the controller (make_controller), and g_down's store against it: a leaf lock, taken
+// under an inode's mutex (a file leaving write-through opens its first engine file).
+std::mutex g_make_mu;
+// The settings are applied (configure): files may be routed. A process whose routed files all
+// stay write-through (git, a shell appending a line) never makes a controller: its engines,
+// workers and keeper are made at the first engine file. release by configure, acquire by users.
+std::atomic<bool> g_configured{false};
+std::atomic<Controller*> g_ctl{nullptr};    // release by make_controller, acquire by users
 std::atomic<bool> g_down{false};            // shutting down or down: no new routing, no new cache
 // Set after g_down, once every description's offset is the kernel's (hand_back_offsets): from
 // then on libc serves every call. In between (the exit handler running while other threads
@@ -20,7 +27,7 @@ std::optional<Settings> g_override;         // restart_for_testing's settings (u
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
 std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_ctl)
-std::atomic<bool> g_empty_through{true};          // Settings::empty_files_start_through (set before g_ctl)
+std::atomic<bool> g_start_through{true};          // Settings::files_start_through (set before g_configured)
 std::atomic<int> g_fsync_mode{0};                 // FsyncMode as int: Settings::fsync_mode or set_fsync_mode
 std::atomic<bool> g_fsync_mode_set{false};        // set_fsync_mode was called: the settings do not override it
 std::atomic<bool> g_fsync_none{false};            // Settings::fsync_none_for_benchmark
@@ -30,7 +37,7 @@ std::atomic<int> g_fsync_inline{0};                         // Settings::fsync_i
 bool order_mode() noexcept { return g_fsync_mode.load(std::memory_order_acquire) == static_cast<int>(FsyncMode::order); }
 
 // ---------------------------------------------------------------------------------------------
-// The keeper: one thread (started with the first routed file) that hands cached writes to the
+// The keeper: one thread (started with the controller) that hands cached writes to the
 // kernel when nobody else would in time:
 //  * write-behind: a write made while nothing was dirty (g_dirty_since was 0) stamps the time
 //    and wakes the keeper; the keeper sleeps until that stamp plus the deadline, clears the

@@ -29,7 +29,7 @@ class NothingCached : public LayerTest {
     s.write_behind_ms = 0;
     s.start_writeback_bytes = 0;
     s.sync_through_bytes = kThrough;
-    s.empty_files_start_through = false;  // a new file starts cached in the full mode
+    s.files_start_through = false;  // a file starts cached in the full mode
     s.fsync_mode = mode;
     return s;
   }

@@ -18,9 +18,9 @@ inline posix::detail::Settings through_settings(std::uint64_t through, std::shar
   s.write_behind_ms = 0;
   s.start_writeback_bytes = 0;
   s.sync_through_bytes = through;
-  // A new file starts cached (in the full mode), so that the tests see it move to write-through
-  // at a small sync; empty files that start write-through have their own case.
-  s.empty_files_start_through = false;
+  // A file starts cached (in the full mode), so that the tests see it move to write-through at a
+  // small sync; files that start write-through have their own cases.
+  s.files_start_through = false;
   auto rec = std::make_shared<engines::RecordingEngine*>(nullptr);
   recording = rec;
   s.options.engine = "recording";

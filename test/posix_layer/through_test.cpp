@@ -155,11 +155,7 @@ TEST_F(Through, AFileMadeAgainUnderTheSameNameStartsThrough) {
   EXPECT_EQ(kernel_contents(other), "cached");
 }
 
-TEST_F(Through, AnEmptyFileStartsThroughAndALargeOutputGoesBackToTheCache) {
-  posix::detail::Settings s = settings(kThrough);
-  s.empty_files_start_through = true;  // the default
-  restart(s);
-  // A file with bytes in it starts cached: its first write stays in the cache.
+TEST_F(Through, AFileStartsThroughAndALargeOutputGoesBackToTheCache) {
   const std::string old = file("old.dat");
   {
     const int k = ::open(old.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -167,12 +163,30 @@ TEST_F(Through, AnEmptyFileStartsThroughAndALargeOutputGoesBackToTheCache) {
     ASSERT_EQ(::write(k, "0123456789", 10), 10);
     ::close(k);
   }
-  const int fo = posix::open(old.c_str(), O_WRONLY, 0644);
+  // With the setting off (the fixture's), a file starts cached: its first write stays there.
+  int fo = posix::open(old.c_str(), O_WRONLY, 0644);
   ASSERT_GE(fo, 0);
   ASSERT_EQ(posix::pwrite(fo, "abc", 3, 0), 3);
-  EXPECT_EQ(kernel_contents(old), "0123456789") << "a file with bytes in it starts cached";
+  EXPECT_EQ(kernel_contents(old), "0123456789") << "with files_start_through off a file starts cached";
   ASSERT_EQ(posix::close(fo), 0);
   EXPECT_EQ(kernel_contents(old), "abc3456789");
+
+  posix::detail::Settings s = settings(kThrough);
+  s.files_start_through = true;  // the default
+  restart(s);
+  // A file with bytes in it, opened without truncation (a log appended to, a file patched in
+  // place), starts write-through as well: its writes are the kernel's as they return.
+  fo = posix::open(old.c_str(), O_WRONLY | O_APPEND, 0644);
+  ASSERT_GE(fo, 0);
+  ASSERT_EQ(write_all(fo, "+more"), 5);
+  EXPECT_EQ(kernel_contents(old), "abc3456789+more") << "a file with bytes in it starts write-through";
+  ASSERT_EQ(posix::close(fo), 0);
+  // The one cached file the recording engine needs (its log exists once the controller does).
+  const std::string cached = file("cached.dat");
+  const int fc = posix::open(cached.c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fc, 0);
+  ASSERT_EQ(write_all(fc, pattern(kThrough + 1, 10)), static_cast<ssize_t>(kThrough + 1));
+  ASSERT_EQ(posix::close(fc), 0);
 
   // A new (empty) file: each write is the kernel's as it returns, a sync reaches no engine.
   const std::size_t before = log().size();
@@ -208,6 +222,62 @@ TEST_F(Through, AnEmptyFileStartsThroughAndALargeOutputGoesBackToTheCache) {
   EXPECT_GT(log().size(), before) << "the file went back to the cache and its engine";
   ASSERT_EQ(posix::close(fd), 0);
   EXPECT_TRUE(kernel_contents(path) == all);
+}
+
+// A process whose routed files all stay write-through (git's objects and refs, a shell
+// appending a line) makes no controller: no workers, no engines, no keeper. The first file that
+// goes back to the cache makes it, under its inode's lock, and loses no byte on the way.
+TEST_F(Through, FilesThatStayThroughMakeNoControllerAndTheFirstCachedFileMakesIt) {
+  posix::detail::Settings s = settings(kThrough);
+  s.files_start_through = true;  // the default
+  restart(s);
+  ASSERT_FALSE(posix::detail::controller_made_for_testing()) << "a restart leaves no controller";
+  std::vector<std::string> wanted;
+  for (unsigned i = 0; i < 4; ++i) {
+    const std::string path = file("small" + std::to_string(i) + ".dat");
+    const int fd = posix::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    wanted.push_back(pattern(700 + i, 30 + i));
+    ASSERT_EQ(write_all(fd, wanted.back()), static_cast<ssize_t>(wanted.back().size()));
+    ASSERT_EQ(posix::fsync(fd), 0);
+    ASSERT_EQ(posix::close(fd), 0);
+  }
+  // Appends through a descriptor kept open, and the process's sync_now, the same.
+  const std::string lines = file("lines.log");
+  const int fl = posix::open(lines.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(fl, 0);
+  ASSERT_EQ(write_all(fl, "one\n"), 4);
+  ASSERT_EQ(write_all(fl, "two\n"), 4);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(kernel_contents(lines), "one\ntwo\n");
+  for (unsigned i = 0; i < 4; ++i)
+    EXPECT_TRUE(kernel_contents(file("small" + std::to_string(i) + ".dat")) == wanted[i]) << i;
+  EXPECT_FALSE(posix::detail::controller_made_for_testing())
+      << "a controller was made although every routed file stayed write-through";
+
+  // More than kThrough bytes without a sync: the file leaves write-through, which makes the
+  // controller; what the kernel had and what the cache takes from then on are one file.
+  const std::string big = file("big.dat");
+  const int fd = posix::open(big.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  std::string all;
+  for (unsigned i = 0; i < 4; ++i) {
+    const std::string p = pattern(kThrough / 2 + 17, 40 + i);
+    ASSERT_EQ(write_all(fd, p), static_cast<ssize_t>(p.size()));
+    all += p;
+  }
+  ASSERT_TRUE(posix::detail::controller_made_for_testing()) << "the cached file made no controller";
+  EXPECT_LT(kernel_contents(big).size(), all.size()) << "the last writes should be in the cache";
+  EXPECT_TRUE(read_back(fd, all.size(), 0) == all);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  EXPECT_TRUE(kernel_contents(big) == all);
+  EXPECT_GT(log().size(), 0u) << "the file went to the engine";
+  // The descriptor kept open from before the controller was made still appends where it should.
+  ASSERT_EQ(write_all(fl, "three\n"), 6);
+  ASSERT_EQ(posix::close(fl), 0);
+  EXPECT_EQ(kernel_contents(lines), "one\ntwo\nthree\n");
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(big) == all);
 }
 
 TEST_F(Through, AReceiptOrABarrierTakesTheFileBackToTheController) {

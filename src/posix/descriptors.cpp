@@ -36,6 +36,10 @@ int release(Description* d) noexcept {
   return err;
 }
 std::atomic<Chunk*> g_top[1u << kTopBits] = {};  // zero-initialised: untouched pages cost nothing
+// One past the highest index of g_top that has (or is getting) a chunk: the scans (at exit, exec
+// and fork) read only that far, so that a process touches none of the table's 512 KiB but the
+// pages it uses (a scan of it all was 128 page faults, twice in a short process).
+std::atomic<int> g_top_used{0};
 
 std::atomic<Description*>* slot_of(int fd, bool make) {
   if (fd < 0 || fd >= kMaxFd) return nullptr;
@@ -45,6 +49,13 @@ std::atomic<Description*>* slot_of(int fd, bool make) {
     if (!make) return nullptr;
     auto* fresh = new (std::nothrow) Chunk;
     if (!fresh) return nullptr;
+    // Raised before the chunk is published (release; a scan's acquire load pairs with it): a scan
+    // that finds the chunk also reads this far.
+    const int index = fd >> kChunkBits;
+    int used = g_top_used.load(std::memory_order_relaxed);
+    while (used <= index && !g_top_used.compare_exchange_weak(used, index + 1, std::memory_order_release,
+                                                               std::memory_order_relaxed)) {
+    }
     if (top.compare_exchange_strong(c, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) {
       c = fresh;
     } else {

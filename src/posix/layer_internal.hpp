@@ -103,6 +103,7 @@ extern std::mutex g_reg_mu;
 extern std::mutex g_through_mu;
 extern std::mutex g_pool_mu;
 extern std::atomic<Chunk*> g_top[1u << kTopBits];
+extern std::atomic<int> g_top_used;
 extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
@@ -532,7 +533,8 @@ T finish(T ret, int saved) {
 // Calls fn(fd, description) for every routed slot (chunks that exist only).
 template <class Fn>
 void for_each_slot(Fn&& fn) {
-  for (int top = 0; top < (1 << kTopBits); ++top) {
+  const int used = g_top_used.load(std::memory_order_acquire);  // pairs with slot_of's raise
+  for (int top = 0; top < used; ++top) {
     Chunk* c = g_top[top].load(std::memory_order_acquire);
     if (!c) continue;
     for (int i = 0; i < (1 << kChunkBits); ++i) {

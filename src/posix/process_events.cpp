@@ -14,7 +14,8 @@ void kernel_seek(int fd, std::uint64_t offset) noexcept {
 // Hands each routed descriptor's offset to the kernel (the exit handler: libc serves them
 // afterwards).
 void hand_back_offsets() {
-  for (int top = 0; top < (1 << kTopBits); ++top) {
+  const int used = g_top_used.load(std::memory_order_acquire);  // pairs with slot_of's raise
+  for (int top = 0; top < used; ++top) {
     Chunk* c = g_top[top].load(std::memory_order_acquire);
     if (!c) continue;
     for (int i = 0; i < (1 << kChunkBits); ++i) {

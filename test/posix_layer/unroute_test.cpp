@@ -2,6 +2,8 @@
 // fork, posix_spawn, fcntl locks, stat by path, close_range): a file taken out of the layer has
 // its cached writes in the kernel and its offset in the kernel descriptor, and is served by libc
 // from then on.
+#include <sys/resource.h>
+
 #include "posix_layer/support.hpp"
 
 namespace tai::test {
@@ -44,6 +46,27 @@ TEST_F(Unroute, AllCanSpareCloseOnExecDescriptors) {
   EXPECT_EQ(kernel_contents(file("keep.dat")), "b");
   ::close(inherit);
   ::close(keep);
+}
+
+// The scans of the descriptor table (exec, fork, exit) read only as far as its highest used
+// chunk: a descriptor numbered far above the others, made after them, is still found.
+TEST_F(Unroute, AllFindsADescriptorFarAboveTheOthers) {
+  struct rlimit lim {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_cur < 8192) GTEST_SKIP() << "RLIMIT_NOFILE is " << lim.rlim_cur << ": no room for a descriptor above 4096";
+  const std::string path = file("far.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const int far = ::fcntl(fd, F_DUPFD, 6000);  // in a chunk of its own, far past fd's
+  ASSERT_GE(far, 6000);
+  ASSERT_EQ(posix::detail::alias_descriptor(fd, far), 0);
+  ASSERT_EQ(posix::close(fd), 0);  // only the far one is left
+  ASSERT_EQ(posix::write(far, "far away", 8), 8);
+  EXPECT_EQ(posix::detail::unroute_all(false), 0);
+  EXPECT_FALSE(posix::routed(far)) << "the scan stopped before the descriptor's chunk";
+  EXPECT_EQ(kernel_contents(path), "far away");
+  EXPECT_EQ(::lseek(far, 0, SEEK_CUR), 8);
+  ::close(far);
 }
 
 TEST_F(Unroute, WriteBackAllKeepsTheRouting) {

@@ -49,8 +49,8 @@ std::atomic<Description*>* slot_of(int fd, bool make) {
     if (!make) return nullptr;
     auto* fresh = new (std::nothrow) Chunk;
     if (!fresh) return nullptr;
-    // Raised before the chunk is published (release; a scan's acquire load pairs with it): a scan
-    // that finds the chunk also reads this far.
+    // Raised before the chunk is published (release; the scans' acquire load pairs with it): a
+    // scan made after a descriptor of the chunk was installed reads this far.
     const int index = fd >> kChunkBits;
     int used = g_top_used.load(std::memory_order_relaxed);
     while (used <= index && !g_top_used.compare_exchange_weak(used, index + 1, std::memory_order_release,

@@ -298,8 +298,8 @@ Receipt fsync_async(int fd) {
     // Held-back writes are not in the file's cache, so the file's own sync would not cover
     // them: every epoch durable here (waits), and the receipt carries the outcome.
     const int err = detail::order_sync_all();
-    Controller* c = detail::g_ctl.load(std::memory_order_acquire);
-    if (!c) return File().fsync();  // rejected: EBADF
+    Controller* c = detail::make_controller();
+    if (!c) return File().fsync();  // the layer is down: rejected (EBADF)
     return c->submit([err] {
       if (err != 0) throw std::system_error(err, std::generic_category(), "fsync");
     });

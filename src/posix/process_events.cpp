@@ -71,7 +71,7 @@ void at_exit() {
   // needs g_init_mu: held back until the shutdown is done, as inside the layer.
   std::vector<std::string> failures;
   // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
-  if (order_mode() && g_ctl.load(std::memory_order_acquire) && !g_down.load(std::memory_order_acquire)) {
+  if (order_mode() && layer_active()) {
     const std::uint64_t t0 = now_ns();
     if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
     order_log_shutdown();
@@ -384,7 +384,7 @@ void disable_in_forked_child() noexcept {
 
 // Order mode, before a shutdown: every epoch durable. The failure, if any, as a message.
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
-  if (!order_mode() || !g_ctl.load(std::memory_order_acquire) || g_down.load(std::memory_order_acquire)) return;
+  if (!order_mode() || !layer_active()) return;
   if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
   order_log_shutdown();
 }
@@ -482,7 +482,7 @@ int forget_range(unsigned first, unsigned last) {
 }
 
 ShutdownReport restart_for_testing(const Settings& settings) {
-  if (order_mode() && g_ctl.load(std::memory_order_acquire) && !g_down.load(std::memory_order_acquire)) {
+  if (order_mode() && layer_active()) {
     // Every epoch durable before the controller goes; a failure (a test's fault engine) is
     // returned and the thread goes on, a few times, then what is left is dropped.
     for (int i = 0; i < 8 && order_sync_all() != 0; ++i) {

@@ -28,15 +28,17 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   if (!S_ISREG(st.st_mode)) return "not a regular file";
   const int acc = flags & O_ACCMODE;
   const bool wants_write = acc == O_WRONLY || acc == O_RDWR;
+  bool setting_through = false;  // the settings' answer for this file: starts write-through
   if (wants_write) {
     // Configured here, before g_reg_mu (lock order: init, reg, inode).
     if (!configure()) return "the layer is shut down (exit, exec or a forked child)";
     // A file that starts write-through (see below) needs no controller: a process whose files
     // all stay so (git, a shell appending a line) never pays for the workers and engines. The
-    // others have it made here, outside the locks (a file that goes back to the cache later
-    // has it made then, by open_engine_file).
-    const bool may_start_through = !order_mode() && g_sync_through.load(std::memory_order_relaxed) != 0 &&
-                                   (g_start_through.load(std::memory_order_relaxed) || through_path_known(path));
+    // others have it made here, outside the locks (a file that goes back to the cache later, or
+    // whose order-mode descriptor cannot be opened, has it made by open_engine_file).
+    setting_through = order_mode() ? st.st_size == 0 : g_start_through.load(std::memory_order_relaxed);
+    const bool may_start_through = g_sync_through.load(std::memory_order_relaxed) != 0 &&
+                                   (setting_through || through_path_known(path));
     if (!may_start_through && !make_controller()) return "no controller";
   }
   // A reader makes no controller: the logs of epochs a dead process left are replayed here first.
@@ -69,7 +71,6 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
       // file, git's objects and logs, a journal), whose every sync would otherwise be a worker's
       // hand-off (under order an order thread's too); a large output goes back to the cache
       // after its first sync_through_bytes (Settings::files_start_through).
-      const bool setting_through = order_mode() ? st.st_size == 0 : g_start_through.load(std::memory_order_relaxed);
       const bool starts_through = through_path_known(owned->name) || setting_through;
       if (through_allowed && (!order_mode() || owned->direct_fd >= 0) && starts_through) {
         owned->through = true;

@@ -24,9 +24,9 @@ std::atomic<bool> g_down{false};            // shutting down or down: no new rou
 // release by the shutdown, acquire by Ref.
 std::atomic<bool> g_handed_back{false};
 std::optional<Settings> g_override;         // restart_for_testing's settings (under g_init_mu)
-std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_ctl)
-std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_ctl)
-std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_ctl)
+std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_configured)
+std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_configured)
+std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_configured)
 std::atomic<bool> g_start_through{true};          // Settings::files_start_through (set before g_configured)
 std::atomic<int> g_fsync_mode{0};                 // FsyncMode as int: Settings::fsync_mode or set_fsync_mode
 std::atomic<bool> g_fsync_mode_set{false};        // set_fsync_mode was called: the settings do not override it
@@ -49,7 +49,7 @@ bool order_mode() noexcept { return g_fsync_mode.load(std::memory_order_acquire)
 //    bumps a counter, wakes the keeper and waits on a futex with a deadline, so that it never
 //    blocks for good on a lock its own thread holds.
 // The futex words are 32-bit atomics (std::atomic<uint32_t> has the plain representation).
-std::atomic<std::uint64_t> g_write_behind_ns{0};  // Settings::write_behind_ms (set before g_ctl)
+std::atomic<std::uint64_t> g_write_behind_ns{0};  // Settings::write_behind_ms (set before g_configured)
 std::atomic<std::uint64_t> g_dirty_since{0};      // CLOCK_MONOTONIC ns of the oldest unstamped write; 0: clean
 std::atomic<std::uint64_t> g_handing_since{0};    // the stamp the keeper's current write-back took over; 0: none
 std::atomic<std::uint32_t> g_keeper_wake{0};      // futex: bumped when the keeper has new work

@@ -34,7 +34,12 @@ class OrderThrough : public LayerTest {
     s.fsync_max_delay_ms = 600'000;  // the fsyncs below never wait for the held thread
     return s;
   }
-  engines::RecordingEngine& log() { return **recording_; }
+  // The recording engine is the controller's, made at the first file that goes to the cache:
+  // made here if no file has yet (the requests counted from then on).
+  engines::RecordingEngine& log() {
+    if (*recording_ == nullptr) (void)posix::detail::controller();
+    return **recording_;
+  }
 
   std::string read_back(int fd, std::size_t n) {
     std::string got(n, '\0');
@@ -135,6 +140,35 @@ TEST_F(OrderThrough, AWriteThroughFileWaitsForAnotherFilesEarlierEpoch) {
   EXPECT_TRUE(kernel_contents(jpath) == jwant);
   ASSERT_EQ(posix::close(j), 0);
   ASSERT_EQ(posix::close(d), 0);
+}
+
+// Under order too, a process whose files all start write-through (made empty: git's objects,
+// lock files, a journal) makes no controller; its epochs still wait for one another (a write
+// after an fsync is held back while the epoch before it is not durable) and all are durable at
+// sync_now.
+TEST_F(OrderThrough, EmptyFilesMakeNoControllerAndTheirEpochsStillWait) {
+  ASSERT_FALSE(posix::detail::controller_made_for_testing()) << "a restart leaves no controller";
+  const std::string a = file("object.dat"), b = file("ref.dat");
+  const int fa = posix::open(a.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  const int fb = posix::open(b.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fa, 0);
+  ASSERT_GE(fb, 0);
+  std::string want_a, want_b;
+  append(fa, want_a, pattern(500, 3));
+  posix::detail::hold_order_thread_for_testing(true);  // the epoch below cannot become durable
+  ASSERT_EQ(posix::fsync(fa), 0);
+  append(fb, want_b, pattern(40, 4));
+  EXPECT_EQ(kernel_contents(b), "") << "a write of the next epoch reached the kernel before the epoch before it was durable";
+  EXPECT_TRUE(read_back(fb, want_b.size()) == want_b) << "the held write reads back";
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::fsync(fb), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_TRUE(kernel_contents(a) == want_a);
+  EXPECT_TRUE(kernel_contents(b) == want_b);
+  EXPECT_FALSE(posix::detail::controller_made_for_testing())
+      << "a controller was made although every routed file stayed write-through";
+  ASSERT_EQ(posix::close(fa), 0);
+  ASSERT_EQ(posix::close(fb), 0);
 }
 
 TEST_F(OrderThrough, ManyBytesBetweenSyncsGoBackToTheCache) {

@@ -77,20 +77,20 @@ struct Settings {
   /// cache has nothing to hide (the fsync waits for the write-back and the device either way),
   /// and each fsync through the workers costs a wake-up and a round trip. The path is
   /// remembered, so a file made again under the same name (SQLite's rollback journal, made and
-  /// deleted by every transaction) starts write-through, and so does every file in the full
-  /// mode (see files_start_through). Under order a write-through file's writes still pass the epoch
+  /// deleted by every transaction) starts write-through, and so does every file (see
+  /// files_start_through). Under order a write-through file's writes still pass the epoch
   /// gate, and the order thread writes and syncs them on its own descriptor. 0: off (every
   /// routed file is cached).
   std::uint64_t sync_through_bytes = std::uint64_t{1} << 20;
-  /// In the full mode a file routed for writing starts write-through, as a file synced after
-  /// little data, and goes to the cache once more than sync_through_bytes are written between
-  /// two of its syncs. Most files a short process writes are small and synced at once or
-  /// appended to (git's objects, lock files and logs, journals): through the cache each would
-  /// cost a worker's hand-off per sync, and the process a controller (workers, engines, the
-  /// keeper) that a process whose files all stay write-through never makes. A large output pays
-  /// its first sync_through_bytes as libc's writes. Under order only a file routed empty (made,
-  /// or truncated by its open) starts so. false keeps every file cached from its first write in
-  /// the full mode (tests of the cache).
+  /// A file routed for writing starts write-through, as a file synced after little data, and
+  /// goes to the cache once more than sync_through_bytes are written between two of its syncs.
+  /// Most files a short process writes are small and synced at once or appended to (git's
+  /// objects, lock files and logs, journals): through the cache each would cost a worker's
+  /// hand-off per sync, and the process a controller (workers, engines, the keeper) that a
+  /// process whose files all stay write-through never makes. A large output pays
+  /// its first sync_through_bytes as libc's writes. false keeps every file cached from its first
+  /// write (tests of the cache), but under order a file routed empty (made, or truncated by its
+  /// open) starts write-through all the same.
   bool files_start_through = true;
   /// TAI_FSYNC (tai/posix.hpp).
   FsyncMode fsync_mode = FsyncMode::full;

@@ -36,7 +36,7 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
     // all stay so (git, a shell appending a line) never pays for the workers and engines. The
     // others have it made here, outside the locks (a file that goes back to the cache later, or
     // whose order-mode descriptor cannot be opened, has it made by open_engine_file).
-    setting_through = order_mode() ? st.st_size == 0 : g_start_through.load(std::memory_order_relaxed);
+    setting_through = g_start_through.load(std::memory_order_relaxed) || (order_mode() && st.st_size == 0);
     const bool may_start_through = g_sync_through.load(std::memory_order_relaxed) != 0 &&
                                    (setting_through || through_path_known(path));
     if (!may_start_through && !make_controller()) return "no controller";
@@ -64,8 +64,8 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
         const std::string self = "/proc/self/fd/" + std::to_string(fd);
         owned->direct_fd = tai::detail::adopt_own_descriptor(::open(self.c_str(), O_WRONLY | O_CLOEXEC));
       }
-      // Made again under the name of a file that went write-through, or (the full mode) any
-      // file, or (order) an empty one: it starts so, and gets its engine file only if it goes
+      // Made again under the name of a file that went write-through, or any file (the setting),
+      // or under order an empty one: it starts so, and gets its engine file only if it goes
       // back to the cache (more than sync_through_bytes between two syncs: leave_through_locked).
       // Most files a short process writes are small ones synced at once or appended to (a lock
       // file, git's objects and logs, a journal), whose every sync would otherwise be a worker's

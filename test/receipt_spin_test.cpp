@@ -5,6 +5,7 @@
 // voluntary context switches (a futex sleep is one; spinning and sched_yield are not).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -45,8 +46,13 @@ long switches_of_a_wait(std::int64_t spin_ns, const char* which, std::int64_t* w
 TEST(ReceiptSpin, AWaitShorterThanTheSpinNeverSleepsAndALongerOneDoes) {
   if (voluntary_switches() < 0) GTEST_SKIP() << "/proc/thread-self/status has no voluntary_ctxt_switches line here";
   std::int64_t waited = 0;
-  EXPECT_EQ(switches_of_a_wait(std::int64_t{200'000'000}, "a 200 ms spin", &waited), 0)
-      << "the wait slept although its controller's spin_ns (200 ms) outlasts the 20 ms task";
+  // The fewest of three tries: a wait that spins can still be switched out once by a lock it
+  // meets at the task's end (the worker finishing it at that moment) on a loaded machine; one
+  // that sleeps for the task does so every time.
+  long fewest = switches_of_a_wait(std::int64_t{200'000'000}, "a 200 ms spin", &waited);
+  for (int i = 0; i < 2 && fewest != 0; ++i)
+    fewest = std::min(fewest, switches_of_a_wait(std::int64_t{200'000'000}, "a 200 ms spin", &waited));
+  EXPECT_EQ(fewest, 0) << "the wait slept although its controller's spin_ns (200 ms) outlasts the 20 ms task";
   EXPECT_GE(waited, 15'000'000) << "the wait returned before the task could have finished";
   EXPECT_GE(switches_of_a_wait(0, "no spin"), 1) << "a wait that does not spin must sleep (the count is not read right)";
 }

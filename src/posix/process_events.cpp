@@ -109,6 +109,8 @@ namespace {
 // under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu.
 ControllerOptions g_options;
 std::function<void(Controller&)> g_setup;
+// The controller could not be made: not tried again (until restart_for_testing). Under g_make_mu.
+bool g_make_failed = false;
 }  // namespace
 
 bool layer_active() noexcept {
@@ -168,25 +170,28 @@ bool configure() {
 }
 
 // The controller, made at the first file the engine opens (or by controller()). nullptr when
-// the layer is down or not configured, or when it cannot be made (then every file passes
-// through to libc). Takes g_make_mu only (a leaf): callable under an inode's mutex.
+// the layer is down or not configured, or when it cannot be made: then a file that would be
+// cached is not routed (libc's), and a routed write-through file stays write-through (its
+// offset is the layer's: the layer goes on serving it). Takes g_make_mu only (a leaf): callable
+// under an inode's mutex.
 Controller* make_controller() {
   if (Controller* c = g_ctl.load(std::memory_order_acquire)) return c;
   if (!g_configured.load(std::memory_order_acquire)) return nullptr;
   Controller* c = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_make_mu);
-    if (g_down.load(std::memory_order_acquire)) return nullptr;
+    if (g_down.load(std::memory_order_acquire) || g_make_failed) return nullptr;
     if (Controller* made = g_ctl.load(std::memory_order_acquire)) return made;
     try {
       c = new Controller(g_options);
       if (g_setup) g_setup(*c);
     } catch (const std::exception& ex) {
-      std::fprintf(stderr, "tai::posix: cannot make the controller (%s): every file passes through to libc\n",
+      std::fprintf(stderr,
+                   "tai::posix: cannot make the controller (%s): files opened from now on pass through to libc, "
+                   "and those routed write-through stay so\n",
                    ex.what());
       delete c;
-      g_down.store(true, std::memory_order_release);
-      g_handed_back.store(true, std::memory_order_release);
+      g_make_failed = true;
       return nullptr;
     }
     // A new controller caches nothing yet: a stamp left by the last one (restart_for_testing,
@@ -531,6 +536,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     std::lock_guard<std::mutex> make(g_make_mu);
     old = g_ctl.exchange(nullptr, std::memory_order_acq_rel);
     g_configured.store(false, std::memory_order_release);  // the next routed open applies `settings`
+    g_make_failed = false;
   }
   if (old) {
     report = old->shutdown();

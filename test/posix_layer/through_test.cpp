@@ -5,6 +5,7 @@
 // written every cached byte back and synced it before the file's writes started to bypass the
 // cache.
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "engines/recording/recording_engine.hpp"
@@ -276,6 +277,41 @@ TEST_F(Through, FilesThatStayThroughMakeNoControllerAndTheFirstCachedFileMakesIt
   EXPECT_EQ(kernel_contents(lines), "one\ntwo\nthree\n");
   ASSERT_EQ(posix::close(fd), 0);
   EXPECT_TRUE(kernel_contents(big) == all);
+}
+
+// A controller that cannot be made (here its setup throws) when a write-through file would go
+// back to the cache: the file stays write-through, served by the layer at the offsets it keeps,
+// every byte in the kernel; and the layer does not try again at every write.
+TEST_F(Through, AFileStaysThroughWhenTheControllerCannotBeMade) {
+  posix::detail::Settings s = settings(kThrough);
+  s.files_start_through = true;
+  s.setup = [](Controller&) { throw std::runtime_error("a setup that fails, for the test"); };
+  restart(s);
+  const std::string path = file("stays.dat");
+  const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(posix::routed(fd));
+  std::string all;
+  for (unsigned i = 0; i < 6; ++i) {  // past kThrough without a sync: it would leave write-through
+    const std::string p = pattern(kThrough / 2 + 5, 50 + i);
+    ASSERT_EQ(write_all(fd, p), static_cast<ssize_t>(p.size()));
+    all += p;
+    EXPECT_TRUE(kernel_contents(path) == all) << "write " << i << " is not the kernel's";
+  }
+  EXPECT_FALSE(posix::detail::controller_made_for_testing());
+  EXPECT_TRUE(posix::routed(fd)) << "the routed file was dropped";
+  EXPECT_EQ(posix::lseek(fd, 0, SEEK_CUR), static_cast<off_t>(all.size()));
+  EXPECT_TRUE(read_back(fd, all.size(), 0) == all);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::close(fd), 0);
+  EXPECT_TRUE(kernel_contents(path) == all);
+  // Routing goes on for files that start write-through.
+  const int f2 = posix::open(file("second.dat").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(f2, 0);
+  EXPECT_TRUE(posix::routed(f2));
+  ASSERT_EQ(write_all(f2, "second"), 6);
+  ASSERT_EQ(posix::close(f2), 0);
+  EXPECT_EQ(kernel_contents(file("second.dat")), "second");
 }
 
 TEST_F(Through, AReceiptOrABarrierTakesTheFileBackToTheController) {

@@ -299,7 +299,7 @@ Receipt fsync_async(int fd) {
     // them: every epoch durable here (waits), and the receipt carries the outcome.
     const int err = detail::order_sync_all();
     Controller* c = detail::make_controller();
-    if (!c) return File().fsync();  // the layer is down: rejected (EBADF)
+    if (!c) return File().fsync();  // no controller (the layer is down, or it cannot be made): rejected (EBADF)
     return c->submit([err] {
       if (err != 0) throw std::system_error(err, std::generic_category(), "fsync");
     });
@@ -312,7 +312,7 @@ Receipt fsync_async(int fd) {
   // engine sync of the same inode, covers them).
   if (!detail::leave_through_locked(ino, fd)) {
     Controller* c = detail::make_controller();  // a leaf lock: fine under ino.mu
-    if (!c) return File().fsync();  // the layer is down: rejected (EBADF)
+    if (!c) return File().fsync();  // no controller (the layer is down, or it cannot be made): rejected (EBADF)
     return c->submit([fd] {
       if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
     });
@@ -375,9 +375,6 @@ int set_fsync_mode(FsyncMode mode) {
   int err = 0;
   const bool now_order = detail::order_mode();
   if (mode == FsyncMode::order && !now_order) {
-    // The order mode's epochs are the controller's: made now if the files routed so far were
-    // all write-through (a routed open makes it under order).
-    if (detail::g_configured.load(std::memory_order_acquire)) (void)detail::controller();
     // What the cache holds was written under `full`, outside any epoch's list: durable first.
     err = detail::sync_all();
   } else if (mode == FsyncMode::full && now_order) {

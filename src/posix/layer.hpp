@@ -87,10 +87,10 @@ struct Settings {
   /// Most files a short process writes are small and synced at once or appended to (git's
   /// objects, lock files and logs, journals): through the cache each would cost a worker's
   /// hand-off per sync, and the process a controller (workers, engines, the keeper) that a
-  /// process whose files all stay write-through never makes. A large output pays
-  /// its first sync_through_bytes as libc's writes. false keeps every file cached from its first
-  /// write (tests of the cache), but under order a file routed empty (made, or truncated by its
-  /// open) starts write-through all the same.
+  /// process whose files all stay write-through never makes. A large output pays its first
+  /// sync_through_bytes as libc's writes. false keeps every file cached from its first write
+  /// (tests of the cache), but under order a file routed empty (made, or truncated by its open)
+  /// starts write-through all the same.
   bool files_start_through = true;
   /// TAI_FSYNC (tai/posix.hpp).
   FsyncMode fsync_mode = FsyncMode::full;

@@ -153,10 +153,10 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 # shellcheck source=bench_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median, host_line
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
 echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); file system $(stat -f -c %T "$dir")"
+echo "$(host_line); file system $(stat -f -c %T "$dir")"
 printf '%-14s %8s %8s %8s %8s %8s %10s %10s %10s %10s %10s %10s %10s %10s\n' workload "full s" "order s" \
   "log s" "none s" "floor s" "full/order" "full/log" "full/none" "full/floor" "order/none" "log/none" "order/floor" "log/floor"
 gain() { awk -v s="$1" -v c="$2" 'BEGIN { printf "%.2f", (c > 1 ? (s - 1) / (c - 1) : 0) }'; }

@@ -70,9 +70,9 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 # shellcheck source=bench_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median, host_line
 echo "a short process under the preload library: $runs processes of sh -c 'echo x >> FILE' (remade: > FILE) per run, $rounds interleaved rounds, medians"
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); $lib"
+echo "$(host_line); $lib"
 [ -z "$before" ] || echo "before: $before"
 printf '%-14s %12s %12s %16s\n' variant "wall ms" "CPU ms" "minor faults"
 for v in "${variants[@]}"; do

@@ -72,9 +72,9 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 # shellcheck source=bench_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median, host_line
 echo "sqlite3 $(sqlite3 --version | cut -d' ' -f1): $inserts autocommit inserts, synchronous=FULL, journal_mode=DELETE, in $dir/db"
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+host_line
 printf '%-8s %9s %9s   %s\n' variant "median s" "libc/this" "runs (s)"
 base=$(echo "${times[libc]}" | median)
 for v in "${variants[@]}"; do

@@ -226,6 +226,9 @@ struct FsyncOrderStats {
   unsigned long long copy_blocks_reused = 0;
   /// Epochs made durable by the thread that closed them (TAI_FSYNC_INLINE), not the order thread.
   unsigned long long epochs_inline = 0;
+  /// System calls that wrote held-back writes of write-through files to the kernel: a run of
+  /// them, each starting where the last ended, is one pwritev across every epoch of a log batch.
+  unsigned long long through_writes = 0;
 };
 FsyncOrderStats fsync_order_stats() noexcept;
 

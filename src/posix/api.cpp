@@ -406,6 +406,7 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.copy_blocks_allocated = detail::HeldCopyPool::instance().allocations();
   s.copy_blocks_reused = detail::HeldCopyPool::instance().reuses();
   s.epochs_inline = detail::g_stat_inline.load(std::memory_order_relaxed);
+  s.through_writes = detail::g_stat_through_writes.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -77,12 +77,13 @@ void at_exit() {
     order_log_shutdown();
     const HeldCopyPool& pool = HeldCopyPool::instance();
     logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
-         "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints; copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
+         "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints, %llu waits for the device (back-pressure); "
+         "copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
          static_cast<double>(now_ns() - t0) / 1e6, g_stat_closed.load(std::memory_order_relaxed),
          g_stat_deferred.load(std::memory_order_relaxed), g_stat_inline.load(std::memory_order_relaxed),
          g_stat_logged.load(std::memory_order_relaxed),
          g_stat_log_batches.load(std::memory_order_relaxed), g_stat_checkpoints.load(std::memory_order_relaxed),
-         pool.allocations(), pool.reuses());
+         g_stat_backpressure.load(std::memory_order_relaxed), pool.allocations(), pool.reuses());
   }
   {
     const tai::detail::SignalsBlockedScope blocked;

@@ -278,6 +278,46 @@ TEST_F(OrderLogRecovery, TheLayerBatchesQueuedEpochsIntoTheLog) {
   EXPECT_EQ(posix::detail::recover_order_logs(dir).logs, 0u) << "the log was removed at shutdown";
 }
 
+// A write-through file appended to in many epochs that went to the log in one batch: its held
+// writes reach the kernel as one pwritev across the epochs (they are durable together in the
+// log), not a system call per epoch (a loop of a write and an fdatasync paid one per iteration,
+// and the state's mutex taken per epoch put the program's thread to sleep about once an
+// iteration).
+TEST_F(OrderLogRecovery, TheHeldWritesOfABatchReachAWriteThroughFileAsOneRun) {
+  const std::string dir = file("");
+  posix::detail::Settings s = order_with_log(dir);
+  s.sync_through_bytes = 1 << 20;  // the layer's default: the file synced after a few bytes is write-through
+  restart(s);
+  const std::string a = file("a");
+  const int fa = posix::open(a.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fa, 0);
+  ASSERT_TRUE(posix::routed(fa));
+  std::string want = "first";
+  ASSERT_EQ(posix::pwrite(fa, want.data(), want.size(), 0), 5);
+  ASSERT_EQ(posix::fsync(fa), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  constexpr int kEpochs = 40;
+  posix::detail::hold_order_thread_for_testing(true);
+  for (int i = 0; i < kEpochs; ++i) {
+    const std::string rec = "record " + std::to_string(i) + "\n";
+    ASSERT_EQ(posix::pwrite(fa, rec.data(), rec.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(rec.size()));
+    want += rec;
+    ASSERT_EQ(posix::fdatasync(fa), 0);
+  }
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  posix::detail::hold_order_thread_for_testing(false);
+  ASSERT_EQ(posix::close(fa), 0);
+  const posix::FsyncOrderStats after = posix::fsync_order_stats();
+  EXPECT_EQ(kernel_contents(a), want);
+  const auto logged = after.epochs_logged - before.epochs_logged;
+  const auto batches = after.log_batches - before.log_batches;
+  ASSERT_GE(logged, kEpochs / 2u) << "the held epochs went to the log";
+  // A batch's run of appends is one system call (a run longer than IOV_MAX would be more).
+  ASSERT_GE(after.through_writes - before.through_writes, 1u) << "the file is write-through";
+  EXPECT_LE(after.through_writes - before.through_writes, batches + (kEpochs - logged))
+      << logged << " epochs logged in " << batches << " batches";
+}
+
 // The log goes around the page cache (O_DIRECT) where the directory's file system takes it, its
 // batches at multiples of 4096; elsewhere (tmpfs) it is written through the page cache, back to
 // back. Either way the files hold every byte after close.

@@ -1,7 +1,11 @@
 #include "src/posix/held_copy_pool.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
+
+#include "src/detail/aligned_mapping.hpp"
 
 namespace tai::posix::detail {
 namespace {
@@ -52,8 +56,15 @@ tai::detail::AlignedBuffer HeldCopyPool::take(std::size_t n) noexcept {
     if (FreeBlock* b = free_[c]) {
       free_[c] = b->next;
       kept_ -= block;
+      if (!from_slab(reinterpret_cast<std::byte*>(b))) heap_kept_ -= block;
       reuses_.fetch_add(1, std::memory_order_relaxed);
       return AlignedBuffer::adopt(reinterpret_cast<std::byte*>(b), block, alignment_of(block), this);
+    }
+    if (alignment_of(block) < 4096) {
+      if (std::byte* p = carve_locked(block)) {
+        allocations_.fetch_add(1, std::memory_order_relaxed);
+        return AlignedBuffer::adopt(p, block, alignment_of(block), this);
+      }
     }
   }
   void* p = nullptr;
@@ -68,18 +79,54 @@ Buffer HeldCopyPool::buffer(std::size_t n) noexcept {
   return Buffer(std::move(mem), n);
 }
 
+// The mapping is never unmapped (the pool is never destroyed); without MAP_NORESERVE it counts
+// against overcommit like the allocator's memory would, and only its touched pages are resident.
+std::byte* HeldCopyPool::carve_locked(std::size_t block) noexcept {
+  if (slab_ == nullptr) {
+    if (slab_failed_) return nullptr;
+    // The slab starts kSlabSmallPagesBytes before a huge-page boundary, so that the advised
+    // part is made of whole huge pages (the bytes mapped before the slab are never touched).
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    bool not_advised = false;
+    void* base = tai::detail::map_aligned(kSlabBytes + kHuge, kHuge, false, not_advised);
+    if (base == nullptr) {
+      slab_failed_ = true;
+      return nullptr;
+    }
+    slab_ = static_cast<std::byte*>(base) + kHuge - kSlabSmallPagesBytes;
+#ifdef MADV_HUGEPAGE
+    // Best effort: refused (huge pages "never", or an old kernel), the pages stay small.
+    if (huge_pages_.load(std::memory_order_relaxed))
+      (void)::madvise(slab_ + kSlabSmallPagesBytes, kSlabBytes - kSlabSmallPagesBytes, MADV_HUGEPAGE);
+#endif
+  }
+  const std::size_t at = (slab_used_ + alignment_of(block) - 1) & ~(alignment_of(block) - 1);
+  if (at + block > kSlabBytes) return nullptr;
+  slab_used_ = at + block;
+  return slab_ + at;
+}
+
 void HeldCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
   if (data == nullptr) return;
   const std::size_t c = class_of(size);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (kept_ + size <= kKeepBytes) {
+    const bool slab = from_slab(data);
+    // The slab's blocks always stay (it is within the bound); the allocator's while the slab's
+    // carved bytes and the spare allocator blocks stay within it.
+    if (slab || slab_used_ + heap_kept_ + size <= kKeepBytes) {
       free_[c] = new (data) FreeBlock{free_[c]};
       kept_ += size;
+      if (!slab) heap_kept_ += size;
       return;
     }
   }
   std::free(data);
+}
+
+std::uint64_t HeldCopyPool::slab_bytes() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slab_used_;
 }
 
 std::uint64_t HeldCopyPool::kept_bytes() const noexcept {

@@ -11,10 +11,20 @@
 // thread, or the controller after the write), and a held write moves into the cache without a
 // second copy (File::write(offset, Buffer&&)).
 //
-// Bound: at most kKeepBytes of spare blocks are kept (a block coming back past that goes to the
-// allocator); blocks larger than kLargest are not pooled (taken from and given back to the
-// allocator). Blocks below 64 KiB are aligned to 64 bytes (packed by the allocator), larger ones
-// to pages.
+// Blocks below 64 KiB (the held copies) are carved from one slab of kSlabBytes, mapped at the
+// first such block and kept for the process's life, whose part past its first 256 KiB is advised
+// for transparent huge pages (set_huge_pages): in a short burst of writes every held copy is new
+// memory until the first ones come back, and a page fault per 4 KiB copy was the largest cost of
+// a loop of 4 KiB writes each followed by fdatasync under the log (on a 2-vCPU AMD EPYC VM, where
+// a first touch of a page costs microseconds). The first 256 KiB keep small pages: a process
+// that holds a few writes does not clear 2 MiB for them. Once the slab is used up,
+// blocks come from the allocator.
+//
+// Bound: an allocator block coming back is kept while the slab's carved bytes and the spare
+// allocator blocks stay within kKeepBytes, else it goes back to the allocator; slab blocks always
+// stay. Spare allocator blocks kept before the slab grew stay too, so the pool holds at most
+// kKeepBytes + kSlabBytes. Blocks larger than kLargest are not pooled (taken from and given back
+// to the allocator). Blocks below 64 KiB are aligned to 64 bytes (packed), larger ones to pages.
 //
 // Thread-safety: every member may be called from any thread (one mutex, held for the free-list
 // bookkeeping only, never across a copy or an allocation). The pool is never destroyed: a block
@@ -37,6 +47,8 @@ class HeldCopyPool final : public tai::detail::BufferHome {
   static constexpr std::size_t kLargestShift = 22;  // 4 MiB
   static constexpr std::size_t kLargest = std::size_t{1} << kLargestShift;
   static constexpr std::size_t kKeepBytes = std::size_t{16} << 20;
+  static constexpr std::size_t kSlabBytes = kKeepBytes;
+  static constexpr std::size_t kSlabSmallPagesBytes = std::size_t{256} << 10;
 
   /// The process's pool.
   static HeldCopyPool& instance() noexcept;
@@ -56,6 +68,11 @@ class HeldCopyPool final : public tai::detail::BufferHome {
   std::uint64_t reuses() const noexcept { return reuses_.load(std::memory_order_relaxed); }
   /// Bytes of spare blocks now on the free lists.
   std::uint64_t kept_bytes() const noexcept;
+  /// Bytes of the slab carved into blocks so far (at most kSlabBytes).
+  std::uint64_t slab_bytes() const noexcept;
+  /// Whether the slab, when it is mapped, is advised for huge pages past its first 256 KiB
+  /// (default true; the layer sets it from TAI_HUGE_PAGES). No effect on a slab already mapped.
+  void set_huge_pages(bool on) noexcept { huge_pages_.store(on, std::memory_order_relaxed); }
 
  private:
   HeldCopyPool() = default;
@@ -66,9 +83,21 @@ class HeldCopyPool final : public tai::detail::BufferHome {
     FreeBlock* next;
   };
 
+  // Under mu_: a block of `block` bytes carved from the slab (mapped at the first call), or
+  // nullptr when the slab is used up or cannot be mapped.
+  std::byte* carve_locked(std::size_t block) noexcept;
+  bool from_slab(const std::byte* p) const noexcept {
+    return slab_ != nullptr && p >= slab_ && p < slab_ + kSlabBytes;
+  }
+
   mutable std::mutex mu_;
   FreeBlock* free_[kClasses] = {};  // under mu_
   std::size_t kept_ = 0;            // under mu_: bytes on the free lists
+  std::size_t heap_kept_ = 0;       // under mu_: the allocator's blocks among them
+  std::byte* slab_ = nullptr;       // under mu_ (set once; read by from_slab under mu_)
+  std::size_t slab_used_ = 0;       // under mu_: bytes carved
+  bool slab_failed_ = false;        // under mu_: mmap refused: the allocator's blocks only
+  std::atomic<bool> huge_pages_{true};  // relaxed: read once, when the slab is mapped
   std::atomic<std::uint64_t> allocations_{0}, reuses_{0};
 };
 

@@ -149,6 +149,7 @@ bool configure() {
   g_fsync_none.store(s.fsync_none_for_benchmark, std::memory_order_release);
   g_max_delay_ns.store(s.fsync_max_delay_ms * 1'000'000u, std::memory_order_release);
   g_fsync_inline.store(static_cast<int>(s.fsync_inline), std::memory_order_release);
+  HeldCopyPool::instance().set_huge_pages(s.options.huge_pages);
   // The weak quota as the controller will have it (the constructor's correction when it
   // exceeds the strict one).
   const std::uint64_t weak =

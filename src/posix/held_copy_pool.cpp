@@ -84,20 +84,28 @@ Buffer HeldCopyPool::buffer(std::size_t n) noexcept {
 std::byte* HeldCopyPool::carve_locked(std::size_t block) noexcept {
   if (slab_ == nullptr) {
     if (slab_failed_) return nullptr;
-    // The slab starts kSlabSmallPagesBytes before a huge-page boundary, so that the advised
-    // part is made of whole huge pages (the bytes mapped before the slab are never touched).
+    // The slab starts kSlabSmallPagesBytes before a huge-page boundary and its mapping ends on
+    // one, so that the advised part is whole huge pages; the mapping's head before the slab goes
+    // back, so the small-page part lies in no whole huge page even where the kernel's setting is
+    // "always". The mapping's tail past the slab (kSlabSmallPagesBytes) is never touched.
     constexpr std::size_t kHuge = std::size_t{2} << 20;
     bool not_advised = false;
-    void* base = tai::detail::map_aligned(kSlabBytes + kHuge, kHuge, false, not_advised);
+    auto* base = static_cast<std::byte*>(tai::detail::map_aligned(kSlabBytes + kHuge, kHuge, false, not_advised));
     if (base == nullptr) {
       slab_failed_ = true;
       return nullptr;
     }
-    slab_ = static_cast<std::byte*>(base) + kHuge - kSlabSmallPagesBytes;
-#ifdef MADV_HUGEPAGE
+    slab_ = base + kHuge - kSlabSmallPagesBytes;
+    (void)::munmap(base, kHuge - kSlabSmallPagesBytes);
+    std::byte* const huge_from = base + kHuge;
+    const std::size_t huge_bytes = kSlabBytes;  // to the mapping's end
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
     // Best effort: refused (huge pages "never", or an old kernel), the pages stay small.
-    if (huge_pages_.load(std::memory_order_relaxed))
-      (void)::madvise(slab_ + kSlabSmallPagesBytes, kSlabBytes - kSlabSmallPagesBytes, MADV_HUGEPAGE);
+    if (huge_pages_.load(std::memory_order_relaxed)) {
+      (void)::madvise(huge_from, huge_bytes, MADV_HUGEPAGE);
+    } else {
+      (void)::madvise(huge_from, huge_bytes, MADV_NOHUGEPAGE);  // off even under "always"
+    }
 #endif
   }
   const std::size_t at = (slab_used_ + alignment_of(block) - 1) & ~(alignment_of(block) - 1);
@@ -112,9 +120,9 @@ void HeldCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool slab = from_slab(data);
-    // The slab's blocks always stay (it is within the bound); the allocator's while the slab's
-    // carved bytes and the spare allocator blocks stay within it.
-    if (slab || slab_used_ + heap_kept_ + size <= kKeepBytes) {
+    // The slab's blocks always stay (the slab is its own bound); the allocator's while they
+    // stay within kKeepBytes (the log's batch block among them: reused batch after batch).
+    if (slab || heap_kept_ + size <= kKeepBytes) {
       free_[c] = new (data) FreeBlock{free_[c]};
       kept_ += size;
       if (!slab) heap_kept_ += size;

@@ -20,15 +20,16 @@
 // that holds a few writes does not clear 2 MiB for them. Once the slab is used up,
 // blocks come from the allocator.
 //
-// Bound: an allocator block coming back is kept while the slab's carved bytes and the spare
-// allocator blocks stay within kKeepBytes, else it goes back to the allocator; slab blocks always
-// stay. Spare allocator blocks kept before the slab grew stay too, so the pool holds at most
-// kKeepBytes + kSlabBytes. Blocks larger than kLargest are not pooled (taken from and given back
-// to the allocator). Blocks below 64 KiB are aligned to 64 bytes (packed), larger ones to pages.
+// Bound: an allocator block coming back is kept while the spare allocator blocks stay within
+// kKeepBytes, else it goes back to the allocator; slab blocks always stay. So the pool holds at
+// most kKeepBytes + kSlabBytes. Blocks larger than kLargest are not pooled (taken from and given
+// back to the allocator). Blocks below 64 KiB are aligned to 64 bytes (packed), larger ones to
+// pages.
 //
 // Thread-safety: every member may be called from any thread (one mutex, held for the free-list
-// bookkeeping only, never across a copy or an allocation). The pool is never destroyed: a block
-// may come back from a controller's worker after the exit handlers ran.
+// bookkeeping only, never across a copy or a C allocation; the slab's one mmap is made under it).
+// The pool is never destroyed: a block may come back from a controller's worker after the exit
+// handlers ran.
 #pragma once
 
 #include <atomic>

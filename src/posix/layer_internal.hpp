@@ -355,7 +355,9 @@ struct Ref {
 // the queue is empty it gives the open epoch's held writes to the cache and opens the gate. So a
 // write of epoch n+1 reaches the cache, hence the engine, only after every file of epochs <= n
 // was synced: the rule of DESIGN section 3. Deliberately simple: one epoch in flight, one sync
-// per file per epoch, no merging of epochs (which would break the rule).
+// per file per epoch, no merging of epochs (which would break the rule). The log of epochs is
+// the exception: a batch's epochs are durable together in the log before any of their writes
+// reaches the cache, so those writes are applied as one sequence (apply_writes).
 //
 // What goes to the kernel behind the cache (O_APPEND writes, an ftruncate that changes the size,
 // and in the preload unlink/rename/link, open with O_TRUNC, an fsync of a non-routed descriptor

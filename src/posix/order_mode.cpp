@@ -96,18 +96,49 @@ bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty()
 // thread made a pwrite per epoch where one pwritev takes the batch's run. The batch's epochs are
 // durable together in the log, so their writes may be merged across epochs.
 int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) {
+  // A position in the groups, past empty ones. The writes stay where readers find them
+  // (read_held_through), and walking them needs no memory: nothing here allocates once `run`
+  // is reserved, so a shortage cannot stop the loop between writes.
+  struct Cursor {
+    std::vector<std::vector<Deferred>>* groups;
+    std::size_t g = 0, w = 0;
+    void settle() noexcept {
+      while (g < groups->size() && w >= (*groups)[g].size()) {
+        ++g;
+        w = 0;
+      }
+    }
+    bool done() const noexcept { return g >= groups->size(); }
+    Deferred& operator*() const noexcept { return (*groups)[g][w]; }
+    Deferred* operator->() const noexcept { return &(*groups)[g][w]; }
+    void next() noexcept {
+      ++w;
+      settle();
+    }
+  };
   int err = 0;
   std::uint64_t bytes = 0;
   std::vector<struct iovec> run;
-  std::vector<Deferred*> writes;  // the groups' writes in order; they stay where readers find them
-  std::size_t total = 0;
-  for (const auto& g : groups) total += g.size();
-  writes.reserve(total);
-  for (auto& g : groups)
-    for (auto& w : g) writes.push_back(&w);
-  for (std::size_t i = 0; i < writes.size();) {
-    Inode& ino = *writes[i]->ino;
-    std::size_t j = i + 1;  // this step's writes: [i, j)
+  run.reserve(static_cast<std::size_t>(IOV_MAX));  // may throw bad_alloc: before any write
+  // Whatever happens below, the bytes taken off the queue are uncounted, under the state's
+  // mutex: admit_locked, and waits for a file's held writes.
+  struct Uncount {
+    const std::uint64_t& bytes;
+    ~Uncount() {
+      OrderState& o = ord();
+      std::lock_guard<std::mutex> lock(o.mu);
+      o.queued_bytes -= bytes;
+      if (o.program_waiters > 0) o.cv.notify_all();
+    }
+  } uncount{bytes};
+  Cursor c{&groups};
+  c.settle();
+  while (!c.done()) {
+    const Cursor first = c;  // this step's writes: `count` of them from `first`
+    Inode& ino = *first->ino;
+    std::size_t count = 1;
+    Cursor last = c;
+    c.next();
     {
       std::lock_guard<std::mutex> lock(ino.mu);
       if (order_through_locked(ino)) {
@@ -117,16 +148,20 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         // log's records, epoch after epoch) is one pwritev: under SQLite's WAL these writes,
         // two system calls per transaction, were a quarter of the order thread's time.
         order(ino);
-        while (j < writes.size() && j - i < static_cast<std::size_t>(IOV_MAX) && writes[j]->ino == &ino &&
-               writes[j]->pos == writes[j - 1]->pos + writes[j - 1]->bytes.size())
-          ++j;
+        while (!c.done() && count < static_cast<std::size_t>(IOV_MAX) && c->ino == &ino &&
+               c->pos == last->pos + last->bytes.size()) {
+          last = c;
+          c.next();
+          ++count;
+        }
         int e = 0;
-        if (j - i == 1) {
-          e = pwrite_all(ino.direct_fd, writes[i]->bytes.chars(), writes[i]->bytes.size(), writes[i]->pos);
+        if (count == 1) {
+          e = pwrite_all(ino.direct_fd, first->bytes.chars(), first->bytes.size(), first->pos);
         } else {
           run.clear();
-          for (std::size_t k = i; k < j; ++k) run.push_back({writes[k]->bytes.chars(), writes[k]->bytes.size()});
-          e = pwritev_all(ino.direct_fd, run.data(), static_cast<int>(run.size()), writes[i]->pos);
+          Cursor k = first;
+          for (std::size_t n = 0; n < count; ++n, k.next()) run.push_back({k->bytes.chars(), k->bytes.size()});
+          e = pwritev_all(ino.direct_fd, run.data(), static_cast<int>(run.size()), first->pos);
         }
         g_stat_through_writes.fetch_add(1, std::memory_order_relaxed);
         if (e && err == 0) err = e;
@@ -134,9 +169,9 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         order(ino);
         // The held copy moves into the cache's write (no second copy); its block comes back to
         // the pool when the controller is done with it.
-        const std::uint64_t n = writes[i]->bytes.size();
-        const ssize_t r = submit_buffer_locked(ino, std::move(writes[i]->bytes), writes[i]->pos);
-        writes[i]->bytes = Buffer();
+        const std::uint64_t n = first->bytes.size();
+        const ssize_t r = submit_buffer_locked(ino, std::move(first->bytes), first->pos);
+        first->bytes = Buffer();
         bytes += n;
         if (r < 0 && err == 0) err = static_cast<int>(-r);
       } else if (err == 0) {
@@ -145,26 +180,22 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
       // Back to the pool (a write-through file's, or one the cache did not take), under the
       // inode's mutex: a reader laying held writes over the cache's bytes (read_held_through)
       // takes it and skips a write whose bytes are gone.
-      for (std::size_t k = i; k < j; ++k) {
-        bytes += writes[k]->bytes.size();
-        writes[k]->bytes = Buffer();
+      Cursor k = first;
+      for (std::size_t n = 0; n < count; ++n, k.next()) {
+        bytes += k->bytes.size();
+        k->bytes = Buffer();
       }
     }
-    for (std::size_t k = i; k < j; ++k) {
+    for (std::size_t n = 0; n < count; ++n) {
       ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
       if (std::find(touched.begin(), touched.end(), &ino) == touched.end())
-        touched.push_back(&ino);
+        touched.push_back(&ino);  // may throw bad_alloc: this write is done, the rest are not
       else
         inode_unref(&ino);
     }
-    i = j;
   }
   // The groups stay as they are (emptied Deferreds): they are OrderState::applying, cleared under
   // the state's mutex by the caller.
-  OrderState& o = ord();
-  std::lock_guard<std::mutex> lock(o.mu);
-  o.queued_bytes -= bytes;
-  if (o.program_waiters > 0) o.cv.notify_all();  // admit_locked, and waits for a file's held writes
   return err;
 }
 

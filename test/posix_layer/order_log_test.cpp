@@ -182,6 +182,18 @@ class OrderLogRecovery : public LayerTest {};
 // The order mode with its log in `dir`; no write-back started by the layer; the fsyncs'
 // back-pressure (the queue at the thread's pace past the delay) would wait for a held thread:
 // a delay far above what the tests' epochs take.
+// Holds the order thread, then appends `epochs` records to `fd` (whose bytes are `want`), each
+// followed by fdatasync: that many epochs queued behind the held thread. It stays held.
+void hold_and_append(int fd, std::string& want, int epochs) {
+  posix::detail::hold_order_thread_for_testing(true);
+  for (int i = 0; i < epochs; ++i) {
+    const std::string rec = "record " + std::to_string(i) + "\n";
+    ASSERT_EQ(posix::pwrite(fd, rec.data(), rec.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(rec.size()));
+    want += rec;
+    ASSERT_EQ(posix::fdatasync(fd), 0);
+  }
+}
+
 posix::detail::Settings order_with_log(const std::string& dir) {
   posix::detail::Settings s = layer_settings();
   s.fsync_mode = posix::FsyncMode::order;
@@ -297,13 +309,8 @@ TEST_F(OrderLogRecovery, TheHeldWritesOfABatchReachAWriteThroughFileAsOneRun) {
   ASSERT_EQ(posix::fsync(fa), 0);
   ASSERT_EQ(posix::sync_now(), 0);
   constexpr int kEpochs = 40;
-  posix::detail::hold_order_thread_for_testing(true);
-  for (int i = 0; i < kEpochs; ++i) {
-    const std::string rec = "record " + std::to_string(i) + "\n";
-    ASSERT_EQ(posix::pwrite(fa, rec.data(), rec.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(rec.size()));
-    want += rec;
-    ASSERT_EQ(posix::fdatasync(fa), 0);
-  }
+  hold_and_append(fa, want, kEpochs);
+  if (HasFatalFailure()) return;
   const posix::FsyncOrderStats before = posix::fsync_order_stats();
   posix::detail::hold_order_thread_for_testing(false);
   ASSERT_EQ(posix::close(fa), 0);
@@ -336,13 +343,8 @@ TEST_F(OrderLogRecovery, TheLogIsWrittenWithODirectWhereTheFileSystemAllowsIt) {
   ASSERT_EQ(posix::pwrite(fa, want.data(), want.size(), 0), 5);
   ASSERT_EQ(posix::fsync(fa), 0);
   ASSERT_EQ(posix::sync_now(), 0);
-  posix::detail::hold_order_thread_for_testing(true);
-  for (int i = 0; i < 20; ++i) {
-    const std::string rec = "record " + std::to_string(i) + "\n";
-    ASSERT_EQ(posix::pwrite(fa, rec.data(), rec.size(), static_cast<off_t>(want.size())), static_cast<ssize_t>(rec.size()));
-    want += rec;
-    ASSERT_EQ(posix::fdatasync(fa), 0);
-  }
+  hold_and_append(fa, want, 20);
+  if (HasFatalFailure()) return;
   const posix::FsyncOrderStats before = posix::fsync_order_stats();
   posix::detail::hold_order_thread_for_testing(false);
   // Until the queue is in the log (the log stays open a while after that: it is read meanwhile).

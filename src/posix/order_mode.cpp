@@ -97,8 +97,7 @@ bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty()
 // durable together in the log, so their writes may be merged across epochs.
 int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) {
   // A position in the groups, past empty ones. The writes stay where readers find them
-  // (read_held_through), and walking them needs no memory: nothing here allocates once `run`
-  // is reserved, so a shortage cannot stop the loop between writes.
+  // (read_held_through), and walking them needs no memory.
   struct Cursor {
     std::vector<std::vector<Deferred>>* groups;
     std::size_t g = 0, w = 0;
@@ -109,7 +108,6 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
       }
     }
     bool done() const noexcept { return g >= groups->size(); }
-    Deferred& operator*() const noexcept { return (*groups)[g][w]; }
     Deferred* operator->() const noexcept { return &(*groups)[g][w]; }
     void next() noexcept {
       ++w;
@@ -118,8 +116,7 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
   };
   int err = 0;
   std::uint64_t bytes = 0;
-  std::vector<struct iovec> run;
-  run.reserve(static_cast<std::size_t>(IOV_MAX));  // may throw bad_alloc: before any write
+  std::vector<struct iovec> run;  // allocated at the first run of two writes or more, not per call
   // Whatever happens below, the bytes taken off the queue are uncounted, under the state's
   // mutex: admit_locked, and waits for a file's held writes.
   struct Uncount {

@@ -214,6 +214,11 @@ void hold_order_thread_for_testing(bool hold);
 /// and the next epoch starts at once), so a later epoch's writes can reach the device before an
 /// earlier epoch's are durable. 0: the normal order.
 void skip_epoch_syncs_for_testing(unsigned every);
+/// For tests: the next `count` times the order thread notes a file it wrote into (the list of
+/// files its epoch must sync) fail as if memory had run out. The write is applied, the epoch
+/// fails with ENOMEM (reported by the next fsync, close or sync_now), nothing is left counted as
+/// held. 0: none.
+void fail_order_bookkeeping_for_testing(unsigned count);
 /// For tests: each write of the order log's batches takes `ms` milliseconds longer (a slow
 /// device while a batch is in flight). 0: no delay.
 void delay_order_log_writes_for_testing(unsigned ms);

@@ -106,6 +106,7 @@ extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<int> g_top_used;
 extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
+extern std::atomic<unsigned> g_fail_apply_notes;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
     g_stat_logged, g_stat_log_batches, g_stat_checkpoints, g_stat_inline, g_stat_through_writes;
 extern std::atomic<bool> g_forked_child;
@@ -174,7 +175,7 @@ OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);
 std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake = true);
 bool open_epoch_empty_locked(const OrderState& o);
-int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched);
+int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) noexcept;
 int sync_files(const std::vector<Inode*>& files, bool data_only);
 void order_thread_main() noexcept;
 int take_error_locked(OrderState& o);

@@ -21,6 +21,9 @@ OrderState& ord() {
 std::atomic<unsigned> g_skip_epoch_syncs{0};
 // delay_order_log_writes_for_testing: milliseconds added to each batch's write; 0 normally.
 std::atomic<unsigned> g_log_write_delay_ms{0};
+// fail_order_bookkeeping_for_testing: how many more of apply_writes's notes of a file it wrote
+// fail as if memory had run out; 0 normally.
+std::atomic<unsigned> g_fail_apply_notes{0};
 // How long the log stays open after the queue of epochs empties, for the next ones, when nobody
 // waits for the gate (then: a checkpoint, and the writes go to the cache again).
 constexpr int kLogIdleMs = 50;
@@ -82,6 +85,15 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
   return e.seq;
 }
 
+// One of a test's injected failures (a count, relaxed: nothing is published through it), if any
+// is left.
+bool take_injected_failure(std::atomic<unsigned>& left) noexcept {
+  unsigned n = left.load(std::memory_order_relaxed);
+  while (n != 0)
+    if (left.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
+  return false;
+}
+
 // Anything written since the last epoch became durable (or held back)?
 bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty() && o.open_dirty.empty(); }
 
@@ -95,7 +107,12 @@ bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty()
 // about once an iteration and slept for it (about 1.5 futex calls an iteration), and the order
 // thread made a pwrite per epoch where one pwritev takes the batch's run. The batch's epochs are
 // durable together in the log, so their writes may be merged across epochs.
-int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) {
+// It throws nothing: every write is applied (or its failure counted) and handed back, whatever
+// memory is left. A write whose file cannot be noted in `touched` (no memory for the entry) is
+// applied, its reference dropped, and ENOMEM returned: the file then misses its sync, so the
+// epoch must not be reported durable. (An exception half-way left the rest of the writes counted
+// in Inode::deferred for good, their files' references held.)
+int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) noexcept {
   // A position in the groups, past empty ones. The writes stay where readers find them
   // (read_held_through), and walking them needs no memory.
   struct Cursor {
@@ -116,7 +133,9 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
   };
   int err = 0;
   std::uint64_t bytes = 0;
-  std::vector<struct iovec> run;  // allocated at the first run of two writes or more, not per call
+  // A run's iovecs, on the stack: no allocation to fail. A longer run takes several calls.
+  constexpr std::size_t kRunMax = 256;
+  struct iovec run[kRunMax];
   // Whatever happens below, the bytes taken off the queue are uncounted, under the state's
   // mutex: admit_locked, and waits for a file's held writes.
   struct Uncount {
@@ -145,7 +164,7 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         // log's records, epoch after epoch) is one pwritev: under SQLite's WAL these writes,
         // two system calls per transaction, were a quarter of the order thread's time.
         order(ino);
-        while (!c.done() && count < static_cast<std::size_t>(IOV_MAX) && c->ino == &ino &&
+        while (!c.done() && count < kRunMax && c->ino == &ino &&
                c->pos == last->pos + last->bytes.size()) {
           last = c;
           c.next();
@@ -155,10 +174,9 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         if (count == 1) {
           e = pwrite_all(ino.direct_fd, first->bytes.chars(), first->bytes.size(), first->pos);
         } else {
-          run.clear();
           Cursor k = first;
-          for (std::size_t n = 0; n < count; ++n, k.next()) run.push_back({k->bytes.chars(), k->bytes.size()});
-          e = pwritev_all(ino.direct_fd, run.data(), static_cast<int>(run.size()), first->pos);
+          for (std::size_t n = 0; n < count; ++n, k.next()) run[n] = {k->bytes.chars(), k->bytes.size()};
+          e = pwritev_all(ino.direct_fd, run, static_cast<int>(count), first->pos);
         }
         g_stat_through_writes.fetch_add(1, std::memory_order_relaxed);
         if (e && err == 0) err = e;
@@ -167,7 +185,12 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         // The held copy moves into the cache's write (no second copy); its block comes back to
         // the pool when the controller is done with it.
         const std::uint64_t n = first->bytes.size();
-        const ssize_t r = submit_buffer_locked(ino, std::move(first->bytes), first->pos);
+        ssize_t r;
+        try {
+          r = submit_buffer_locked(ino, std::move(first->bytes), first->pos);
+        } catch (const std::bad_alloc&) {
+          r = -ENOMEM;
+        }
         first->bytes = Buffer();
         bytes += n;
         if (r < 0 && err == 0) err = static_cast<int>(-r);
@@ -185,10 +208,17 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
     }
     for (std::size_t n = 0; n < count; ++n) {
       ino.deferred.fetch_sub(1, std::memory_order_acq_rel);
-      if (std::find(touched.begin(), touched.end(), &ino) == touched.end())
-        touched.push_back(&ino);  // may throw bad_alloc: this write is done, the rest are not
-      else
+      if (std::find(touched.begin(), touched.end(), &ino) != touched.end()) {
         inode_unref(&ino);
+        continue;
+      }
+      try {
+        if (take_injected_failure(g_fail_apply_notes)) throw std::bad_alloc();
+        touched.push_back(&ino);
+      } catch (const std::bad_alloc&) {
+        inode_unref(&ino);
+        if (err == 0) err = ENOMEM;
+      }
     }
   }
   // The groups stay as they are (emptied Deferreds): they are OrderState::applying, cleared under

@@ -416,6 +416,8 @@ void hold_order_thread_for_testing(bool hold) {
 
 void skip_epoch_syncs_for_testing(unsigned every) { g_skip_epoch_syncs.store(every, std::memory_order_relaxed); }
 
+void fail_order_bookkeeping_for_testing(unsigned count) { g_fail_apply_notes.store(count, std::memory_order_relaxed); }
+
 void delay_order_log_writes_for_testing(unsigned ms) { g_log_write_delay_ms.store(ms, std::memory_order_relaxed); }
 
 bool fsync_is_noop() noexcept { return g_fsync_none.load(std::memory_order_relaxed); }

@@ -134,7 +134,11 @@ struct ControllerOptions {
   /// sleep) until finished writes make room.
   /// A write is always admitted when nothing is held (a write larger than the budget goes
   /// alone); a worker thread of this controller never waits (it would hold up the rounds that
-  /// make room). 0 admits one write at a time. The copies of finished writes above 16 KiB are
+  /// make room). 0 admits one write at a time. Under a budget of 4 MiB or more, each submitting
+  /// thread counts its small writes (up to 32 KiB) against a credit of at most 32 KiB it takes
+  /// from the budget ahead (the credits of all threads at most a sixteenth of the budget, and a
+  /// write is admitted when nothing but credit is held): a small write then costs no shared
+  /// atomic operation. The copies of finished writes above 16 KiB are
   /// kept for the next large writes (their pages stay resident: no fault per write) while the
   /// kept bytes plus those of unfinished writes fit this budget. stats(): write_copy_bytes,
   /// write_copy_waits, write_copy_pooled, write_copy_reuses, write_copy_allocations.

@@ -1,7 +1,8 @@
 // CopyBudget: back-pressure on write copies (ControllerOptions::write_copy_budget).
 //
-// The fast path is one fetch_add at submission, and one fetch_sub plus one load (of the
-// waiters' line) per batch of completions (Worker::give_back_copies). No lost wake-up: a waiter
+// The fast path is one fetch_add at submission (for a small write of a submitting thread, one
+// per credit_chunk() of its writes: ControllerCore::credits), and one fetch_sub plus one load (of
+// the waiters' line) per batch of completions (Worker::give_back_copies). No lost wake-up: a waiter
 // increments waiters_ and then loads bytes_, a completer subtracts from bytes_ and then loads
 // waiters_, all four seq_cst, so in their single total order at least one of the two sees the
 // other's write: the waiter sees the room, or the completer sees the waiter and notifies it under
@@ -20,7 +21,34 @@ void ControllerCore::charge_copy(Task& t) {
   const std::uint64_t n = t.data.size() + t.displaced_copy.size();
   if (n == 0) return;
   t.copy_charge = n;  // published to the worker by the push
-  copies.charge(n, /*may_wait=*/!on_own_worker(), &doorbell);
+  const bool inside = on_own_worker();
+  // A small write of a submitting thread comes out of the thread's credit (see `credits`),
+  // refilled a chunk at a time while the chunk fits the budget; otherwise, and for a worker's
+  // writes, the write is charged alone.
+  if (!inside && n <= copies.credit_chunk()) {
+    if (const int p = producer_index(); p >= 0) {
+      std::atomic<std::uint64_t>& credit = credits[static_cast<unsigned>(p)].bytes;
+      std::uint64_t have = credit.load(std::memory_order_relaxed);  // this thread's own
+      if (have < n) have += copies.try_reserve(copies.credit_chunk());
+      if (have >= n) {
+        credit.store(have - n, std::memory_order_relaxed);
+        return;
+      }
+      credit.store(have, std::memory_order_relaxed);
+    }
+  }
+  copies.charge(n, /*may_wait=*/!inside, &doorbell);
+}
+
+std::uint64_t CopyBudget::try_reserve(std::uint64_t want) noexcept {
+  if (want == 0) return 0;
+  // Relaxed, as in charge(): a count.
+  const std::uint64_t held = bytes_.fetch_add(want, std::memory_order_relaxed);
+  // Credit only while it fits next to what is held (and never past the budget, even when
+  // fits() admits a write because nothing but credits is held).
+  if (held <= budget_ && want <= budget_ - held) return want;
+  release(want);
+  return 0;
 }
 
 void CopyBudget::charge(std::uint64_t n, bool may_wait, Doorbell* wake) {

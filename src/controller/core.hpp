@@ -409,12 +409,24 @@ struct RoundState {
 /// Thread-safety: every member is safe from any thread. See copy_budget.cpp for the protocol.
 class CopyBudget {
  public:
-  CopyBudget(std::uint64_t budget, std::int64_t spin_ns) : budget_(budget), spin_ns_(spin_ns) {}
+  CopyBudget(std::uint64_t budget, std::int64_t spin_ns, unsigned producers)
+      : budget_(budget),
+        spin_ns_(spin_ns),
+        credit_chunk_(budget < (std::uint64_t{4} << 20) ? 0 : std::min<std::uint64_t>(std::uint64_t{32} << 10, budget / 16 / producers)),
+        credit_slack_(credit_chunk_ * producers) {}
   /// Counts n bytes. may_wait: the caller waits for room (spin, then sleep) when over the
   /// budget, after ringing `wake` (the writes that make room may be waiting for a lazy ring's
   /// timer); a worker of the controller passes false (the writes that would make room finish
   /// only in the rounds it holds up).
   void charge(std::uint64_t n, bool may_wait, Doorbell* wake = nullptr);
+  /// Counts `want` bytes ahead for one submitting thread's later small writes (its credit,
+  /// ControllerCore::charge_copy) if they fit now, without waiting: `want`, or 0 when they do
+  /// not fit. The caller charges its write alone (charge()) on 0.
+  std::uint64_t try_reserve(std::uint64_t want) noexcept;
+  /// The most credit a submitting thread keeps: at most 32 KiB, and the credits of every
+  /// producer (ControllerCore::kMaxProducers) a sixteenth of the budget at most; 0 (no credit,
+  /// every write charged alone) under a budget below 4 MiB.
+  std::uint64_t credit_chunk() const noexcept { return credit_chunk_; }
   /// Uncounts n bytes and wakes the waiters, if any.
   void release(std::uint64_t n) noexcept;
   /// Bytes a worker may finish before it gives them back (Worker::copy_release): at most 1 MiB
@@ -431,13 +443,17 @@ class CopyBudget {
   std::uint64_t budget() const noexcept { return budget_; }
 
  private:
-  /// Whether n more bytes fit next to `held` (always when nothing is held).
+  /// Whether n more bytes fit next to `held`: always when nothing is held but, perhaps, the
+  /// submitting threads' credits (a thread that stopped writing keeps its credit, and a write
+  /// larger than the budget must not wait for it for ever).
   bool fits(std::uint64_t held, std::uint64_t n) const noexcept {
-    return held == 0 || (held <= budget_ && n <= budget_ - held);
+    return held <= credit_slack_ || (held <= budget_ && n <= budget_ - held);
   }
   void wait_for_room(std::uint64_t n);
   const std::uint64_t budget_;
   const std::int64_t spin_ns_;
+  const std::uint64_t credit_chunk_;
+  const std::uint64_t credit_slack_;  // every producer's credit at its most
   std::uint64_t release_batch_ = 0;
   // On a cache line of its own: every submission adds to it. The workers subtract once per
   // batch (release_batch_), so the line stays with the submitting thread between batches.
@@ -566,6 +582,17 @@ class ControllerCore {
   static constexpr unsigned kMaxProducers = 64;
   std::mutex producers_mu;
   unsigned producers = 0;  // inboxes handed out (under producers_mu)
+  // Each submitting thread's credit of write-copy bytes counted ahead in `copies` (charge_copy):
+  // its small writes then take no locked instruction, which made the submitting thread wait for
+  // every store the request had made (the task's lines and the copy, last held by the worker
+  // that ended the task before): about a quarter of the framework's CPU per 512 B request on a
+  // 2-vCPU AMD host (docs/results/cache-cost.md). Indexed by producer_index(); written by that
+  // thread alone (relaxed loads and stores), read by stats() (a snapshot). A thread that stops
+  // writing leaves its credit counted: at most credit_chunk() each, a sixteenth of the budget in all.
+  struct alignas(64) ProducerCredit {
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  std::array<ProducerCredit, kMaxProducers> credits{};
   const std::uint64_t serial = next_serial();  // tells controllers apart in thread-local caches
   static std::uint64_t next_serial() noexcept {
     static std::atomic<std::uint64_t> s{0};  // relaxed: only uniqueness matters

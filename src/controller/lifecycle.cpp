@@ -47,7 +47,7 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
     : opt(corrected_options(o)),
       quota(opt.weak_quota, opt.strict_quota, 1u << 14, Quota::kDefaultPoolLimit, opt.clean_budget, opt.huge_pages),
       doorbell(opt.write_wake_delay_ns),
-      copies(opt.write_copy_budget, opt.spin_ns),
+      copies(opt.write_copy_budget, opt.spin_ns, kMaxProducers),
       copy_pool(opt.write_copy_budget, opt.huge_pages) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
   lanes = n * std::max(1u, opt.lanes_per_worker);
@@ -255,6 +255,8 @@ ControllerStats ControllerCore::stats() const {
   // first, so that a give-back between the two reads makes the figure lower, never higher.
   std::uint64_t unreturned = 0;
   for (const auto& w : workers) unreturned += w->copy_release.load(std::memory_order_relaxed);
+  // And the submitting threads' credit: counted ahead, held by no write.
+  for (const auto& c : credits) unreturned += c.bytes.load(std::memory_order_relaxed);
   const std::uint64_t held = copies.held();
   s.write_copy_bytes = held > unreturned ? held - unreturned : 0;
   s.write_copy_budget = copies.budget();

@@ -7,7 +7,7 @@
 #include "tai/engine_selector.hpp"
 
 #include <cerrno>
-#include <functional>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -30,7 +30,7 @@ namespace {
 /// How to make one engine; the reason is the factory's, without the engine name.
 struct Candidate {
   const char* name;
-  std::function<Result<std::unique_ptr<Engine>>(const EngineOptions&)> make;
+  Result<std::unique_ptr<Engine>> (*make)(const EngineOptions&);
 };
 
 /// Why an engine is not compiled in, as configure decided (config.hpp): `turned_off` when its
@@ -85,17 +85,18 @@ Result<std::unique_ptr<Engine>> always(const EngineOptions& options) {
 }
 
 /// Best first: the order "auto" tries (its first three) and the order of list_engines().
-const std::vector<Candidate>& candidates() {
-  static const std::vector<Candidate> list = {
-      {"uring", make_uring_or_reason},
-      {"libaio", make_libaio_or_reason},
-      {"posix", always<engines::make_posix>},
-      {"cstdio", always<engines::make_cstdio>},
-      {"fstream", always<engines::make_fstream>},
-      {"null", always<engines::make_null>},
-  };
-  return list;
-}
+/// A constant array, neither built nor destroyed: the preload library makes its controller
+/// from whichever thread first needs it, also while exit() is destroying the library's
+/// static objects in another thread, so nothing the selector reads may be destroyed.
+constexpr Candidate kCandidates[] = {
+    {"uring", make_uring_or_reason},
+    {"libaio", make_libaio_or_reason},
+    {"posix", always<engines::make_posix>},
+    {"cstdio", always<engines::make_cstdio>},
+    {"fstream", always<engines::make_fstream>},
+    {"null", always<engines::make_null>},
+};
+constexpr const Candidate (&candidates())[std::size(kCandidates)] { return kCandidates; }
 
 constexpr const char* kAutoOrder[] = {"uring", "libaio", "posix"};
 
@@ -117,17 +118,18 @@ Error unavailable(std::string_view name, const Error& reason) {
 }  // namespace
 
 const std::vector<std::string>& engine_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const auto& c : candidates()) n.emplace_back(c.name);
+  // Never destroyed, for the same reason as kCandidates.
+  static const auto* names = [] {
+    auto* n = new std::vector<std::string>;
+    for (const auto& c : candidates()) n->emplace_back(c.name);
     return n;
   }();
-  return names;
+  return *names;
 }
 
 std::vector<EngineInfo> list_engines(const EngineOptions& options) {
   std::vector<EngineInfo> out;
-  out.reserve(candidates().size());
+  out.reserve(std::size(kCandidates));
   for (const auto& c : candidates()) {
     EngineInfo info;
     info.name = c.name;

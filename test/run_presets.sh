@@ -49,7 +49,7 @@ declare -A QUICK_TARGETS=(
 declare -A CI_TARGETS=(
   [asan]="tai_tests tai_posix_tests tai_model_tests tai_kill_tests tai_kill_child tai_real_fs_tests
           tai_shared_writers_tests btree_fuzz_replay controller_fuzz_replay tai_preload tai_preload_probe
-          tai_preload_ends"
+          tai_preload_ends tai_preload_atexit_audit"
   [tsan]="tai_tests tai_posix_tests tai_shared_writers_tests btree_fuzz_replay controller_fuzz_replay"
 )
 

@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "engines/common/own_descriptors.hpp"
+#include "src/detail/never_destroyed.hpp"
 #include "tai/posix.hpp"
 
 namespace tai::posix::detail {
@@ -78,7 +79,7 @@ extern std::atomic<bool> g_configured;
 extern std::atomic<Controller*> g_ctl;
 extern std::atomic<bool> g_down;
 extern std::atomic<bool> g_handed_back;
-extern std::optional<Settings> g_override;
+extern tai::detail::NeverDestroyed<std::optional<Settings>> g_override;
 extern std::atomic<bool> g_trivial;
 extern std::atomic<std::uint64_t> g_start_writeback;
 extern std::atomic<std::uint64_t> g_sync_through;
@@ -214,6 +215,27 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
 // the first routed open, read-only ones included (a reader must not see the files unreplayed).
 void recover_order_logs_once(const std::string& dir);
 void order_log_shutdown();
+// The exit handler in order mode, while other threads may still be writing: exit_gate_close
+// makes new writes wait and waits for those under way (OrderedWrite), so that the last epoch it
+// makes durable is the last one; exit_gate_open then switches the layer to `full` and lets the
+// waiting writes go on (to the cache, which the shutdown writes back, or to the kernel). Without
+// it, writers kept the order thread's gate closed and the exit handler waited for good.
+void order_exit_gate_close() noexcept;
+void order_exit_gate_open() noexcept;
+// A write in order mode, counted while it runs (see order_exit_gate_close). ordered(): whether
+// it goes the order mode's way; false in `full`, and for a write that waited out the exit
+// handler's last epoch (the layer is `full` then). Thread-safe; one per write call.
+class OrderedWrite {
+ public:
+  OrderedWrite() noexcept;
+  ~OrderedWrite();
+  OrderedWrite(const OrderedWrite&) = delete;
+  OrderedWrite& operator=(const OrderedWrite&) = delete;
+  bool ordered() const noexcept { return counted_; }
+
+ private:
+  bool counted_;
+};
 std::string absolute_path_of(int fd, const char* path);
 ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::uint64_t& pos, bool append,
                  bool explicit_offset);

@@ -1088,4 +1088,50 @@ int order_sync_all(bool may_inline) {
   return take_error_locked(o);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The exit handler's gate (order mode): exit() from one thread while others write.
+namespace {
+// 0: running; 1: the exit handler makes the last epoch durable (new ordered writes wait);
+// 2: done, the layer is `full` (waiting writes go on). A futex word: writes wait on it.
+std::atomic<std::uint32_t> g_exit_phase{0};
+// Ordered writes under way. A futex word: the exit handler waits on it for them to leave.
+std::atomic<std::uint32_t> g_ordered_writers{0};
+}  // namespace
+
+// seq_cst, with OrderedWrite's increment and load: either the writer's increment is seen by the
+// handler's wait below, or the writer sees phase 1 and backs out (store-load order on both
+// sides, as in Dekker's algorithm).
+void order_exit_gate_close() noexcept {
+  g_exit_phase.store(1, std::memory_order_seq_cst);
+  for (std::uint32_t n; (n = g_ordered_writers.load(std::memory_order_seq_cst)) != 0;)
+    futex_wait(g_ordered_writers, n, 1'000'000);  // 1 ms: a wake-up lost to a race costs that much
+}
+
+void order_exit_gate_open() noexcept {
+  // `full` first: a write that sees phase 2 reads the mode after it (release/acquire on the
+  // phase) and goes the full way.
+  g_fsync_mode.store(static_cast<int>(FsyncMode::full), std::memory_order_release);
+  g_exit_phase.store(2, std::memory_order_release);
+  futex_wake(g_exit_phase, INT_MAX);
+}
+
+OrderedWrite::OrderedWrite() noexcept : counted_(false) {
+  if (!order_mode()) return;
+  g_ordered_writers.fetch_add(1, std::memory_order_seq_cst);  // pairs with order_exit_gate_close
+  if (g_exit_phase.load(std::memory_order_seq_cst) == 0) {
+    counted_ = true;
+    return;
+  }
+  // The exit handler is making the last epoch durable: not counted, wait until it is done.
+  if (g_ordered_writers.fetch_sub(1, std::memory_order_seq_cst) == 1) futex_wake(g_ordered_writers, 1);
+  for (std::uint32_t p; (p = g_exit_phase.load(std::memory_order_acquire)) != 2;) futex_wait(g_exit_phase, p, 0);
+  // The layer is `full` now (order_exit_gate_open): ordered() stays false.
+}
+
+OrderedWrite::~OrderedWrite() {
+  if (!counted_) return;
+  if (g_ordered_writers.fetch_sub(1, std::memory_order_seq_cst) == 1 && g_exit_phase.load(std::memory_order_seq_cst) == 1)
+    futex_wake(g_ordered_writers, 1);
+}
+
 }  // namespace tai::posix::detail

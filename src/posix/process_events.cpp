@@ -73,8 +73,10 @@ void at_exit() {
   // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
   if (order_mode() && layer_active()) {
     const std::uint64_t t0 = now_ns();
+    order_exit_gate_close();  // other threads' writes wait: the epoch closed next is the last
     if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
     order_log_shutdown();
+    order_exit_gate_open();  // `full` from here: the waiting writes go to the cache the shutdown writes back
     const HeldCopyPool& pool = HeldCopyPool::instance();
     logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
          "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints, %llu waits for the device (back-pressure); "
@@ -107,9 +109,10 @@ __attribute__((constructor(101))) void register_exit_handler() { std::atexit(&at
 
 namespace {
 // The controller's options and the test hook, from the settings configure applied: written
-// under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu.
-ControllerOptions g_options;
-std::function<void(Controller&)> g_setup;
+// under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu. Never
+// destroyed: a thread may make the controller while exit() destroys the library's statics.
+tai::detail::NeverDestroyed<ControllerOptions> g_options;
+tai::detail::NeverDestroyed<std::function<void(Controller&)>> g_setup;
 // The controller could not be made: not tried again (until restart_for_testing). Under g_make_mu.
 bool g_make_failed = false;
 }  // namespace
@@ -127,7 +130,7 @@ bool configure() {
   if (g_down.load(std::memory_order_acquire)) return false;
   if (g_configured.load(std::memory_order_acquire)) return true;
   std::vector<std::string> warnings;
-  Settings s = g_override ? *g_override : settings_from_env(&warnings);
+  Settings s = *g_override ? **g_override : settings_from_env(&warnings);
   g_log.store(s.log, std::memory_order_relaxed);
   for (const auto& w : warnings) std::fprintf(stderr, "tai::posix: %s\n", w.c_str());
   // The layer starts the device write-back itself (start_writeback_every: it first hands the
@@ -136,8 +139,8 @@ bool configure() {
   s.options.engine_options.start_writeback_bytes = 0;
   {
     std::lock_guard<std::mutex> make(g_make_mu);
-    g_options = s.options;
-    g_setup = s.setup;
+    *g_options = s.options;
+    *g_setup = s.setup;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
@@ -185,8 +188,8 @@ Controller* make_controller() {
     if (g_down.load(std::memory_order_acquire) || g_make_failed) return nullptr;
     if (Controller* made = g_ctl.load(std::memory_order_acquire)) return made;
     try {
-      c = new Controller(g_options);
-      if (g_setup) g_setup(*c);
+      c = new Controller(*g_options);
+      if (*g_setup) (*g_setup)(*c);
     } catch (const std::exception& ex) {
       std::fprintf(stderr,
                    "tai::posix: cannot make the controller (%s): files opened from now on pass through to libc, "
@@ -546,7 +549,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     report = old->shutdown();
     delete old;
   }
-  g_override = settings;
+  *g_override = settings;
   g_down.store(false, std::memory_order_release);
   g_handed_back.store(false, std::memory_order_release);
   return report;

@@ -177,7 +177,8 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   if (!append && (pos > kOffMax || n > kOffMax - pos)) return -EINVAL;
   if (buf == nullptr) return -EFAULT;
   Inode& ino = *d.inode;
-  const bool ordered = order_mode();
+  const OrderedWrite counted;  // order mode: the exit handler in another thread waits for it
+  const bool ordered = counted.ordered();
   if (ordered && !append) {
     if (const ssize_t held = order_hold_write(ino, buf, n, pos); held != kNotHeld) return held;
   }

@@ -222,6 +222,7 @@ void order_log_shutdown();
 // it, writers kept the order thread's gate closed and the exit handler waited for good.
 void order_exit_gate_close() noexcept;
 void order_exit_gate_open() noexcept;
+void order_exit_gate_reset() noexcept;  // restart_for_testing: back to phase 0
 // A write in order mode, counted while it runs (see order_exit_gate_close). ordered(): whether
 // it goes the order mode's way; false in `full`, and for a write that waited out the exit
 // handler's last epoch (the layer is `full` then). Thread-safe; one per write call.

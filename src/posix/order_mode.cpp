@@ -1115,6 +1115,8 @@ void order_exit_gate_open() noexcept {
   futex_wake(g_exit_phase, INT_MAX);
 }
 
+void order_exit_gate_reset() noexcept { g_exit_phase.store(0, std::memory_order_release); }
+
 OrderedWrite::OrderedWrite() noexcept : counted_(false) {
   if (!order_mode()) return;
   g_ordered_writers.fetch_add(1, std::memory_order_seq_cst);  // pairs with order_exit_gate_close

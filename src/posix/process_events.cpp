@@ -73,10 +73,7 @@ void at_exit() {
   // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
   if (order_mode() && layer_active()) {
     const std::uint64_t t0 = now_ns();
-    order_exit_gate_close();  // other threads' writes wait: the epoch closed next is the last
-    if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
-    order_log_shutdown();
-    order_exit_gate_open();  // `full` from here: the waiting writes go to the cache the shutdown writes back
+    order_sync_before_shutdown(failures);
     const HeldCopyPool& pool = HeldCopyPool::instance();
     logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
          "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints, %llu waits for the device (back-pressure); "
@@ -392,11 +389,14 @@ void disable_in_forked_child() noexcept {
   g_handed_back.store(true, std::memory_order_release);
 }
 
-// Order mode, before a shutdown: every epoch durable. The failure, if any, as a message.
+// Order mode, before a shutdown (exit, exec): every epoch durable, and the layer `full` from
+// then on. The failure, if any, as a message.
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
   if (!order_mode() || !layer_active()) return;
+  order_exit_gate_close();  // other threads' writes wait: the epoch closed next is the last
   if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
   order_log_shutdown();
+  order_exit_gate_open();  // `full` from here: the waiting writes go to the cache the shutdown writes back
 }
 
 std::vector<std::string> shutdown_for_exec() {
@@ -494,6 +494,7 @@ int forget_range(unsigned first, unsigned last) {
 }
 
 ShutdownReport restart_for_testing(const Settings& settings) {
+  order_exit_gate_reset();  // a shutdown_for_testing before left the gate open, the layer `full`
   if (order_mode() && layer_active()) {
     // Every epoch durable before the controller goes; a failure (a test's fault engine) is
     // returned and the thread goes on, a few times, then what is left is dropped.

@@ -1098,10 +1098,15 @@ std::atomic<std::uint32_t> g_exit_phase{0};
 std::atomic<std::uint32_t> g_ordered_writers{0};
 }  // namespace
 
+// The thread that runs the exit handler's last epoch (between close and open): its own writes
+// (a log line on a routed stderr) must not wait for itself.
+thread_local bool t_closing_exit_gate = false;
+
 // seq_cst, with OrderedWrite's increment and load: either the writer's increment is seen by the
 // handler's wait below, or the writer sees phase 1 and backs out (store-load order on both
 // sides, as in Dekker's algorithm).
 void order_exit_gate_close() noexcept {
+  t_closing_exit_gate = true;
   g_exit_phase.store(1, std::memory_order_seq_cst);
   for (std::uint32_t n; (n = g_ordered_writers.load(std::memory_order_seq_cst)) != 0;)
     futex_wait(g_ordered_writers, n, 1'000'000);  // 1 ms: a wake-up lost to a race costs that much
@@ -1113,9 +1118,13 @@ void order_exit_gate_open() noexcept {
   g_fsync_mode.store(static_cast<int>(FsyncMode::full), std::memory_order_release);
   g_exit_phase.store(2, std::memory_order_release);
   futex_wake(g_exit_phase, INT_MAX);
+  t_closing_exit_gate = false;
 }
 
-void order_exit_gate_reset() noexcept { g_exit_phase.store(0, std::memory_order_release); }
+void order_exit_gate_reset() noexcept {
+  g_exit_phase.store(0, std::memory_order_release);
+  futex_wake(g_exit_phase, INT_MAX);  // a writer parked at phase 1 looks again (and waits for 2)
+}
 
 OrderedWrite::OrderedWrite() noexcept : counted_(false) {
   if (!order_mode()) return;
@@ -1124,10 +1133,14 @@ OrderedWrite::OrderedWrite() noexcept : counted_(false) {
     counted_ = true;
     return;
   }
-  // The exit handler is making the last epoch durable: not counted, wait until it is done.
+  // The exit handler is making the last epoch durable: not counted.
   if (g_ordered_writers.fetch_sub(1, std::memory_order_seq_cst) == 1) futex_wake(g_ordered_writers, 1);
-  for (std::uint32_t p; (p = g_exit_phase.load(std::memory_order_acquire)) != 2;) futex_wait(g_exit_phase, p, 0);
-  // The layer is `full` now (order_exit_gate_open): ordered() stays false.
+  // TAI's own threads (the order thread's log line on a routed stderr) and the handler's thread
+  // go the full way at once: the handler waits for them.
+  if (tai::detail::this_thread_is_tai() || t_closing_exit_gate) return;
+  // A program thread waits until the handler is done; the layer is `full` then
+  // (order_exit_gate_open), so ordered() stays false.
+  while (g_exit_phase.load(std::memory_order_acquire) == 1) futex_wait(g_exit_phase, 1, 0);
 }
 
 OrderedWrite::~OrderedWrite() {

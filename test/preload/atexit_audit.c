@@ -15,6 +15,29 @@
 #include <unistd.h>
 
 typedef int (*cxa_atexit_fn)(void (*)(void*), void*, void*);
+typedef int (*open_fn)(const char*, int, ...);
+typedef ssize_t (*write_fn)(int, const void*, size_t);
+typedef int (*close_fn)(int);
+
+/* libc's own open, write and close: the library under test interposes them, and this runs
+ * during its static initialisation too. */
+static void log_offset(const char* log, unsigned long offset) {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (!libc) return;
+  open_fn libc_open = (open_fn)dlsym(libc, "open");
+  write_fn libc_write = (write_fn)dlsym(libc, "write");
+  close_fn libc_close = (close_fn)dlsym(libc, "close");
+  if (libc_open && libc_write && libc_close) {
+    char line[64];
+    const int n = snprintf(line, sizeof line, "%lx\n", offset);
+    const int fd = libc_open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      (void)!libc_write(fd, line, (size_t)n);
+      libc_close(fd);
+    }
+  }
+  dlclose(libc);
+}
 
 int __cxa_atexit(void (*func)(void*), void* arg, void* dso) {
   static cxa_atexit_fn real;
@@ -22,15 +45,7 @@ int __cxa_atexit(void (*func)(void*), void* arg, void* dso) {
   const char* log = getenv("TAI_ATEXIT_AUDIT_LOG");
   const char* lib = getenv("TAI_ATEXIT_AUDIT_LIB");
   Dl_info info;
-  if (log && lib && dladdr((void*)func, &info) && info.dli_fname && strcmp(info.dli_fname, lib) == 0) {
-    char line[64];
-    const int n = snprintf(line, sizeof line, "%lx\n",
-                           (unsigned long)((const char*)(void*)func - (const char*)info.dli_fbase));
-    const int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      (void)!write(fd, line, (size_t)n);
-      close(fd);
-    }
-  }
+  if (log && lib && dladdr((void*)func, &info) && info.dli_fname && strcmp(info.dli_fname, lib) == 0)
+    log_offset(log, (unsigned long)((const char*)(void*)func - (const char*)info.dli_fbase));
   return real ? real(func, arg, dso) : -1;
 }

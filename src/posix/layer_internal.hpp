@@ -79,7 +79,7 @@ extern std::atomic<bool> g_configured;
 extern std::atomic<Controller*> g_ctl;
 extern std::atomic<bool> g_down;
 extern std::atomic<bool> g_handed_back;
-extern tai::detail::NeverDestroyed<std::optional<Settings>> g_override;
+std::optional<Settings>& settings_override();  // restart_for_testing's settings (under g_init_mu)
 extern std::atomic<bool> g_trivial;
 extern std::atomic<std::uint64_t> g_start_writeback;
 extern std::atomic<std::uint64_t> g_sync_through;

@@ -106,10 +106,18 @@ __attribute__((constructor(101))) void register_exit_handler() { std::atexit(&at
 
 namespace {
 // The controller's options and the test hook, from the settings configure applied: written
-// under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu. Never
-// destroyed: a thread may make the controller while exit() destroys the library's statics.
-tai::detail::NeverDestroyed<ControllerOptions> g_options;
-tai::detail::NeverDestroyed<std::function<void(Controller&)>> g_setup;
+// under g_init_mu and g_make_mu before g_configured's release, read under g_make_mu. Built at
+// first use (the preload library may configure the layer before this file's static objects
+// are initialised) and never destroyed (a thread may make the controller while exit()
+// destroys the library's statics).
+ControllerOptions& applied_options() {
+  static tai::detail::NeverDestroyed<ControllerOptions> options;
+  return *options;
+}
+std::function<void(Controller&)>& applied_setup() {
+  static tai::detail::NeverDestroyed<std::function<void(Controller&)>> setup;
+  return *setup;
+}
 // The controller could not be made: not tried again (until restart_for_testing). Under g_make_mu.
 bool g_make_failed = false;
 }  // namespace
@@ -127,7 +135,7 @@ bool configure() {
   if (g_down.load(std::memory_order_acquire)) return false;
   if (g_configured.load(std::memory_order_acquire)) return true;
   std::vector<std::string> warnings;
-  Settings s = *g_override ? **g_override : settings_from_env(&warnings);
+  Settings s = settings_override() ? *settings_override() : settings_from_env(&warnings);
   g_log.store(s.log, std::memory_order_relaxed);
   for (const auto& w : warnings) std::fprintf(stderr, "tai::posix: %s\n", w.c_str());
   // The layer starts the device write-back itself (start_writeback_every: it first hands the
@@ -136,8 +144,8 @@ bool configure() {
   s.options.engine_options.start_writeback_bytes = 0;
   {
     std::lock_guard<std::mutex> make(g_make_mu);
-    *g_options = s.options;
-    *g_setup = s.setup;
+    applied_options() = s.options;
+    applied_setup() = s.setup;
   }
   g_trivial.store(s.trivial_tree, std::memory_order_release);
   g_start_writeback.store(s.start_writeback_bytes, std::memory_order_release);
@@ -185,8 +193,8 @@ Controller* make_controller() {
     if (g_down.load(std::memory_order_acquire) || g_make_failed) return nullptr;
     if (Controller* made = g_ctl.load(std::memory_order_acquire)) return made;
     try {
-      c = new Controller(*g_options);
-      if (*g_setup) (*g_setup)(*c);
+      c = new Controller(applied_options());
+      if (applied_setup()) applied_setup()(*c);
     } catch (const std::exception& ex) {
       std::fprintf(stderr,
                    "tai::posix: cannot make the controller (%s): files opened from now on pass through to libc, "
@@ -550,7 +558,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     report = old->shutdown();
     delete old;
   }
-  *g_override = settings;
+  settings_override() = settings;
   g_down.store(false, std::memory_order_release);
   g_handed_back.store(false, std::memory_order_release);
   return report;

@@ -23,7 +23,12 @@ std::atomic<bool> g_down{false};            // shutting down or down: no new rou
 // back), and those on files whose cache is closed already go to the kernel (shut_down_locked).
 // release by the shutdown, acquire by Ref.
 std::atomic<bool> g_handed_back{false};
-tai::detail::NeverDestroyed<std::optional<Settings>> g_override;  // restart_for_testing's settings (under g_init_mu)
+// restart_for_testing's settings (under g_init_mu): built at first use, never destroyed (see
+// src/detail/never_destroyed.hpp).
+std::optional<Settings>& settings_override() {
+  static tai::detail::NeverDestroyed<std::optional<Settings>> settings;
+  return *settings;
+}
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_configured)
 std::atomic<std::uint64_t> g_start_writeback{0};  // Settings::start_writeback_bytes (set before g_configured)
 std::atomic<std::uint64_t> g_sync_through{0};     // Settings::sync_through_bytes (set before g_configured)

@@ -43,7 +43,6 @@
 #include <utility>
 
 #include "engines/common/own_descriptors.hpp"
-#include "src/detail/never_destroyed.hpp"
 #include "tai/posix.hpp"
 
 namespace tai::posix::detail {

@@ -1123,7 +1123,7 @@ void order_exit_gate_open() noexcept {
 
 void order_exit_gate_reset() noexcept {
   g_exit_phase.store(0, std::memory_order_release);
-  futex_wake(g_exit_phase, INT_MAX);  // a writer parked at phase 1 looks again (and waits for 2)
+  futex_wake(g_exit_phase, INT_MAX);  // a writer parked at phase 1 goes on (the full way)
 }
 
 OrderedWrite::OrderedWrite() noexcept : counted_(false) {

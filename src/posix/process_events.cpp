@@ -111,11 +111,11 @@ namespace {
 // are initialised) and never destroyed (a thread may make the controller while exit()
 // destroys the library's statics).
 ControllerOptions& applied_options() {
-  static tai::detail::NeverDestroyed<ControllerOptions> options;
+  static auto* options = new ControllerOptions;  // never destroyed
   return *options;
 }
 std::function<void(Controller&)>& applied_setup() {
-  static tai::detail::NeverDestroyed<std::function<void(Controller&)>> setup;
+  static auto* setup = new std::function<void(Controller&)>;  // never destroyed
   return *setup;
 }
 // The controller could not be made: not tried again (until restart_for_testing). Under g_make_mu.

@@ -23,10 +23,10 @@ std::atomic<bool> g_down{false};            // shutting down or down: no new rou
 // back), and those on files whose cache is closed already go to the kernel (shut_down_locked).
 // release by the shutdown, acquire by Ref.
 std::atomic<bool> g_handed_back{false};
-// restart_for_testing's settings (under g_init_mu): built at first use, never destroyed (see
-// src/detail/never_destroyed.hpp).
+// restart_for_testing's settings (under g_init_mu): built at first use, never destroyed (a
+// thread may configure the layer while exit() destroys the library's statics).
 std::optional<Settings>& settings_override() {
-  static tai::detail::NeverDestroyed<std::optional<Settings>> settings;
+  static auto* settings = new std::optional<Settings>;
   return *settings;
 }
 std::atomic<bool> g_trivial{false};        // the current controller's tree (set before g_configured)

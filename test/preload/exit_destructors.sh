@@ -56,7 +56,7 @@ for run in "exit full" "exit order" "thread_exit full" "thread_exit order"; do
     elif [[ $name == *constant_init* ]]; then :
     else
       echo "FAIL ($way, TAI_FSYNC=$mode): the library registers a destructor run by exit(): ${name:-<no symbol at offset 0x$off>}"
-      echo "  (another thread may still read it: make it a constant or tai::detail::NeverDestroyed)"
+      echo "  (another thread may still read it: make it a constant or a never-destroyed `static auto* p = new T`)"
       run_fail=1
     fi
   done < <(sort -u "$d/registered" 2>/dev/null)

@@ -79,7 +79,7 @@ help:
 	@echo "make package   release build + Debian packages (CPack): libtai-dev and tai-tools into build/release/packages"
 	@echo "make sweep     the image workload's full sweep (the TAI paper's figures; hours) into $(SWEEP_OUT)"
 	@echo "make bench     release build + '$(BENCH) randread' with its defaults"
-	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills, 500 sqlite3 kills per TAI_FSYNC=order journal test, the I/O-error loop twice over), then every target and test of the asan and tsan presets (hours)"
+	@echo "make soak      the reliability suites at soak size (10,000,000 model operations per engine, 5x the kills, 500 sqlite3 kills per TAI_FSYNC=order journal test, the I/O-error loop twice over, twice the controller order runs), then every target and test of the asan and tsan presets (hours)"
 	@echo "make fuzz      clang build (preset fuzz) of the libFuzzer targets ($(FUZZ_TARGETS)), each run FUZZ_SECONDS=$(FUZZ_SECONDS) s on its corpus; new inputs go to $(FUZZ_NEW)/<target>"
 	@echo "make fuzz-merge  minimise $(FUZZ_NEW)/<target> into the committed corpora (libFuzzer -merge=1)"
 	@echo "make bench-dropin  the drop-in benchmarks: the serial program (every mode, fsync every 1, 30, 300) and dd under the preload"
@@ -153,7 +153,8 @@ demo: deps
 # The reliability suites beyond CI's counts: the model-based random operations at 10,000,000 per
 # engine (CI: 1,000,000 for the buffered engines, 200,000 for the O_DIRECT ones), the I/O-error
 # loop with each workload on two configurations (CI: one) and five times
-# CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines); then the
+# CI's process kills (about an hour on 2 cores, most of it in the O_DIRECT engines), the
+# controller's order runs at twice CI's operations; then the
 # sanitizer presets in full: every target (the workloads and benchmarks too) and every test at
 # CI's counts (about another hour: make check runs them over the suites CI checks under them, at
 # a quarter of the randomized counts, to stay in CI's time).
@@ -164,6 +165,7 @@ soak: release
 	TAI_KILL_SCALE=5 ctest --test-dir build/release -R '^kill\.' -j2 --output-on-failure
 	TAI_ORDER_KILLS=500 build/release/test/kill/tai_kill_tests --gtest_filter='PreloadKill.Sqlite3*OrderMode*'
 	TAI_IOERR_SCALE=2 ctest --test-dir build/release -R 'IoErrorLoopSuite|^crashsim\.' -j2 --output-on-failure
+	TAI_CONTROLLER_ORDER_SCALE=2 ctest --test-dir build/release -R 'ControllerOrder\.' -j2 --output-on-failure
 	test/run_presets.sh full $(JOBS) $(CHECK_CI_PRESETS)
 
 # libFuzzer (docs/testing.md): the fuzz preset builds the targets with clang and

@@ -38,7 +38,7 @@ const char* const kUringNotBuilt =
 const char* const kLibaioNotBuilt =
     "engine 'libaio' unavailable: not built (libaio was not found at configure time; install libaio-dev and "
     "reconfigure with -DTAI_WITH_LIBAIO=ON)";
-// What this build says when an option turned the engine off (cmake_smoke.engines_turned_off
+// What this build says when an option turned the engine off (cmake_smoke.add_subdirectory
 // checks these in a build made so).
 const char* const kUringTurnedOff =
     "engine 'uring' unavailable: not built (turned off at configure time with TAI_WITH_URING=OFF; reconfigure "

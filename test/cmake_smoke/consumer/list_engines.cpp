@@ -1,5 +1,5 @@
 // Prints every engine of tai::list_engines() as "<name>: available" or "<name>: unavailable:
-// <reason>", one a line. test/cmake_smoke's engines_turned_off step builds TAI with engines
+// <reason>", one a line. test/cmake_smoke's subdirectory step builds TAI with engines
 // turned off and checks the reasons printed here.
 #include <tai/engine_selector.hpp>
 

@@ -17,6 +17,7 @@ int creat(const char* path, mode_t mode) { return detail::open_impl(AT_FDCWD, pa
 int close(int fd) {
   const int saved = errno;
   int err = 0;
+  const detail::OrderedCall counted;  // order mode: the exit handler waits for it (see there)
   if (detail::order_mode()) {
     // Order mode: close waits for full durability (of every epoch: the simple way).
     Ref d(fd);
@@ -294,6 +295,7 @@ Receipt fsync_async(int fd) {
       if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category(), "fsync");
     });
   }
+  const detail::OrderedCall counted;  // order mode: the exit handler waits for it (see there)
   if (detail::order_mode()) {
     // Held-back writes are not in the file's cache, so the file's own sync would not cover
     // them: every epoch durable here (waits), and the receipt carries the outcome.
@@ -329,6 +331,7 @@ int barrier(int fd) {
   Ref d(fd);
   if (!d) return ::fdatasync(fd);
   const int saved = errno;
+  const detail::OrderedCall counted;  // order mode: the exit handler waits for it (see there)
   if (detail::order_mode()) return finish(detail::order_fsync(true), saved);  // an epoch is a barrier across files
   detail::Inode& ino = *d->inode;
   std::lock_guard<std::mutex> lock(ino.mu);
@@ -407,6 +410,7 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.copy_blocks_reused = detail::HeldCopyPool::instance().reuses();
   s.epochs_inline = detail::g_stat_inline.load(std::memory_order_relaxed);
   s.through_writes = detail::g_stat_through_writes.load(std::memory_order_relaxed);
+  s.max_lag_ns = detail::g_stat_max_lag_ns.load(std::memory_order_relaxed);
   return s;
 }
 

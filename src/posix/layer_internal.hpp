@@ -108,7 +108,7 @@ extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned> g_fail_apply_notes;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
-    g_stat_logged, g_stat_log_batches, g_stat_checkpoints, g_stat_inline, g_stat_through_writes;
+    g_stat_logged, g_stat_log_batches, g_stat_checkpoints, g_stat_inline, g_stat_through_writes, g_stat_max_lag_ns;
 extern std::atomic<bool> g_forked_child;
 
 // Functions of one source used by another (the comments are at the definitions).
@@ -215,22 +215,28 @@ void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes)
 void recover_order_logs_once(const std::string& dir);
 void order_log_shutdown();
 // The exit handler in order mode, while other threads may still be writing: exit_gate_close
-// makes new writes wait and waits for those under way (OrderedWrite), so that the last epoch it
-// makes durable is the last one; exit_gate_open then switches the layer to `full` and lets the
-// waiting writes go on (to the cache, which the shutdown writes back, or to the kernel). Without
-// it, writers kept the order thread's gate closed and the exit handler waited for good.
+// makes new writes and syncs wait and waits for those under way (OrderedCall), so that the last
+// epoch it makes durable is the last one; exit_gate_open then switches the layer to `full` and
+// lets the waiting calls go on (writes to the cache, which the shutdown writes back, or to the
+// kernel; syncs the full way). Without it, writers kept the order thread's gate closed and the
+// exit handler waited for good.
 void order_exit_gate_close() noexcept;
 void order_exit_gate_open() noexcept;
 void order_exit_gate_reset() noexcept;  // restart_for_testing: back to phase 0
-// A write in order mode, counted while it runs (see order_exit_gate_close). ordered(): whether
-// it goes the order mode's way; false in `full`, and for a write that waited out the exit
-// handler's last epoch (the layer is `full` then). Thread-safe; one per write call.
-class OrderedWrite {
+// A write, fsync or sync of everything in order mode, counted while it runs (see
+// order_exit_gate_close): the handler's last epoch must be the last one, and a program thread
+// that kept closing epochs (an fsync loop) would keep the order thread's gate closed under the
+// handler's wait. ordered(): whether the call goes the order mode's way; false in `full`, and for
+// a call that waited out the exit handler's last epoch (the layer is `full` then). Construct it
+// before the call's order_mode() check and without any lock of the layer held. Nested in a
+// counted one of the same thread, it is counted with it (it never waits: the handler waits for
+// the outer one). Thread-safe; one per call.
+class OrderedCall {
  public:
-  OrderedWrite() noexcept;
-  ~OrderedWrite();
-  OrderedWrite(const OrderedWrite&) = delete;
-  OrderedWrite& operator=(const OrderedWrite&) = delete;
+  OrderedCall() noexcept;
+  ~OrderedCall();
+  OrderedCall(const OrderedCall&) = delete;
+  OrderedCall& operator=(const OrderedCall&) = delete;
   bool ordered() const noexcept { return counted_; }
 
  private:
@@ -441,10 +447,16 @@ struct OrderState {
   std::vector<Inode*> open_dirty;
   std::uint64_t queued_bytes = 0;  // bytes in `closed` and `open_writes` not yet in the cache
   std::uint64_t closed_seq = 0, durable_seq = 0;
-  // How long the order thread took for one epoch lately (its writes to the cache, then its
-  // syncs), an average with weight 1/4 on the newest; 0 until the first epoch is done. With the
-  // queue's length it predicts when a new epoch will be durable (order_fsync).
+  // The pace at which epochs became durable lately, per epoch: the time from the last epoch made
+  // durable (or from this one's fsync, when it came later) to this one durable, an average with
+  // weight 1/4 on the newest; 0 until the first epoch is done. With the queue's length it
+  // predicts when a new epoch will be durable (order_fsync). Counted from the last one durable,
+  // not from when the order thread took this one, so that its wake-ups and its waits for a CPU
+  // count too: with two program threads closing epochs as fast as they could on 2 CPUs, the
+  // order thread's own system calls were half of its pace, and an epoch waited 2.1 s to be
+  // durable under a delay of 1 s.
   std::uint64_t epoch_ns = 0;
+  std::uint64_t last_durable_ns = 0;  // when the last epoch was made durable (0: none yet)
   std::uint64_t front_started_ns = 0;  // when the order thread took the epoch in flight; 0: none
   // How many epochs are in flight since front_started_ns: 1 the direct way, a log batch's count
   // with the log (they become durable together, with one sync).

@@ -45,7 +45,21 @@ constexpr unsigned kLogPauseEpochs = 256;
 constexpr unsigned kInlineProbeEvery = 32;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0}, g_stat_inline{0},
-    g_stat_through_writes{0};
+    g_stat_through_writes{0}, g_stat_max_lag_ns{0};
+
+// Under o.mu, before the k epochs from the front are popped as durable: the pace (o.epoch_ns,
+// see there), and the oldest's time from its fsync to durable, the most of the run in
+// g_stat_max_lag_ns (what TAI_FSYNC_MAX_DELAY bounds).
+void note_durable_locked(OrderState& o, std::size_t k) {
+  if (o.closed.empty() || k == 0) return;
+  const std::uint64_t now = now_ns();
+  const std::uint64_t closed = o.closed.front().closed_ns;
+  const std::uint64_t per = (now - std::max(o.last_durable_ns, closed)) / k;
+  o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
+  o.last_durable_ns = now;
+  const std::uint64_t lag = now - closed;
+  if (lag > g_stat_max_lag_ns.load(std::memory_order_relaxed)) g_stat_max_lag_ns.store(lag, std::memory_order_relaxed);
+}
 
 // Under o.mu: the open epoch must sync `ino`.
 void note_open_dirty_locked(OrderState& o, Inode& ino) {
@@ -546,9 +560,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   // writes waiting (about 25 us each time, a batch of a few hundred epochs).
   std::vector<std::vector<Deferred>> applied;
   applied.swap(per_epoch);
-  const std::uint64_t took = now_ns() - started;
-  const std::uint64_t per = took / k;
-  o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
+  note_durable_locked(o, k);
   o.front_started_ns = 0;
   for (std::size_t i = 0; i < k; ++i) o.closed.pop_front();
   o.durable_seq += k;
@@ -626,8 +638,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   lk.unlock();
   for (Inode* ip : files) inode_unref(ip);
   lk.lock();
-  const std::uint64_t took = now_ns() - started;
-  o.epoch_ns = o.epoch_ns == 0 ? took : (3 * o.epoch_ns + took) / 4;
+  note_durable_locked(o, 1);
   o.front_started_ns = 0;
   o.closed.pop_front();
   ++o.durable_seq;  // done with (a failed one too: its error stops the thread until returned)
@@ -1052,8 +1063,13 @@ int order_fsync(bool data_only) {
     } else if (o.front_started_ns != 0) {
       per = std::max(per, now - o.front_started_ns);
     }
-    wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) || now - o.closed.front().closed_ns > delay ||
-           lag + waiting * per > delay;
+    // Half the delay for the prediction: the pace was measured while the queue was short, and
+    // a burst of fsyncs from threads that then keep the CPUs busy slows the order thread down
+    // (two threads looping write + fdatasync on 2 CPUs: 305-535 epochs queued within
+    // milliseconds at a pace of 3.3 ms, then made durable at 6-7 ms each, 2.1-3.0 s after
+    // their fsyncs under a delay of 1 s).
+    wait = o.queued_bytes > g_order_limit.load(std::memory_order_relaxed) || now - o.closed.front().closed_ns > delay / 2 ||
+           lag + waiting * per > delay / 2;
   }
   const std::uint64_t seq = close_epoch_locked(o, data_only);
   if (!wait) return 0;
@@ -1102,7 +1118,7 @@ std::atomic<std::uint32_t> g_ordered_writers{0};
 // (a log line on a routed stderr) must not wait for itself.
 thread_local bool t_closing_exit_gate = false;
 
-// seq_cst, with OrderedWrite's increment and load: either the writer's increment is seen by the
+// seq_cst, with OrderedCall's increment and load: either the writer's increment is seen by the
 // handler's wait below, or the writer sees phase 1 and backs out (store-load order on both
 // sides, as in Dekker's algorithm).
 void order_exit_gate_close() noexcept {
@@ -1126,11 +1142,23 @@ void order_exit_gate_reset() noexcept {
   futex_wake(g_exit_phase, INT_MAX);  // a writer parked at phase 1 goes on (the full way)
 }
 
-OrderedWrite::OrderedWrite() noexcept : counted_(false) {
+// This thread's counted calls, nested (an fsync inside a counted write's path): only the
+// outermost touches g_ordered_writers.
+thread_local unsigned t_ordered_calls = 0;
+
+OrderedCall::OrderedCall() noexcept : counted_(false) {
   if (!order_mode()) return;
+  if (t_ordered_calls > 0) {
+    // Inside a counted call of this thread: the handler already waits for the outer one, and
+    // this one must not wait for the handler (it would wait for itself).
+    counted_ = true;
+    ++t_ordered_calls;
+    return;
+  }
   g_ordered_writers.fetch_add(1, std::memory_order_seq_cst);  // pairs with order_exit_gate_close
   if (g_exit_phase.load(std::memory_order_seq_cst) == 0) {
     counted_ = true;
+    t_ordered_calls = 1;
     return;
   }
   // The exit handler is making the last epoch durable: not counted.
@@ -1143,8 +1171,8 @@ OrderedWrite::OrderedWrite() noexcept : counted_(false) {
   while (g_exit_phase.load(std::memory_order_acquire) == 1) futex_wait(g_exit_phase, 1, 0);
 }
 
-OrderedWrite::~OrderedWrite() {
-  if (!counted_) return;
+OrderedCall::~OrderedCall() {
+  if (!counted_ || --t_ordered_calls > 0) return;
   if (g_ordered_writers.fetch_sub(1, std::memory_order_seq_cst) == 1 && g_exit_phase.load(std::memory_order_seq_cst) == 1)
     futex_wake(g_ordered_writers, 1);
 }

@@ -177,7 +177,7 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   if (!append && (pos > kOffMax || n > kOffMax - pos)) return -EINVAL;
   if (buf == nullptr) return -EFAULT;
   Inode& ino = *d.inode;
-  const OrderedWrite counted;  // order mode: the exit handler in another thread waits for it
+  const OrderedCall counted;  // order mode: the exit handler in another thread waits for it
   const bool ordered = counted.ordered();
   if (ordered && !append) {
     if (const ssize_t held = order_hold_write(ino, buf, n, pos); held != kNotHeld) return held;
@@ -252,6 +252,9 @@ ssize_t do_read(Description& d, int fd, void* buf, std::size_t n, std::uint64_t 
 int sync_routed(Description& d, int fd, bool data_only) {
   Inode& ino = *d.inode;
   if (g_fsync_none.load(std::memory_order_relaxed)) return 0;  // benchmark only: see Settings
+  // Order mode: an fsync closes an epoch; the exit handler waits for it (see OrderedCall), and
+  // one that comes during the handler's last epoch waits and then goes the full way.
+  const OrderedCall counted;
   if (order_mode() && !g_down.load(std::memory_order_acquire) && (!ino.through || ino.direct_fd >= 0)) {
     // The order mode's fsync, without the inode's mutex (the order thread takes it for every
     // held write it gives to the cache: see order_hold_write). The write-through rule (a file

@@ -4,7 +4,7 @@
  * covers): the harness runs this once plain and once preloaded and byte-compares the files.
  *
  * Usage: tai_preload_ends <way> <directory>
- * Ways: exit return _exit _Exit exit_group quick_exit abort exec thread_exit vfork spawn
+ * Ways: exit return _exit _Exit exit_group quick_exit abort exec thread_exit sync_exit vfork spawn
  *       sigterm sigint sighup sigquit sigpipe sigsegv sigbus sigfpe sigabrt sigxfsz
  *       virtual (the program's own view of its signal dispositions, then SIGTERM)
  *       resethand (a SIGTERM handler with SA_RESETHAND: runs once, then the default action)
@@ -98,6 +98,19 @@ static void* busy(void* arg) {
   memset(buf, 'b', sizeof buf);
   for (;;)
     if (write(fd, buf, sizeof buf) < 0) break;
+  return NULL;
+}
+/* sync_exit: the same with an fdatasync after every write (under TAI_FSYNC=order each closes an
+ * epoch, which the exit handler's last epoch must not wait behind for ever). */
+static void* busy_sync(void* arg) {
+  const char* name = arg;
+  const int fd = open(path_of(name), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) die("open busy");
+  __atomic_add_fetch(&g_ready, 1, __ATOMIC_SEQ_CST);
+  char buf[333];
+  memset(buf, 'b', sizeof buf);
+  for (;;)
+    if (write(fd, buf, sizeof buf) < 0 || fdatasync(fd) != 0) break;
   return NULL;
 }
 static void* exiter(void* arg) {
@@ -414,10 +427,11 @@ int main(int argc, char** argv) {
     execl("/bin/true", "true", (char*)NULL);
     die("execl");
   }
-  if (strcmp(way, "thread_exit") == 0) {
+  if (strcmp(way, "thread_exit") == 0 || strcmp(way, "sync_exit") == 0) {
+    void* (*const body)(void*) = strcmp(way, "sync_exit") == 0 ? busy_sync : busy;
     pthread_t t[3];
-    pthread_create(&t[0], NULL, busy, (void*)"busy-1.dat");
-    pthread_create(&t[1], NULL, busy, (void*)"busy-2.dat");
+    pthread_create(&t[0], NULL, body, (void*)"busy-1.dat");
+    pthread_create(&t[1], NULL, body, (void*)"busy-2.dat");
     pthread_create(&t[2], NULL, exiter, NULL);
     for (;;) pause();
   }

@@ -34,7 +34,7 @@ CASES=(dd_4k dd_1m cp_tree cat tar gzip gzip_own sqlite sqlite_wal python
        meta_tar meta_cp meta_touch meta_python
        yes_head sed_inplace perl_inplace install_backup sort_o awk_files split_join gcc_objects
        xz bzip2 zstd cpio zip sqlite_mmap git sqlite_order sqlite_wal_order git_order shell_order
-       end_exit_order end_thread_exit_order)
+       end_exit_order end_thread_exit_order end_sync_exit end_sync_exit_order)
 
 needs_of() {  # needs_of CASE: sets need=(the programs it runs)
     need=()
@@ -704,7 +704,7 @@ esac
 varies=()
 [[ $CASE == probe_signal ]] && varies=(signal.dat)
 # How far the busy threads got when another thread called exit varies.
-[[ $CASE == end_thread_exit || $CASE == end_thread_exit_order ]] && varies=(busy-1.dat busy-2.dat)
+[[ $CASE == end_thread_exit* || $CASE == end_sync_exit* ]] && varies=(busy-1.dat busy-2.dat)
 # The sigkill case's busy block: written back or not when the kill came (its deadline is what
 # end.dat is about).
 [[ $CASE == end_sigkill ]] && varies=(busy.dat)
@@ -713,7 +713,7 @@ varies=()
 [[ $CASE == git || $CASE == git_order ]] && varies=(repo/.git/index)
 # The busy threads' files: their length varies, but every byte is a 'b' they wrote. A zero
 # would be a hole: a write acknowledged before a later one and lost at the end.
-if [[ $CASE == end_thread_exit || $CASE == end_thread_exit_order ]]; then
+if [[ $CASE == end_thread_exit* || $CASE == end_sync_exit* ]]; then
   for f in busy-1.dat busy-2.dat; do
     other=$(tr -d b <"$B/$f" | wc -c)
     ((other == 0)) || { show_logs; fail "$f of the preloaded run holds $other bytes that are not the 'b' every write wrote (a lost write's hole)"; }

@@ -17,11 +17,14 @@ int creat(const char* path, mode_t mode) { return detail::open_impl(AT_FDCWD, pa
 int close(int fd) {
   const int saved = errno;
   int err = 0;
-  const detail::OrderedCall counted;  // order mode: the exit handler waits for it (see there)
   if (detail::order_mode()) {
-    // Order mode: close waits for full durability (of every epoch: the simple way).
+    // Order mode: close waits for full durability (of every epoch: the simple way). Counted for
+    // the exit handler (see OrderedCall); one that waited for it finds the layer `full`.
     Ref d(fd);
-    if (d && detail::writable(*d.d) && !d->handed) err = detail::order_sync_all();
+    if (d && detail::writable(*d.d) && !d->handed) {
+      const detail::OrderedCall counted;
+      if (counted.ordered()) err = detail::order_sync_all();
+    }
   }
   std::atomic<Description*>* s = detail::slot_of(fd, false);
   Description* d = s ? s->exchange(nullptr, std::memory_order_acq_rel) : nullptr;

@@ -1118,13 +1118,20 @@ std::atomic<std::uint32_t> g_ordered_writers{0};
 // (a log line on a routed stderr) must not wait for itself.
 thread_local bool t_closing_exit_gate = false;
 
+// This thread's counted calls, nested (an fsync inside a counted write's path): only the
+// outermost touches g_ordered_writers.
+thread_local unsigned t_ordered_calls = 0;
+
 // seq_cst, with OrderedCall's increment and load: either the writer's increment is seen by the
 // handler's wait below, or the writer sees phase 1 and backs out (store-load order on both
 // sides, as in Dekker's algorithm).
 void order_exit_gate_close() noexcept {
   t_closing_exit_gate = true;
   g_exit_phase.store(1, std::memory_order_seq_cst);
-  for (std::uint32_t n; (n = g_ordered_writers.load(std::memory_order_seq_cst)) != 0;)
+  // A call of this very thread under way (exit() from a signal handler that interrupted it, a
+  // program of the direct API) stays counted: the handler does not wait for itself.
+  const std::uint32_t own = t_ordered_calls > 0 ? 1 : 0;
+  for (std::uint32_t n; (n = g_ordered_writers.load(std::memory_order_seq_cst)) > own;)
     futex_wait(g_ordered_writers, n, 1'000'000);  // 1 ms: a wake-up lost to a race costs that much
 }
 
@@ -1141,10 +1148,6 @@ void order_exit_gate_reset() noexcept {
   g_exit_phase.store(0, std::memory_order_release);
   futex_wake(g_exit_phase, INT_MAX);  // a writer parked at phase 1 goes on (the full way)
 }
-
-// This thread's counted calls, nested (an fsync inside a counted write's path): only the
-// outermost touches g_ordered_writers.
-thread_local unsigned t_ordered_calls = 0;
 
 OrderedCall::OrderedCall() noexcept : counted_(false) {
   if (!order_mode()) return;

@@ -519,6 +519,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     std::lock_guard<std::mutex> lk(o.mu);
     o.error = 0;
     o.epoch_ns = 0;  // the next controller's device is measured afresh
+    o.last_durable_ns = 0;
     if (!o.closed.empty() || !o.open_writes.empty()) {
       std::fprintf(stderr, "tai::posix: restart_for_testing: fsync order queue not empty; dropped\n");
       for (auto& e : o.closed) {

@@ -229,10 +229,12 @@ struct FsyncOrderStats {
   /// System calls that wrote held-back writes of write-through files to the kernel: a run of
   /// them, each starting where the last ended, is one pwritev across every epoch of a log batch.
   unsigned long long through_writes = 0;
-  /// The longest time, in nanoseconds, from an epoch's fsync to its being durable: what
-  /// TAI_FSYNC_MAX_DELAY (set_fsync_max_delay) bounds; an exit or close that waits for
-  /// durability takes about this much at most.
+  /// The longest time, in nanoseconds, from an epoch's fsync to its being durable, of every
+  /// epoch: an exit or close that waits for durability takes about this much at most.
   unsigned long long max_lag_ns = 0;
+  /// The same of the epochs whose fsync returned before they were durable (not held by
+  /// back-pressure): what TAI_FSYNC_MAX_DELAY (set_fsync_max_delay) bounds.
+  unsigned long long max_early_lag_ns = 0;
 };
 FsyncOrderStats fsync_order_stats() noexcept;
 

@@ -414,6 +414,7 @@ FsyncOrderStats fsync_order_stats() noexcept {
   s.epochs_inline = detail::g_stat_inline.load(std::memory_order_relaxed);
   s.through_writes = detail::g_stat_through_writes.load(std::memory_order_relaxed);
   s.max_lag_ns = detail::g_stat_max_lag_ns.load(std::memory_order_relaxed);
+  s.max_early_lag_ns = detail::g_stat_max_early_lag_ns.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -45,20 +45,29 @@ constexpr unsigned kLogPauseEpochs = 256;
 constexpr unsigned kInlineProbeEvery = 32;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
     g_stat_max_queued{0}, g_stat_logged{0}, g_stat_log_batches{0}, g_stat_checkpoints{0}, g_stat_inline{0},
-    g_stat_through_writes{0}, g_stat_max_lag_ns{0};
+    g_stat_through_writes{0}, g_stat_max_lag_ns{0}, g_stat_max_early_lag_ns{0};
 
 // Under o.mu, before the k epochs from the front are popped as durable: the pace (o.epoch_ns,
 // see there), and the oldest's time from its fsync to durable, the most of the run in
-// g_stat_max_lag_ns (what TAI_FSYNC_MAX_DELAY bounds).
+// g_stat_max_lag_ns (what an exit waits for at most), and the same of the oldest whose fsync
+// returned early in g_stat_max_early_lag_ns (what TAI_FSYNC_MAX_DELAY bounds).
 void note_durable_locked(OrderState& o, std::size_t k) {
   if (o.closed.empty() || k == 0) return;
   const std::uint64_t now = now_ns();
   const std::uint64_t closed = o.closed.front().closed_ns;
   const std::uint64_t per = (now - std::max(o.last_durable_ns, closed)) / k;
   o.epoch_ns = o.epoch_ns == 0 ? per : (3 * o.epoch_ns + per) / 4;
+  o.epoch_peak_ns = std::max(per, o.epoch_peak_ns - o.epoch_peak_ns / 16);
   o.last_durable_ns = now;
   const std::uint64_t lag = now - closed;
   if (lag > g_stat_max_lag_ns.load(std::memory_order_relaxed)) g_stat_max_lag_ns.store(lag, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < k && i < o.closed.size(); ++i) {
+    if (!o.closed[i].early) continue;
+    const std::uint64_t early_lag = now - o.closed[i].closed_ns;  // the oldest early one: the longest
+    if (early_lag > g_stat_max_early_lag_ns.load(std::memory_order_relaxed))
+      g_stat_max_early_lag_ns.store(early_lag, std::memory_order_relaxed);
+    break;
+  }
 }
 
 // Under o.mu: the open epoch must sync `ino`.
@@ -1037,7 +1046,9 @@ int order_fsync(bool data_only) {
     // No epoch in flight: this one goes alone, maybe made durable by this thread.
     const bool here = inline_wanted_locked(o, o.closed_seq + 1);
     close_epoch_locked(o, data_only, !here);
-    return here ? -run_inline_locked(o, lk) : 0;
+    if (here) return -run_inline_locked(o, lk);
+    o.closed.back().early = true;
+    return 0;
   }
   const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
   // The delay bound: the epoch this call closes will be durable after the epochs queued before
@@ -1045,16 +1056,16 @@ int order_fsync(bool data_only) {
   // oldest waiting epoch is older than the delay, or when the queue, at the order thread's
   // recent time per epoch, would pass the delay (a program that closes epochs faster than the
   // device syncs them is held to the device's pace instead of letting the lag grow with the
-  // queue). The time per epoch: the recent average, and before any epoch was measured a
-  // sixteenth of the delay (so a burst of fsyncs at the start queues about 16 epochs before the
-  // device's pace is known). The direct way syncs each epoch on its own, so an epoch in flight
-  // for longer than the average says the device is that slow now: it stands for the time of
-  // each. A log batch in flight makes its epochs durable together and the next batch takes all
+  // queue). The time per epoch: the larger of the recent average and the recent slowest, and
+  // before any epoch was measured a sixteenth of the delay (so a burst of fsyncs at the start
+  // queues about 8 epochs before the device's pace is known). The direct way syncs each epoch
+  // on its own, so an epoch in flight for longer than that says the device is that slow now: it
+  // stands for the time of each. A log batch in flight makes its epochs durable together and the next batch takes all
   // queued epochs with one sync: its time so far is added once, not multiplied.
   bool wait = false;
   if (!o.closed.empty()) {
     const std::uint64_t now = now_ns();
-    std::uint64_t per = o.epoch_ns != 0 ? o.epoch_ns : delay / 16;
+    std::uint64_t per = o.epoch_ns != 0 ? std::max(o.epoch_ns, o.epoch_peak_ns) : delay / 16;
     std::uint64_t lag = 0;
     std::size_t waiting = o.closed.size() + 1;
     if (o.front_started_ns != 0 && o.front_epochs > 1) {
@@ -1072,7 +1083,10 @@ int order_fsync(bool data_only) {
            lag + waiting * per > delay / 2;
   }
   const std::uint64_t seq = close_epoch_locked(o, data_only);
-  if (!wait) return 0;
+  if (!wait) {
+    o.closed.back().early = true;
+    return 0;
+  }
   // Back-pressure: the device is behind by more than the quota or the delay; this fsync waits
   // for its own epoch, as a full one would.
   g_stat_backpressure.fetch_add(1, std::memory_order_relaxed);

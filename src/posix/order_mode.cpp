@@ -1053,15 +1053,16 @@ int order_fsync(bool data_only) {
   const std::uint64_t delay = g_max_delay_ns.load(std::memory_order_relaxed);
   // The delay bound: the epoch this call closes will be durable after the epochs queued before
   // it, one at a time. Back-pressure when the device is behind by more than the quota, when the
-  // oldest waiting epoch is older than the delay, or when the queue, at the order thread's
-  // recent time per epoch, would pass the delay (a program that closes epochs faster than the
+  // oldest waiting epoch is older than half the delay, or when the queue, at the order thread's
+  // recent time per epoch, would pass half the delay (a program that closes epochs faster than the
   // device syncs them is held to the device's pace instead of letting the lag grow with the
   // queue). The time per epoch: the larger of the recent average and the recent slowest, and
   // before any epoch was measured a sixteenth of the delay (so a burst of fsyncs at the start
   // queues about 8 epochs before the device's pace is known). The direct way syncs each epoch
   // on its own, so an epoch in flight for longer than that says the device is that slow now: it
-  // stands for the time of each. A log batch in flight makes its epochs durable together and the next batch takes all
-  // queued epochs with one sync: its time so far is added once, not multiplied.
+  // stands for the time of each. A log batch in flight makes its epochs durable together and
+  // the next batch takes all queued epochs with one sync: its time so far is added once, not
+  // multiplied.
   bool wait = false;
   if (!o.closed.empty()) {
     const std::uint64_t now = now_ns();

@@ -2,12 +2,14 @@
  * order mode's contract cost by themselves, on plain kernel I/O, with the ordering free.
  *
  * The contract of TAI_FSYNC=order lets an fsync return at once, but makes a program wait for the
- * device at a close of a written file, at a name change (unlink, rename, link), at a truncation
- * (truncate, ftruncate, an O_TRUNC open), at an fsync of a regular file outside the layer, and at
- * exit. This preloaded shim does exactly those waits and nothing else: every fsync/fdatasync of a
- * regular file is a no-op; at each of those calls, every regular file written since its last
- * sync is synced (fdatasync, the least that makes written bytes durable), all of them, one after
- * the other, and at exit the same. A directory's fsync stays real (the order mode makes it).
+ * device, for the writes made before its last fsync, at a close of a written file, at a name
+ * change (unlink, rename, link), at a truncation (truncate, ftruncate, an O_TRUNC open), at an
+ * fsync of a regular file outside the layer, and at exit. This preloaded shim does exactly those
+ * waits and nothing else: every fsync/fdatasync of a regular file is a no-op that counts an
+ * epoch; at each of those calls, every regular file written before the last fsync and not synced
+ * since is synced (fdatasync, the least that makes written bytes durable), all of them, one after
+ * the other, and at exit the same. Writes made after the last fsync wait for nothing (the open
+ * epoch: a close leaves them in the page cache, as under `full`). A directory's fsync stays real (the order mode makes it).
  * What it leaves out is what keeps the crash states ordered, the epochs' own syncs or log: so no
  * implementation of the contract can be faster than this on the same device, short of
  * overlapping those waits with the program's work. Benchmark only: it is not crash-safe.
@@ -31,6 +33,10 @@
 /* Per descriptor: 0 not known yet, 1 a regular file with nothing unsynced, 2 a regular file
  * written since its last sync, 3 not a regular file. Reset at close and at open. */
 static _Atomic unsigned char g_state[MAX_FD];
+/* Per descriptor in state 2: the epoch of its first write since its last sync. The epoch: the
+ * fsyncs of regular files so far. */
+static _Atomic unsigned g_first_write[MAX_FD];
+static _Atomic unsigned g_epoch;
 static _Atomic int g_max_fd = -1;
 
 #define REAL(name) real_##name
@@ -77,17 +83,21 @@ static void note_written(int fd, ssize_t r) {
     atomic_store_explicit(&g_state[fd], 3, memory_order_relaxed);
     return;
   }
+  if (s != 2) atomic_store_explicit(&g_first_write[fd], atomic_load(&g_epoch), memory_order_relaxed);
   atomic_store_explicit(&g_state[fd], 2, memory_order_relaxed);
   int m = atomic_load_explicit(&g_max_fd, memory_order_relaxed);
   while (fd > m && !atomic_compare_exchange_weak(&g_max_fd, &m, fd)) {
   }
 }
 
-/* The contract's wait: every regular file written since its last sync made durable. */
+/* The contract's wait: every regular file written before the last fsync (a closed epoch) and not
+ * synced since made durable. */
 static void sync_written(void) {
   load_fdatasync();
+  const unsigned epoch = atomic_load(&g_epoch);
   const int m = atomic_load(&g_max_fd);
   for (int fd = 0; fd <= m; ++fd) {
+    if (atomic_load(&g_state[fd]) != 2 || atomic_load(&g_first_write[fd]) >= epoch) continue;
     unsigned char two = 2;
     if (atomic_compare_exchange_strong(&g_state[fd], &two, 1)) (void)REAL(fdatasync)(fd);
   }
@@ -145,6 +155,7 @@ static int floor_sync_of(int fd, int data_only) {
     load_fdatasync();
     return data_only ? REAL(fdatasync)(fd) : REAL(fsync)(fd);
   }
+  atomic_fetch_add(&g_epoch, 1);
   return 0;
 }
 int fsync(int fd) { return floor_sync_of(fd, 0); }

@@ -6,7 +6,7 @@
 # switched on by TAI_FSYNC_BENCHMARK_ONLY_NONE=1, which is no user setting), and `floor`: no TAI,
 # but a preloaded shim (fsync_floor_shim.c) that makes the program wait for the device exactly where
 # the order mode's contract does (a close of a written file, an unlink, rename or truncation, exit:
-# every file written since is synced there) and nowhere else; what those waits cost by
+# every file written before the last fsync is synced there) and nowhere else; what those waits cost by
 # themselves, with the ordering between fsyncs free. Workloads:
 #   sqlite-delete  N single-row transactions, journal_mode=DELETE, synchronous=FULL
 #   sqlite-wal     N single-row transactions, journal_mode=WAL, synchronous=FULL
@@ -18,14 +18,17 @@
 #   git            N commits of one small file each (git init, then add + commit per file, with
 #                  core.fsync=all: every object, index and ref write synced), checked by git fsck
 #                  and the tree of every commit
+#   untar          tar extracting N small files (1-16 KiB, made once per run of this script) and
+#                  syncing none: a program that never fsyncs, whose closes and exit must cost no
+#                  device wait under `order` either (GNU tar, checked by the files' bytes)
 # Interleaved (every workload and mode once per round, round after round), medians of the
 # rounds; each run starts from an empty directory, and every SQLite table is checked. The last
 # columns are `order`'s and `log`'s gains as fractions of `none`'s gain, all over `full`:
 # (full/order - 1) / (full/none - 1); then of `floor`'s gain, the most the contract leaves to win.
 #
 #   bench/preload/fsync_modes_bench.sh [--lib PATH] [--serial PATH] [--rounds 3] [--txns 2000]
-#                                      [--loops 2000] [--images 30] [--commits 500] [--dir DIR]
-#                                      [--only LIST]
+#                                      [--loops 2000] [--images 30] [--commits 500] [--files 2000]
+#                                      [--dir DIR] [--only LIST]
 set -euo pipefail
 lib=build/release/src/preload/libtai-preload.so
 serial=build/release/workloads/serial/tai-serial
@@ -34,8 +37,9 @@ txns=2000
 loops=2000
 images=30
 commits=500
+files=2000
 dir=${TMPDIR:-/var/tmp}/tai-fsync-modes-bench
-only="sqlite-delete sqlite-wal sqlite-wal-excl fdatasync serial-1 serial-30 git"
+only="sqlite-delete sqlite-wal sqlite-wal-excl fdatasync serial-1 serial-30 git untar"
 while [ $# -gt 0 ]; do
   case "$1" in
     --lib) lib=$2; shift 2;;
@@ -45,9 +49,10 @@ while [ $# -gt 0 ]; do
     --loops) loops=$2; shift 2;;
     --images) images=$2; shift 2;;
     --commits) commits=$2; shift 2;;
+    --files) files=$2; shift 2;;
     --dir) dir=$2; shift 2;;
     --only) only=$2; shift 2;;
-    *) echo "usage: $0 [--lib PATH] [--serial PATH] [--rounds N] [--txns N] [--loops N] [--images N] [--commits N] [--dir DIR] [--only LIST]" >&2; exit 2;;
+    *) echo "usage: $0 [--lib PATH] [--serial PATH] [--rounds N] [--txns N] [--loops N] [--images N] [--commits N] [--files N] [--dir DIR] [--only LIST]" >&2; exit 2;;
   esac
 done
 [ -f "$lib" ] || { echo "fsync_modes_bench: $lib not found: build it first (make release)" >&2; exit 1; }
@@ -59,6 +64,7 @@ for w in $only; do
     serial-*) [ -x "$serial" ] || { echo "fsync_modes_bench: $serial not built: $w skipped" >&2; continue; } ;;
     fdatasync) command -v cc >/dev/null || { echo "fsync_modes_bench: no C compiler: $w skipped" >&2; continue; } ;;
     git) command -v git >/dev/null || { echo "fsync_modes_bench: git not found: $w skipped" >&2; continue; } ;;
+    untar) command -v tar >/dev/null || { echo "fsync_modes_bench: tar not found: $w skipped" >&2; continue; } ;;
   esac
   workloads+=("$w")
 done
@@ -97,6 +103,20 @@ int main(int argc, char** argv) {
 }
 EOF
 if [[ " ${workloads[*]} " == *" fdatasync "* ]]; then cc -O2 -o "$loop_bin" "$dir/fdatasync_loop.c"; fi
+if [[ " ${workloads[*]} " == *" untar "* ]]; then
+  # $files files of 1-16 KiB in 20 directories, the same bytes for every run of this script.
+  rm -rf "$dir/untar-src" && mkdir -p "$dir/untar-src"
+  awk -v n="$files" -v d="$dir/untar-src" 'BEGIN {
+    srand(7)
+    for (i = 0; i < 20; ++i) system("mkdir -p " d "/d" i)
+    for (i = 0; i < n; ++i) {
+      f = d "/d" (i % 20) "/f" i ".txt"; size = 1024 + int(rand() * 15360); line = ""
+      while (length(line) < size) line = line sprintf("%d %d\n", i, length(line))
+      printf "%s", line > f; close(f)
+    }
+  }'
+  tar cf "$dir/untar.tar" -C "$dir/untar-src" .
+fi
 
 env_of() {  # mode -> environment
   case $1 in
@@ -131,6 +151,7 @@ run() {  # workload mode -> seconds on stdout
              git add "f$i.txt"
              git commit -q -m "commit $i"
            done' git-bench "$out" "$commits" 2>"$dir/err" ;;
+    untar) timeout 1200 $pre tar xf "$dir/untar.tar" -C "$out" 2>"$dir/err" ;;
   esac
   t1=$(now)
   grep -v "benchmark-only mode" "$dir/err" >&2 || true
@@ -139,6 +160,7 @@ run() {  # workload mode -> seconds on stdout
     fdatasync) got=$(cksum <"$out/f.dat") ;;
     serial-*) got=$(cat "$out"/s/* 2>/dev/null | cksum) ;;
     git) got=$(git -C "$out/repo" fsck --strict >/dev/null 2>&1 && git -C "$out/repo" log --format=%T | cksum) ;;
+    untar) got=$(cd "$out" && find . -type f | LC_ALL=C sort | xargs cat | cksum) ;;
   esac
   if [ -z "${expect[$w]:-}" ]; then expect[$w]=$got; fi
   [ "$got" = "${expect[$w]}" ] || { echo "fsync_modes_bench: $w under $m: the output differs ($got, expected ${expect[$w]})" >&2; exit 1; }
@@ -155,7 +177,7 @@ done
 # shellcheck source=bench_lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"  # median, host_line
 echo "fsync modes under the preload ($lib), $rounds interleaved rounds, medians; in $dir"
-echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits"
+echo "sqlite3 $(sqlite3 --version 2>/dev/null | cut -d' ' -f1): $txns transactions per run; fdatasync loop: $loops x 4 KiB; tai-serial: $images images; $(git --version 2>/dev/null): $commits commits; untar: $files files"
 echo "$(host_line); file system $(stat -f -c %T "$dir")"
 printf '%-14s %8s %8s %8s %8s %8s %10s %10s %10s %10s %10s %10s %10s %10s\n' workload "full s" "order s" \
   "log s" "none s" "floor s" "full/order" "full/log" "full/none" "full/floor" "order/none" "log/none" "order/floor" "log/floor"

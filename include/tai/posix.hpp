@@ -98,8 +98,12 @@
 //                may be merged and reordered. After a crash the files hold the state of one of
 //                the program's fsyncs plus possibly some writes of the epoch after it: what a
 //                journal, a log or a database needs to recover; not that a returned fsync's
-//                data is on the device. close, exit, sync_now(), and (preload) sync/syncfs wait
-//                for full durability; unlink, rename, link, a truncation, and an fsync of a
+//                data is on the device. close and exit wait until every fsync made before them
+//                is durable, as under full (a write never fsynced stays in the open epoch, in
+//                the kernel like after a plain close, and the next fsync of any routed file
+//                makes it durable; a close of a file still cached makes every write durable);
+//                sync_now() and (preload) sync/syncfs wait for every write to be durable;
+//                unlink, rename, link, a truncation, and an fsync of a
 //                descriptor that is not routed (a directory) wait until the earlier epochs are
 //                durable. Epochs waiting behind a slow device are bounded by the weak quota in
 //                bytes and by TAI_FSYNC_MAX_DELAY: an fsync that finds more queued, or the
@@ -115,7 +119,8 @@
 //                probes (epochs left to the order thread, one in 32 once inline) after
 //                working less than half their sync time: it would wait for this one too, and
 //                the order thread would only add two hand-offs (SQLite's rollback journal,
-//                git). A close that closes an epoch makes it durable itself unless never.
+//                git). A close that closes an epoch (a cached file's) makes it durable itself
+//                unless never.
 //   TAI_FSYNC_MAX_DELAY  order only: 1s (default), 250ms, or milliseconds (a plain number).
 //   TAI_FSYNC_LOG_DIR  order only, an absolute directory: the epochs queued behind the device are
 //                written to a log there in batches, one device sync per batch, then to their
@@ -230,7 +235,7 @@ struct FsyncOrderStats {
   /// them, each starting where the last ended, is one pwritev across every epoch of a log batch.
   unsigned long long through_writes = 0;
   /// The longest time, in nanoseconds, from an epoch's fsync to its being durable, of every
-  /// epoch: an exit or close that waits for durability takes about this much at most.
+  /// epoch: an exit or close that waits for the epochs before it takes about this much at most.
   unsigned long long max_lag_ns = 0;
   /// The same of the epochs whose fsync returned before they were durable (not held by
   /// back-pressure): what TAI_FSYNC_MAX_DELAY (set_fsync_max_delay) bounds.

@@ -18,12 +18,13 @@ int close(int fd) {
   const int saved = errno;
   int err = 0;
   if (detail::order_mode()) {
-    // Order mode: close waits for full durability (of every epoch: the simple way). Counted for
-    // the exit handler (see OrderedCall); one that waited for it finds the layer `full`.
+    // Order mode: close waits until every fsync the program made before it is durable, as under
+    // `full` (order_close). Counted for the exit handler (see OrderedCall); one that waited for
+    // it finds the layer `full`.
     Ref d(fd);
     if (d && detail::writable(*d.d) && !d->handed) {
       const detail::OrderedCall counted;
-      if (counted.ordered()) err = detail::order_sync_all();
+      if (counted.ordered()) err = detail::order_close(*d->inode);
     }
   }
   std::atomic<Description*>* s = detail::slot_of(fd, false);

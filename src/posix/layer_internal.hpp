@@ -206,6 +206,8 @@ int order_point_impl();
 void order_drain();
 int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
 int order_fsync(bool data_only);
+int order_close(Inode& ino);
+int order_wait_closed();
 // may_inline false: from the exit handler and before an exec, which run outside the preload
 // library's depth count (a libc call there would come back into the layer): the order thread
 // makes the last epoch durable, never the caller.

@@ -1095,6 +1095,47 @@ int order_fsync(bool data_only) {
   return -take_error_locked(o);
 }
 
+// Every epoch closed so far durable in the files themselves (not only in the log), without
+// closing the open one: what `full` would have given the program by now, each of its fsyncs
+// durable. errno of a failed epoch (taken: the caller returns it), or 0.
+int order_wait_closed() {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  note_wait_locked(o);
+  const std::uint64_t seq = o.closed_seq;
+  if (o.checkpointed_seq < seq && o.error == 0) {
+    if (o.checkpoint_wanted < seq) {
+      o.checkpoint_wanted = seq;
+      o.cv.notify_all();
+    }
+    program_wait(o, lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
+  }
+  return take_error_locked(o);
+}
+
+// The close of a writable routed descriptor, in order mode. A write-through file's writes of the
+// open epoch are in the kernel already, and stay in the epoch as a plain close leaves them in the
+// page cache: the close waits only for the epochs closed before it (order_wait_closed), and the
+// next fsync of any routed file makes them durable with the rest of their epoch, on the inode's
+// own descriptor (the epoch holds the inode, and with it Inode::direct_fd, after the program's
+// descriptor is gone). A cached file, or one with writes still held back (they land through its
+// cache or that descriptor), is made durable whole, with every other file (order_sync_all): its
+// cache is written back to the engine at its last close, and an epoch syncs only files whose
+// cache is open. errno or 0.
+int order_close(Inode& ino) {
+  bool through;
+  {
+    std::lock_guard<std::mutex> lock(ino.mu);
+    through = order_through_locked(ino);
+  }
+  if (!through) return order_sync_all();
+  if (const int err = order_wait_closed()) return err;
+  // Held writes left now are the open epoch's (a closed epoch's are applied before it is
+  // durable). Acquire: pairs with hold_locked's increment.
+  if (ino.deferred.load(std::memory_order_acquire) == 0) return 0;
+  return order_sync_all();
+}
+
 // Every routed write durable, in order mode. errno or 0.
 int order_sync_all(bool may_inline) {
   OrderState& o = ord();

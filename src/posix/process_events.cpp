@@ -70,12 +70,12 @@ void at_exit() {
   // A fatal signal's handler (the preload library's) asks the keeper for a write-back, which
   // needs g_init_mu: held back until the shutdown is done, as inside the layer.
   std::vector<std::string> failures;
-  // Order mode: every epoch durable first (the order thread does it; it takes no lock of ours).
+  // Order mode: every closed epoch durable first (the order thread does it; it takes no lock of ours).
   if (order_mode() && layer_active()) {
     const std::uint64_t t0 = now_ns();
     order_sync_before_shutdown(failures);
     const HeldCopyPool& pool = HeldCopyPool::instance();
-    logf("fsync order at exit: %.1f ms to make every epoch durable; %llu epochs closed, %llu held-back writes, "
+    logf("fsync order at exit: %.1f ms to make every closed epoch durable; %llu epochs closed, %llu held-back writes, "
          "%llu made durable inline, %llu logged in %llu batches, %llu checkpoints, %llu waits for the device (back-pressure), "
          "%.1f ms the longest from an fsync to durable (%.1f ms of an fsync that returned early); copy blocks %" PRIu64 " allocated, %" PRIu64 " reused",
          static_cast<double>(now_ns() - t0) / 1e6, g_stat_closed.load(std::memory_order_relaxed),
@@ -400,12 +400,14 @@ void disable_in_forked_child() noexcept {
   g_handed_back.store(true, std::memory_order_release);
 }
 
-// Order mode, before a shutdown (exit, exec): every epoch durable, and the layer `full` from
-// then on. The failure, if any, as a message.
+// Order mode, before a shutdown (exit, exec): every epoch closed so far durable (what `full`
+// would have given by now: each fsync durable; the open epoch's writes reach the kernel unsynced,
+// as a plain exit leaves them), the held writes applied, and the layer `full` from then on. The
+// failure, if any, as a message.
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
   if (!order_mode() || !layer_active()) return;
   order_exit_gate_close();  // other threads' writes wait: the epoch closed next is the last
-  if (const int err = order_sync_all(false)) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
+  if (const int err = order_wait_closed()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
   order_log_shutdown();
   order_exit_gate_open();  // `full` from here: the waiting writes go to the cache the shutdown writes back
 }

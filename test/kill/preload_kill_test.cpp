@@ -446,7 +446,7 @@ TEST(PreloadKill, Sqlite3KeepsCommittedTransactions) {
 // calls wait until the epochs before them are durable and publish the file's writes to the kernel:
 // a kill alone keeps every reported commit, and a power cut all but the last (the commit itself
 // is made durable by the next transaction's syncs). In WAL mode a commit is an fsync, which
-// returns before it is durable: only a normal end (exit waits for full durability) requires
+// returns before it is durable: only a normal end (exit waits for every fsync's epoch) requires
 // anything. The durability delay (TAI_FSYNC_MAX_DELAY) is measured, not required: the age at the
 // kill of the oldest reported commit lost. Back-pressure makes an fsync wait only once the oldest
 // epoch in the queue is older than the delay, and then for every epoch queued behind it, so on a

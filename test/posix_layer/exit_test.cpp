@@ -85,7 +85,7 @@ TEST_F(Exit, WithoutAControllerLibcContinuesAtTheLayersOffsets) {
   EXPECT_EQ(kernel_contents(path), "abcd");
 }
 
-// Under order, a process without a controller still makes every epoch durable at exit: a write
+// Under order, a process without a controller still makes every closed epoch durable at exit: a write
 // held back behind an epoch the order thread has not synced yet reaches the file before the
 // process ends.
 TEST_F(Exit, UnderOrderWithoutAControllerExitWritesTheHeldWrites) {

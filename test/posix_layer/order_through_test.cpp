@@ -346,6 +346,38 @@ TEST_F(OrderThrough, ACloseWaitsForTheEpochsBeforeItAndLeavesItsOwnWritesToTheNe
   ASSERT_EQ(posix::close(c), 0);
 }
 
+// A write held back behind an epoch in flight, then the file closed: the close waits for that
+// epoch, and its own write is in the kernel when it returns (written by the order thread as the
+// gate opens, or made durable by the close when it found it still held).
+TEST_F(OrderThrough, ACloseOfAFileWithAHeldWriteReturnsWithItInTheKernel) {
+  const std::string apath = file("first.dat"), bpath = file("held.out");
+  const int a = posix::open(apath.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(a, 0);
+  std::string awant, bwant;
+  append(a, awant, pattern(200, 35));
+  const int b = posix::open(bpath.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(posix::fsync(a), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  append(a, awant, pattern(100, 36));
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::fsync(a), 0);  // returns early
+  append(b, bwant, pattern(1500, 37));
+  EXPECT_EQ(kernel_contents(bpath), "") << "held back behind the epoch in flight";
+  std::thread device([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    posix::detail::hold_order_thread_for_testing(false);
+  });
+  const int closed = posix::close(b);
+  device.join();
+  ASSERT_EQ(closed, 0) << std::strerror(errno);
+  EXPECT_EQ(kernel_contents(bpath), bwant) << "the close returned with its file's write still held";
+  const auto st = posix::fsync_order_stats();
+  EXPECT_EQ(st.epochs_durable, st.epochs_closed);
+  ASSERT_EQ(posix::close(a), 0);
+  EXPECT_EQ(kernel_contents(apath), awant);
+}
+
 // A cached file's last close writes its cache back to the engine, and an epoch syncs only files
 // whose cache is open: its close still makes every write durable, as it closes the open epoch.
 TEST_F(OrderThrough, ACachedFilesCloseMakesEveryWriteDurable) {

@@ -113,6 +113,7 @@ int inode_release_open(Inode* ino) noexcept {
     std::lock_guard<std::mutex> lock(ino->mu);
     err = close_file_locked(*ino);
     count_cached_locked(*ino, false);  // written back (or its error kept in err), unregistered
+    order_release_closed_locked(*ino);
   }
   if (err) logf("close of %s: write-back failed: %s", ino->name.c_str(), std::strerror(err));
   inode_unref(ino);

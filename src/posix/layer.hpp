@@ -225,6 +225,8 @@ void delay_order_log_writes_for_testing(unsigned ms);
 /// For tests: the fsync/fdatasync system calls the layer made itself and that succeeded (a
 /// write-through file's syncs, which reach no engine).
 std::uint64_t kernel_syncs_for_testing() noexcept;
+/// The same of the layer's syncfs calls (order mode: a file system synced for closed files).
+std::uint64_t kernel_syncfs_for_testing() noexcept;
 
 /// Whether the controller is made (it is made at the first file that goes to the cache, or by
 /// controller(); a process whose routed files all stay write-through never makes one).

@@ -171,6 +171,8 @@ bool order_through_locked(const Inode& ino) noexcept;
 ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
 // The kernel's fdatasync (data_only) or fsync of fd, EINTR retried. errno or 0.
 int kernel_sync(int fd, bool data_only) noexcept;
+// The kernel's syncfs of fd's file system (the system call, as kernel_sync). errno or 0.
+int kernel_syncfs(int fd) noexcept;
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);
@@ -208,9 +210,14 @@ int order_gate_locked(Inode& ino, std::unique_lock<std::mutex>& gate);
 int order_fsync(bool data_only);
 int order_close(Inode& ino);
 int order_wait_closed();
-// may_inline false: from the exit handler and before an exec, which run outside the preload
-// library's depth count (a libc call there would come back into the layer): the order thread
-// makes the last epoch durable, never the caller.
+// Under ino.mu, in order mode, at the last close of `ino` (inode_release_open): bounds the
+// closed files the open epoch holds (see OrderState::closed_in_open_dirty).
+void order_release_closed_locked(Inode& ino) noexcept;
+// A failed epoch or held write not yet returned (taken), or 0.
+int order_take_error();
+// may_inline false: from a caller outside the preload library's depth count (a libc call there
+// would come back into the layer): the order thread makes the last epoch durable, never the
+// caller. (The exit handler and exec call order_wait_closed, which closes no epoch.)
 int order_sync_all(bool may_inline = true);
 void order_log_configure(const std::string& dir, std::uint64_t checkpoint_bytes);
 // Replays the logs of dead processes in `dir` ("" : none), once per directory and process: before
@@ -325,6 +332,11 @@ struct Inode {
   // open epoch's list of files to sync has it (under the order state's mutex).
   std::atomic<std::uint64_t> deferred{0};
   bool in_open_dirty = false;
+  // Order mode: the next sync of this file by an epoch syncs its whole file system (syncfs on
+  // direct_fd): it stands for files of that file system closed since the last epoch that the
+  // open epoch no longer holds (order_release_closed_locked). Set under the order state's mutex,
+  // taken by the syncing thread without it: exchange (acq_rel) on both sides.
+  std::atomic<bool> sync_whole_fs{false};
 
   Inode() = default;
   Inode(const Inode&) = delete;
@@ -452,6 +464,9 @@ struct OrderState {
   // cache does not have yet (read_held_through).
   std::vector<std::vector<Deferred>> applying;
   std::vector<Inode*> open_dirty;
+  // Files in open_dirty whose last descriptor was closed (order_release_closed_locked): each
+  // holds TAI's descriptors of it open until the epoch is durable. Zeroed when the epoch closes.
+  std::size_t closed_in_open_dirty = 0;
   std::uint64_t queued_bytes = 0;  // bytes in `closed` and `open_writes` not yet in the cache
   std::uint64_t closed_seq = 0, durable_seq = 0;
   // The pace at which epochs became durable lately, per epoch: the time from the last epoch made

@@ -86,6 +86,7 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
   o.open_writes.clear();
   e.dirty = std::move(o.open_dirty);
   o.open_dirty.clear();
+  o.closed_in_open_dirty = 0;
   for (Inode* i : e.dirty) i->in_open_dirty = false;
   e.seq = ++o.closed_seq;
   e.closed_ns = now_ns();
@@ -260,9 +261,13 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   };
   std::vector<Pending> pending;
   std::vector<int> direct;  // write-through files: their descriptors, synced here
+  std::vector<int> whole_fs;  // descriptors whose file systems are synced whole (syncfs)
   pending.reserve(files.size());
   const std::uint64_t through_bytes = g_sync_through.load(std::memory_order_relaxed);
   for (Inode* ip : files) {
+    // For closed files the epoch let go of (order_release_closed_locked); before this file's own
+    // sync, whatever path that takes. direct_fd is open as long as the inode, which `files` holds.
+    if (ip->sync_whole_fs.exchange(false, std::memory_order_acq_rel) && ip->direct_fd >= 0) whole_fs.push_back(ip->direct_fd);
     std::lock_guard<std::mutex> lock(ip->mu);
     if (order_through_locked(*ip)) {
       ip->bytes_since_sync = 0;
@@ -279,6 +284,8 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   int err = 0;
   // Without the inodes' mutexes: the program's writes to these files meanwhile are held back
   // (the gate is closed) and must not wait for the device.
+  for (const int fd : whole_fs)
+    if (const int e = kernel_syncfs(fd); e && err == 0) err = e;
   for (const int fd : direct)
     if (const int e = kernel_sync(fd, data_only); e && err == 0) err = e;
   for (auto& p : pending) {
@@ -432,7 +439,8 @@ void order_log_shutdown() {
   OrderState::Log L;
   {
     std::unique_lock<std::mutex> lk(o.mu);
-    // order_sync_all has checkpointed: the thread is idle unless a program thread wrote since.
+    // order_wait_closed has checkpointed: the thread is idle unless the open epoch has held
+    // writes (applied as the gate opens) or a program thread wrote since.
     ++o.gate_waiters;
     o.cv.notify_all();
     program_wait(o, lk, [&] { return !o.gate_closed || o.error != 0; });
@@ -640,7 +648,8 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
       try {
         note_open_dirty_locked(o, *ip);
       } catch (const std::bad_alloc&) {
-        // Not synced again by the next epoch: its close reports the file's state.
+        // Not synced again by the next epoch: its close reports the file's state (a cached
+        // file's close syncs it; a write-through file's returns the epoch's error).
       }
     }
   }
@@ -1131,9 +1140,51 @@ int order_close(Inode& ino) {
   if (!through) return order_sync_all();
   if (const int err = order_wait_closed()) return err;
   // Held writes left now are the open epoch's (a closed epoch's are applied before it is
-  // durable). Acquire: pairs with hold_locked's increment.
-  if (ino.deferred.load(std::memory_order_acquire) == 0) return 0;
+  // durable). Acquire: pairs with hold_locked's increment. None left: they reached the kernel,
+  // or failed there, which this close returns (as a plain close returns a failed write-back).
+  if (ino.deferred.load(std::memory_order_acquire) == 0) return order_take_error();
   return order_sync_all();
+}
+
+int order_take_error() {
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lk(o.mu);
+  return take_error_locked(o);
+}
+
+// At most this many closed files held by the open epoch; past it, one file per file system
+// stands for the others (its epoch sync becomes a syncfs). Each held file keeps TAI's one or two
+// descriptors of it open: a program that writes thousands of files between two fsyncs (tar, a
+// build) would otherwise run out of descriptors under a limit of 1,024.
+constexpr std::size_t kClosedFilesHeldMax = 64;
+
+void order_release_closed_locked(Inode& ino) noexcept {
+  if (!order_mode() || !ino.through || ino.direct_fd < 0) return;  // a cached file's close synced it
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lk(o.mu);
+  if (!ino.in_open_dirty) return;
+  if (++o.closed_in_open_dirty <= kClosedFilesHeldMax) return;
+  // Another file of the same file system that the epoch holds stands for this one: its sync
+  // becomes its file system's. Without one, this file stays (it stands for itself and later ones).
+  Inode* stand_in = nullptr;
+  for (Inode* ip : o.open_dirty)
+    if (ip != &ino && ip->dev == ino.dev && ip->direct_fd >= 0) {
+      stand_in = ip;
+      break;
+    }
+  if (!stand_in) {
+    ino.sync_whole_fs.store(true, std::memory_order_release);
+    return;
+  }
+  // Then let go of this one: its bytes are in the kernel (write-through; a held write applied
+  // later puts the file back on the list), so the stand-in's syncfs makes them durable with the
+  // epoch. The flag this file may carry (standing in for earlier ones) passes to the stand-in.
+  stand_in->sync_whole_fs.store(true, std::memory_order_release);
+  o.open_dirty.erase(std::find(o.open_dirty.begin(), o.open_dirty.end(), &ino));
+  ino.in_open_dirty = false;
+  --o.closed_in_open_dirty;
+  // The list's reference: never the last (the caller holds the registry's).
+  ino.refs.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 // Every routed write durable, in order mode. errno or 0.
@@ -1163,14 +1214,14 @@ int order_sync_all(bool may_inline) {
 // ---------------------------------------------------------------------------------------------
 // The exit handler's gate (order mode): exit() from one thread while others write.
 namespace {
-// 0: running; 1: the exit handler makes the last epoch durable (new ordered writes wait);
+// 0: running; 1: the exit handler waits for the closed epochs (new ordered writes wait);
 // 2: done, the layer is `full` (waiting writes go on). A futex word: writes wait on it.
 std::atomic<std::uint32_t> g_exit_phase{0};
 // Ordered writes under way. A futex word: the exit handler waits on it for them to leave.
 std::atomic<std::uint32_t> g_ordered_writers{0};
 }  // namespace
 
-// The thread that runs the exit handler's last epoch (between close and open): its own writes
+// The thread that runs the exit handler's wait (between close and open of the gate): its own writes
 // (a log line on a routed stderr) must not wait for itself.
 thread_local bool t_closing_exit_gate = false;
 
@@ -1220,7 +1271,7 @@ OrderedCall::OrderedCall() noexcept : counted_(false) {
     t_ordered_calls = 1;
     return;
   }
-  // The exit handler is making the last epoch durable: not counted.
+  // The exit handler is waiting for the closed epochs: not counted.
   if (g_ordered_writers.fetch_sub(1, std::memory_order_seq_cst) == 1) futex_wake(g_ordered_writers, 1);
   // TAI's own threads (the order thread's log line on a routed stderr) and the handler's thread
   // go the full way at once: the handler waits for them.

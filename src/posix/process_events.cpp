@@ -406,9 +406,12 @@ void disable_in_forked_child() noexcept {
 // failure, if any, as a message.
 void order_sync_before_shutdown(std::vector<std::string>& failures) {
   if (!order_mode() || !layer_active()) return;
-  order_exit_gate_close();  // other threads' writes wait: the epoch closed next is the last
+  order_exit_gate_close();  // other threads' writes wait: the epochs closed by now are the last
   if (const int err = order_wait_closed()) failures.push_back(std::string("fsync order: an epoch failed: ") + std::strerror(err));
   order_log_shutdown();
+  // A held write of the open epoch that failed as the gate opened (order_log_shutdown stops
+  // waiting at an error): reported like a failed write-back.
+  if (const int err = order_take_error()) failures.push_back(std::string("fsync order: a held write failed: ") + std::strerror(err));
   order_exit_gate_open();  // `full` from here: the waiting writes go to the cache the shutdown writes back
 }
 

@@ -138,6 +138,19 @@ static std::atomic<std::uint64_t> g_kernel_syncs{0};
 
 std::uint64_t kernel_syncs_for_testing() noexcept { return g_kernel_syncs.load(std::memory_order_relaxed); }
 
+static std::atomic<std::uint64_t> g_kernel_syncfs{0};
+std::uint64_t kernel_syncfs_for_testing() noexcept { return g_kernel_syncfs.load(std::memory_order_relaxed); }
+
+int kernel_syncfs(int fd) noexcept {
+  long rc;
+  do {
+    rc = ::syscall(SYS_syncfs, fd);
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return errno;
+  g_kernel_syncfs.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
 int kernel_sync(int fd, bool data_only) noexcept {
   // The system call itself, not libc's wrapper: the preload library interposes fsync, and a
   // caller outside its depth count (the exit handler making the last epoch durable inline)

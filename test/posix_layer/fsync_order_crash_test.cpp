@@ -175,7 +175,8 @@ class OrderProgram {
     add_sync_point("sync_now", epoch_ + 1, b, sim_->tick());
     ++epoch_;
   }
-  /// Closes every file (each close of a written file is a sync_now in order mode).
+  /// Closes every file (each close of a written file is a sync_now in order mode: the rig's files
+  /// are cached, its layer having no write-through, and a cached file's close syncs every write).
   void close_all() {
     release();
     for (std::size_t f = 0; f < fds_.size(); ++f) {

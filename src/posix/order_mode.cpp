@@ -1107,11 +1107,9 @@ int order_fsync(bool data_only) {
 // Every epoch closed so far durable in the files themselves (not only in the log), without
 // closing the open one: what `full` would have given the program by now, each of its fsyncs
 // durable. errno of a failed epoch (taken: the caller returns it), or 0.
-int order_wait_closed() {
-  OrderState& o = ord();
-  std::unique_lock<std::mutex> lk(o.mu);
-  note_wait_locked(o);
-  const std::uint64_t seq = o.closed_seq;
+// Under o.mu (`lk`, released while waiting): every epoch up to `seq` durable in the files
+// themselves, not only in the log. errno of a failed epoch (taken), or 0.
+static int wait_checkpointed_locked(OrderState& o, std::unique_lock<std::mutex>& lk, std::uint64_t seq) {
   if (o.checkpointed_seq < seq && o.error == 0) {
     if (o.checkpoint_wanted < seq) {
       o.checkpoint_wanted = seq;
@@ -1120,6 +1118,14 @@ int order_wait_closed() {
     program_wait(o, lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
   }
   return take_error_locked(o);
+}
+
+int order_wait_closed() {
+  OrderState& o = ord();
+  std::unique_lock<std::mutex> lk(o.mu);
+  note_wait_locked(o);
+  const std::uint64_t seq = o.closed_seq;
+  return wait_checkpointed_locked(o, lk, seq);
 }
 
 // The close of a writable routed descriptor, in order mode. A write-through file's writes of the
@@ -1200,15 +1206,7 @@ int order_sync_all(bool may_inline) {
     seq = close_epoch_locked(o, false, !here);
     if (here) return run_inline_locked(o, lk);
   }
-  // Durable in the files themselves, not only in the log.
-  if (o.checkpointed_seq < seq && o.error == 0) {
-    if (o.checkpoint_wanted < seq) {
-      o.checkpoint_wanted = seq;
-      o.cv.notify_all();
-    }
-    program_wait(o, lk, [&] { return o.checkpointed_seq >= seq || o.error != 0; });
-  }
-  return take_error_locked(o);
+  return wait_checkpointed_locked(o, lk, seq);
 }
 
 // ---------------------------------------------------------------------------------------------

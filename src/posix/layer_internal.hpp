@@ -334,8 +334,9 @@ struct Inode {
   bool in_open_dirty = false;
   // Order mode: the next sync of this file by an epoch syncs its whole file system (syncfs on
   // direct_fd): it stands for files of that file system closed since the last epoch that the
-  // open epoch no longer holds (order_release_closed_locked). Set under the order state's mutex,
-  // taken by the syncing thread without it: exchange (acq_rel) on both sides.
+  // open epoch no longer holds (order_release_closed_locked). Set (release) under the order
+  // state's mutex after those files' bytes are in the kernel; taken (exchange, acq_rel) by the
+  // syncing thread without it, which then syncs after those bytes.
   std::atomic<bool> sync_whole_fs{false};
 
   Inode() = default;

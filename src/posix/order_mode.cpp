@@ -261,13 +261,13 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   };
   std::vector<Pending> pending;
   std::vector<int> direct;  // write-through files: their descriptors, synced here
-  std::vector<int> whole_fs;  // descriptors whose file systems are synced whole (syncfs)
+  std::vector<Inode*> whole_fs;  // files whose file systems are synced whole (syncfs)
   pending.reserve(files.size());
   const std::uint64_t through_bytes = g_sync_through.load(std::memory_order_relaxed);
   for (Inode* ip : files) {
     // For closed files the epoch let go of (order_release_closed_locked); before this file's own
     // sync, whatever path that takes. direct_fd is open as long as the inode, which `files` holds.
-    if (ip->sync_whole_fs.exchange(false, std::memory_order_acq_rel) && ip->direct_fd >= 0) whole_fs.push_back(ip->direct_fd);
+    if (ip->sync_whole_fs.exchange(false, std::memory_order_acq_rel) && ip->direct_fd >= 0) whole_fs.push_back(ip);
     std::lock_guard<std::mutex> lock(ip->mu);
     if (order_through_locked(*ip)) {
       ip->bytes_since_sync = 0;
@@ -284,8 +284,14 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   int err = 0;
   // Without the inodes' mutexes: the program's writes to these files meanwhile are held back
   // (the gate is closed) and must not wait for the device.
-  for (const int fd : whole_fs)
-    if (const int e = kernel_syncfs(fd); e && err == 0) err = e;
+  for (Inode* ip : whole_fs) {
+    if (const int e = kernel_syncfs(ip->direct_fd)) {
+      if (err == 0) err = e;
+      // The epoch failed: the next one syncs the file system again (direct_epoch_locked puts
+      // this file back on the open epoch's list), as it syncs the failed epoch's files.
+      ip->sync_whole_fs.store(true, std::memory_order_release);
+    }
+  }
   for (const int fd : direct)
     if (const int e = kernel_sync(fd, data_only); e && err == 0) err = e;
   for (auto& p : pending) {
@@ -1104,9 +1110,6 @@ int order_fsync(bool data_only) {
   return -take_error_locked(o);
 }
 
-// Every epoch closed so far durable in the files themselves (not only in the log), without
-// closing the open one: what `full` would have given the program by now, each of its fsyncs
-// durable. errno of a failed epoch (taken: the caller returns it), or 0.
 // Under o.mu (`lk`, released while waiting): every epoch up to `seq` durable in the files
 // themselves, not only in the log. errno of a failed epoch (taken), or 0.
 static int wait_checkpointed_locked(OrderState& o, std::unique_lock<std::mutex>& lk, std::uint64_t seq) {
@@ -1120,6 +1123,9 @@ static int wait_checkpointed_locked(OrderState& o, std::unique_lock<std::mutex>&
   return take_error_locked(o);
 }
 
+// Every epoch closed so far durable in the files themselves (not only in the log), without
+// closing the open one: what `full` would have given the program by now, each of its fsyncs
+// durable. errno of a failed epoch (taken: the caller returns it), or 0.
 int order_wait_closed() {
   OrderState& o = ord();
   std::unique_lock<std::mutex> lk(o.mu);

@@ -141,27 +141,23 @@ std::uint64_t kernel_syncs_for_testing() noexcept { return g_kernel_syncs.load(s
 static std::atomic<std::uint64_t> g_kernel_syncfs{0};
 std::uint64_t kernel_syncfs_for_testing() noexcept { return g_kernel_syncfs.load(std::memory_order_relaxed); }
 
-int kernel_syncfs(int fd) noexcept {
+// The system call itself, not libc's wrapper: the preload library interposes fsync and syncfs,
+// and a caller outside its depth count would come back into the layer and wait for the order
+// state it is working for. EINTR retried; errno or 0, `done` counted on success.
+static int sync_syscall(long nr, int fd, std::atomic<std::uint64_t>& done) noexcept {
   long rc;
   do {
-    rc = ::syscall(SYS_syncfs, fd);
+    rc = ::syscall(nr, fd);
   } while (rc < 0 && errno == EINTR);
   if (rc < 0) return errno;
-  g_kernel_syncfs.fetch_add(1, std::memory_order_relaxed);
+  done.fetch_add(1, std::memory_order_relaxed);
   return 0;
 }
 
+int kernel_syncfs(int fd) noexcept { return sync_syscall(SYS_syncfs, fd, g_kernel_syncfs); }
+
 int kernel_sync(int fd, bool data_only) noexcept {
-  // The system call itself, not libc's wrapper: the preload library interposes fsync, and a
-  // caller outside its depth count (the exit handler making the last epoch durable inline)
-  // would come back into the layer and wait for the order state it is working for.
-  long rc;
-  do {
-    rc = ::syscall(data_only ? SYS_fdatasync : SYS_fsync, fd);
-  } while (rc < 0 && errno == EINTR);
-  if (rc < 0) return errno;
-  g_kernel_syncs.fetch_add(1, std::memory_order_relaxed);
-  return 0;
+  return sync_syscall(data_only ? SYS_fdatasync : SYS_fsync, fd, g_kernel_syncs);
 }
 
 bool order_through_locked(const Inode& ino) noexcept {

@@ -430,6 +430,68 @@ TEST_F(OrderThrough, ManyFilesClosedBetweenTwoFsyncsHoldFewDescriptors) {
   ASSERT_EQ(posix::close(c), 0);
 }
 
+// The errors promise at close and exit: a write of the open epoch held behind an epoch in flight,
+// which the kernel refuses when the order thread writes it as the gate opens (a file-size limit,
+// EFBIG), is returned by the close of its file, and reported by the exit handler's shutdown.
+class OrderThroughRefused : public OrderThrough {
+ protected:
+  // Returns the file's descriptor with a held write past a 4 KiB RLIMIT_FSIZE, the device held.
+  int held_write_past_the_limit(const std::string& path) {
+    const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0) return -1;
+    std::string want = make_through(fd);
+    posix::detail::hold_order_thread_for_testing(true);
+    append(fd, want, pattern(100, 70));
+    if (posix::fdatasync(fd) != 0) return -1;  // an epoch in flight: what follows is held back
+    const std::string big = pattern(8000, 71);
+    if (posix::pwrite(fd, big.data(), big.size(), static_cast<off_t>(want.size())) != static_cast<ssize_t>(big.size())) return -1;
+    struct rlimit small = before_;
+    small.rlim_cur = 4096;
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return -1;
+    return fd;
+  }
+  void SetUp() override {
+    OrderThrough::SetUp();
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before_), 0);
+    if (before_.rlim_max != RLIM_INFINITY && before_.rlim_max < 8192) GTEST_SKIP() << "RLIMIT_FSIZE hard limit below 8 KiB";
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  }
+  void TearDown() override {
+    (void)::setrlimit(RLIMIT_FSIZE, &before_);
+    ::signal(SIGXFSZ, old_handler_);
+    OrderThrough::TearDown();
+  }
+  struct rlimit before_ {};
+  void (*old_handler_)(int) = SIG_DFL;
+};
+
+TEST_F(OrderThroughRefused, ACloseReturnsItsFilesHeldWriteThatFailed) {
+  const int fd = held_write_past_the_limit(file("limited-close.dat"));
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  posix::detail::hold_order_thread_for_testing(false);
+  errno = 0;
+  const int r = posix::close(fd);
+  const int e = errno;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before_), 0);
+  EXPECT_EQ(r, -1) << "the close returned 0 although its file's held write failed";
+  EXPECT_EQ(e, EFBIG);
+}
+
+TEST_F(OrderThroughRefused, AnExitReportsAHeldWriteThatFailed) {
+  const int fd = held_write_past_the_limit(file("limited-exit.dat"));
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::thread device([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    posix::detail::hold_order_thread_for_testing(false);
+  });
+  const auto failures = posix::detail::shutdown_for_testing();
+  device.join();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before_), 0);
+  ASSERT_FALSE(failures.empty()) << "the exit reported nothing although a held write failed";
+  EXPECT_NE(failures.front().find(std::strerror(EFBIG)), std::string::npos) << failures.front();
+  EXPECT_EQ(::close(fd), 0);
+}
+
 // A cached file's last close writes its cache back to the engine, and an epoch syncs only files
 // whose cache is open: its close still makes every write durable, as it closes the open epoch.
 TEST_F(OrderThrough, ACachedFilesCloseMakesEveryWriteDurable) {

@@ -53,10 +53,14 @@ tai::detail::AlignedBuffer HeldCopyPool::take(std::size_t n) noexcept {
   const std::size_t block = size_of_class(c);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (FreeBlock* b = free_[c]) {
-      free_[c] = b->next;
+    FreeBlock*& list = free_[c] != nullptr ? free_[c] : heap_free_[c];  // the slab's first
+    if (FreeBlock* b = list) {
+      list = b->next;
       kept_ -= block;
-      if (!from_slab(reinterpret_cast<std::byte*>(b))) heap_kept_ -= block;
+      if (&list == &heap_free_[c]) {
+        heap_kept_ -= block;
+        --heap_count_[c];
+      }
       reuses_.fetch_add(1, std::memory_order_relaxed);
       return AlignedBuffer::adopt(reinterpret_cast<std::byte*>(b), block, alignment_of(block), this);
     }
@@ -117,17 +121,54 @@ std::byte* HeldCopyPool::carve_locked(std::size_t block) noexcept {
 void HeldCopyPool::take_back(std::byte* data, std::size_t size) noexcept {
   if (data == nullptr) return;
   const std::size_t c = class_of(size);
+  FreeBlock* evicted = nullptr;  // freed after the mutex is released
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool slab = from_slab(data);
-    // The slab's blocks always stay (the slab is its own bound); the allocator's while they
-    // stay within kKeepBytes (the log's batch block among them: reused batch after batch).
-    if (slab || heap_kept_ + size <= kKeepBytes) {
+    if (from_slab(data)) {  // the slab's blocks always stay: the slab is its own bound
       free_[c] = new (data) FreeBlock{free_[c]};
       kept_ += size;
-      if (!slab) heap_kept_ += size;
       return;
     }
+    // The allocator's stay within kKeepBytes (the log's batch block among them: reused batch
+    // after batch). A block of the sizes in use now wins over spares of other sizes: those go,
+    // the class with the most spare bytes first, so that a program whose write sizes changed
+    // (or a phase of large writes before small ones) does not leave the budget full of blocks
+    // nobody takes while every block of the new size is freed and allocated again.
+    while (heap_kept_ + size > kKeepBytes) {
+      std::size_t fullest = kClasses;
+      std::size_t most = 0;
+      for (std::size_t k = 0; k < kClasses; ++k) {
+        if (k == c || heap_free_[k] == nullptr) continue;
+        const std::size_t bytes = heap_count_[k] * size_of_class(k);
+        if (bytes > most) {
+          most = bytes;
+          fullest = k;
+        }
+      }
+      if (fullest == kClasses) break;  // only blocks of this size are spare: enough of them
+      const std::size_t bytes = size_of_class(fullest);
+      while (heap_free_[fullest] != nullptr && heap_kept_ + size > kKeepBytes) {
+        FreeBlock* b = heap_free_[fullest];
+        heap_free_[fullest] = b->next;
+        --heap_count_[fullest];
+        heap_kept_ -= bytes;
+        kept_ -= bytes;
+        b->next = evicted;
+        evicted = b;
+      }
+    }
+    if (heap_kept_ + size <= kKeepBytes) {
+      heap_free_[c] = new (data) FreeBlock{heap_free_[c]};
+      ++heap_count_[c];
+      kept_ += size;
+      heap_kept_ += size;
+      data = nullptr;
+    }
+  }
+  while (evicted != nullptr) {
+    FreeBlock* next = evicted->next;
+    std::free(evicted);
+    evicted = next;
   }
   std::free(data);
 }
@@ -140,6 +181,11 @@ std::uint64_t HeldCopyPool::slab_bytes() const noexcept {
 std::uint64_t HeldCopyPool::kept_bytes() const noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   return kept_;
+}
+
+std::uint64_t HeldCopyPool::slab_kept_bytes() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kept_ - heap_kept_;
 }
 
 }  // namespace tai::posix::detail

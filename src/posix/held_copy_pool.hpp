@@ -21,8 +21,9 @@
 // blocks come from the allocator.
 //
 // Bound: an allocator block coming back is kept while the spare allocator blocks stay within
-// kKeepBytes, else it goes back to the allocator; slab blocks always stay. So the pool holds at
-// most kKeepBytes + kSlabBytes. Blocks larger than kLargest are not pooled (taken from and given
+// kKeepBytes; past it, spare allocator blocks of other sizes go back to the allocator first (the
+// sizes in use win), then the block itself. Slab blocks always stay. So the pool holds at most
+// kKeepBytes + kSlabBytes. Blocks larger than kLargest are not pooled (taken from and given
 // back to the allocator). Blocks below 64 KiB are aligned to 64 bytes (packed), larger ones to
 // pages.
 //
@@ -69,6 +70,8 @@ class HeldCopyPool final : public tai::detail::BufferHome {
   std::uint64_t reuses() const noexcept { return reuses_.load(std::memory_order_relaxed); }
   /// Bytes of spare blocks now on the free lists.
   std::uint64_t kept_bytes() const noexcept;
+  /// The slab's among them (which stay whatever the budget).
+  std::uint64_t slab_kept_bytes() const noexcept;
   /// Bytes of the slab carved into blocks so far (at most kSlabBytes).
   std::uint64_t slab_bytes() const noexcept;
   /// Whether the slab, when it is mapped, is advised for huge pages past its first 256 KiB
@@ -92,7 +95,9 @@ class HeldCopyPool final : public tai::detail::BufferHome {
   }
 
   mutable std::mutex mu_;
-  FreeBlock* free_[kClasses] = {};  // under mu_
+  FreeBlock* free_[kClasses] = {};       // under mu_: spare blocks of the slab
+  FreeBlock* heap_free_[kClasses] = {};  // under mu_: spare blocks of the allocator
+  std::size_t heap_count_[kClasses] = {};  // under mu_: the length of each heap_free_ list
   std::size_t kept_ = 0;            // under mu_: bytes on the free lists
   std::size_t heap_kept_ = 0;       // under mu_: the allocator's blocks among them
   std::byte* slab_ = nullptr;       // under mu_ (set once; read by from_slab under mu_)

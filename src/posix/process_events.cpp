@@ -528,6 +528,14 @@ ShutdownReport restart_for_testing(const Settings& settings) {
     o.epoch_ns = 0;  // the next controller's device is measured afresh
     o.last_durable_ns = 0;
     o.epoch_peak_ns = 0;
+    // The automatic inline choice learns the program's ways afresh too: a test that waited for
+    // its epochs at once would otherwise make the next test's first epochs inline, unmeasured
+    // by the pace its back-pressure needs.
+    o.probe_seq = 0;
+    o.probe_closed_ns = 0;
+    o.caught_history = 0;
+    o.probes_judged = 0;
+    o.inline_since_probe = 0;
     // The longest lags are the next controller's: a test that held the device before does not
     // count in the next one's bound (the other stats are counts, read as differences).
     g_stat_max_lag_ns.store(0, std::memory_order_relaxed);

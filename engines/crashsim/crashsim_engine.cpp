@@ -65,6 +65,51 @@ std::uint64_t CrashSimEngine::log_truncate(const std::string& path) {
   return seq;
 }
 
+void CrashSimEngine::register_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  (void)path_index_locked(path, false);
+}
+
+std::uint64_t CrashSimEngine::log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov,
+                                        int iovcnt, std::int64_t result, std::uint64_t submit_seq) {
+  const std::uint64_t complete_seq = take_seq();
+  CrashEvent e;
+  e.kind = CrashEvent::Kind::write;
+  e.op = Op::write;
+  e.offset = offset;
+  std::vector<std::uint64_t> segments;
+  for (int k = 0; k < iovcnt; ++k) {
+    const auto* p = static_cast<const unsigned char*>(iov[k].iov_base);
+    e.data.insert(e.data.end(), p, p + iov[k].iov_len);
+    if (iov[k].iov_len != 0) segments.push_back(iov[k].iov_len);
+  }
+  e.result = result;
+  e.submit_seq = submit_seq;
+  e.complete_seq = complete_seq;
+  std::lock_guard<std::mutex> lock(mutex_);
+  e.file = path_index_locked(path, false);
+  if (segments.size() > 1) {
+    append_write_locked(std::move(e), segments);
+  } else {
+    append_locked(std::move(e));
+  }
+  return complete_seq;
+}
+
+std::uint64_t CrashSimEngine::log_sync(const std::string& path, Op op, int err, std::uint64_t submit_seq) {
+  const std::uint64_t complete_seq = take_seq();
+  CrashEvent e;
+  e.kind = CrashEvent::Kind::sync;
+  e.op = op;
+  e.result = err != 0 ? -err : 0;
+  e.submit_seq = submit_seq;
+  e.complete_seq = complete_seq;
+  std::lock_guard<std::mutex> lock(mutex_);
+  e.file = path_index_locked(path, false);
+  append_locked(std::move(e));
+  return complete_seq;
+}
+
 CrashLog CrashSimEngine::snapshot() const {
   CrashLog copy;
   {

@@ -29,6 +29,8 @@
 // same clock, so that it can say when it learned something (a receipt finished) in the log's time.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -124,6 +126,19 @@ class CrashSimEngine final : public WrapperEngine {
   /// file; like a truncating open it needs a later sync of the path to be durable. Returns its
   /// seq. Thread-safe.
   std::uint64_t log_truncate(const std::string& path);
+  /// Writes and syncs made behind this engine, on another descriptor of a file (the drop-in
+  /// layer's write-through files reach the kernel on their own descriptors): the rig that sees
+  /// them logs them here, in the same log and on the same clock, so that a crash state covers
+  /// both ways to the device. register_path names a file before anything of it is logged (its
+  /// image before any event is what it holds now). log_write: a write of iov's segments at
+  /// `offset`, `submit_seq` a tick() taken before the system call (the completion's is taken
+  /// now); `result` bytes or -errno, each segment its own write as a pwritev's. log_sync: an
+  /// fsync or fdatasync (`op`) of the path, 0 or errno. Each returns the event's completion seq.
+  /// Thread-safe.
+  void register_path(const std::string& path);
+  std::uint64_t log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov, int iovcnt,
+                          std::int64_t result, std::uint64_t submit_seq);
+  std::uint64_t log_sync(const std::string& path, Op op, int err, std::uint64_t submit_seq);
   /// A copy of the log (events sorted by complete_seq). Thread-safe.
   CrashLog snapshot() const;
   /// Events logged so far. Thread-safe.

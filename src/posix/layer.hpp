@@ -28,10 +28,12 @@
 
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,6 +51,29 @@ enum class InlineEpochs {
   automatic,  ///< the fsync's own thread when the program waited for most recent epochs at once
   never,      ///< always the order thread (the fsync returns at once)
   always,     ///< always the fsync's own thread (as in full mode, with the order mode's rule)
+};
+
+/// For the crash simulator's rig (test/posix_layer/fsync_order_crash_test.cpp): told of what
+/// the layer hands the kernel itself for write-through files, behind every engine: their writes
+/// (on the program's descriptor while the gate is open, on the order thread's own when it applies
+/// held writes) and their syncs (a file's fsync or fdatasync, a file system's syncfs), so that
+/// the rig logs them beside the engine's requests and judges every crash state of both. Not
+/// reported: O_APPEND writes (append_through_locked) and truncations (the rig logs its own).
+/// Called on whichever thread makes the call, under the inode's mutex for writes: every member
+/// must be thread-safe and must not call into the layer.
+class KernelObserver {
+ public:
+  virtual ~KernelObserver() = default;
+  /// A clock reading taken before the system call, handed back with its report.
+  virtual std::uint64_t before() noexcept = 0;
+  /// A write of file (dev, ino) at `pos` from `iov` (one or more segments, in file order);
+  /// `result`: the bytes written, or -errno.
+  virtual void wrote(dev_t dev, ino_t ino, std::uint64_t pos, const struct iovec* iov, int iovcnt,
+                     std::int64_t result, std::uint64_t before) noexcept = 0;
+  /// An fdatasync (data_only) or fsync of file (dev, ino); `err`: 0 or errno.
+  virtual void synced(dev_t dev, ino_t ino, bool data_only, int err, std::uint64_t before) noexcept = 0;
+  /// A syncfs of file system `dev`; `err`: 0 or errno.
+  virtual void synced_fs(dev_t dev, int err, std::uint64_t before) noexcept = 0;
 };
 
 /// How the layer's controller is made.
@@ -117,6 +142,8 @@ struct Settings {
   bool fsync_none_for_benchmark = false;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
+  /// Tests only: see KernelObserver. Null: nothing is reported (a relaxed load per call).
+  std::shared_ptr<KernelObserver> kernel_observer;
 };
 
 /// The settings the environment asks for (TAI_ENGINE, TAI_TREE, TAI_WORKERS, TAI_QUOTA,
@@ -227,6 +254,9 @@ void delay_order_log_writes_for_testing(unsigned ms);
 std::uint64_t kernel_syncs_for_testing() noexcept;
 /// The same of the layer's syncfs calls (order mode: a file system synced for closed files).
 std::uint64_t kernel_syncfs_for_testing() noexcept;
+/// For tests, order mode: closes of a write-through file that waited only for the epochs closed
+/// before them (the file's own writes since left to the open epoch), not for every write.
+std::uint64_t closes_through_for_testing() noexcept;
 
 /// Whether the controller is made (it is made at the first file that goes to the cache, or by
 /// controller(); a process whose routed files all stay write-through never makes one).

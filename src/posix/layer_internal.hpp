@@ -107,6 +107,10 @@ extern std::atomic<int> g_top_used;
 extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned> g_fail_apply_notes;
+// Settings::kernel_observer's, or null. Stored (release) by configure before any file is routed,
+// cleared by restart_for_testing before the settings that own it go; loaded (acquire) at each
+// report.
+extern std::atomic<KernelObserver*> g_kernel_observer;
 extern std::atomic<unsigned long long> g_stat_closed, g_stat_durable, g_stat_deferred, g_stat_backpressure, g_stat_max_queued,
     g_stat_logged, g_stat_log_batches, g_stat_checkpoints, g_stat_inline, g_stat_through_writes, g_stat_max_lag_ns,
     g_stat_max_early_lag_ns;
@@ -171,8 +175,15 @@ bool order_through_locked(const Inode& ino) noexcept;
 ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos);
 // The kernel's fdatasync (data_only) or fsync of fd, EINTR retried. errno or 0.
 int kernel_sync(int fd, bool data_only) noexcept;
-// The kernel's syncfs of fd's file system (the system call, as kernel_sync). errno or 0.
-int kernel_syncfs(int fd) noexcept;
+// The same of a write-through file `ino` (fd: a descriptor of it), reported to the observer.
+int kernel_sync_file(const Inode& ino, int fd, bool data_only) noexcept;
+// The kernel's syncfs of the file system of `ino` on its descriptor fd (the system call, as
+// kernel_sync), reported to the observer. errno or 0.
+int kernel_syncfs(const Inode& ino, int fd) noexcept;
+// pwrite_all / pwritev_all (order_log.hpp) of a write-through file `ino`, reported to the
+// observer. errno or 0.
+int kernel_pwrite_file(const Inode& ino, int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept;
+int kernel_pwritev_file(const Inode& ino, int fd, struct iovec* iov, int count, std::uint64_t pos) noexcept;
 void count_write_locked(Inode& ino, int fd, std::size_t n) noexcept;
 OrderState& ord();
 void note_open_dirty_locked(OrderState& o, Inode& ino);
@@ -429,7 +440,8 @@ struct Ref {
 // (TAI_FSYNC_LOG_DIR, order_log.hpp) a run of epochs costs one sync of the log. The rule is
 // checked on the recording engine's log (test/posix_layer/fsync_order_test.cpp), on every
 // multi-file crash state of the crash simulator's log (test/posix_layer/fsync_order_crash_test.cpp,
-// docs/crashsim.md), for write-through files by what the kernel holds while an epoch is held
+// docs/crashsim.md; write-through files' kernel writes and syncs logged through KernelObserver),
+// for write-through files also by what the kernel holds while an epoch is held
 // (test/posix_layer/order_through_test.cpp), and the kill suite runs sqlite3 under this mode
 // (test/kill/preload_kill_test.cpp).
 

@@ -24,6 +24,8 @@ std::atomic<unsigned> g_log_write_delay_ms{0};
 // fail_order_bookkeeping_for_testing: how many more of apply_writes's notes of a file it wrote
 // fail as if memory had run out; 0 normally.
 std::atomic<unsigned> g_fail_apply_notes{0};
+// Closes that waited for the closed epochs alone (order_close), for tests (relaxed: a count).
+static std::atomic<std::uint64_t> g_closes_through{0};
 // How long the log stays open after the queue of epochs empties, for the next ones, when nobody
 // waits for the gate (then: a checkpoint, and the writes go to the cache again).
 constexpr int kLogIdleMs = 50;
@@ -196,11 +198,11 @@ int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>
         }
         int e = 0;
         if (count == 1) {
-          e = pwrite_all(ino.direct_fd, first->bytes.chars(), first->bytes.size(), first->pos);
+          e = kernel_pwrite_file(ino, ino.direct_fd, first->bytes.chars(), first->bytes.size(), first->pos);
         } else {
           Cursor k = first;
           for (std::size_t n = 0; n < count; ++n, k.next()) run[n] = {k->bytes.chars(), k->bytes.size()};
-          e = pwritev_all(ino.direct_fd, run, static_cast<int>(count), first->pos);
+          e = kernel_pwritev_file(ino, ino.direct_fd, run, static_cast<int>(count), first->pos);
         }
         g_stat_through_writes.fetch_add(1, std::memory_order_relaxed);
         if (e && err == 0) err = e;
@@ -260,7 +262,7 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
     bool small;  // written little since its last sync: write-through after this one (see below)
   };
   std::vector<Pending> pending;
-  std::vector<int> direct;  // write-through files: their descriptors, synced here
+  std::vector<Inode*> direct;  // write-through files, synced here on their direct_fd
   std::vector<Inode*> whole_fs;  // files whose file systems are synced whole (syncfs)
   pending.reserve(files.size());
   const std::uint64_t through_bytes = g_sync_through.load(std::memory_order_relaxed);
@@ -271,7 +273,7 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
     std::lock_guard<std::mutex> lock(ip->mu);
     if (order_through_locked(*ip)) {
       ip->bytes_since_sync = 0;
-      direct.push_back(ip->direct_fd);  // open as long as the inode, which `files` holds
+      direct.push_back(ip);  // its direct_fd is open as long as the inode, which `files` holds
       continue;
     }
     if (!ip->file.is_open() || kernel_locked(*ip)) continue;  // closed: close_file_locked wrote it back and reported
@@ -285,15 +287,15 @@ int sync_files(const std::vector<Inode*>& files, bool data_only) {
   // Without the inodes' mutexes: the program's writes to these files meanwhile are held back
   // (the gate is closed) and must not wait for the device.
   for (Inode* ip : whole_fs) {
-    if (const int e = kernel_syncfs(ip->direct_fd)) {
+    if (const int e = kernel_syncfs(*ip, ip->direct_fd)) {
       if (err == 0) err = e;
       // The epoch failed: the next one syncs the file system again (direct_epoch_locked puts
       // this file back on the open epoch's list), as it syncs the failed epoch's files.
       ip->sync_whole_fs.store(true, std::memory_order_release);
     }
   }
-  for (const int fd : direct)
-    if (const int e = kernel_sync(fd, data_only); e && err == 0) err = e;
+  for (Inode* ip : direct)
+    if (const int e = kernel_sync_file(*ip, ip->direct_fd, data_only); e && err == 0) err = e;
   for (auto& p : pending) {
     const int e = error_of(p.r);
     settle(*p.ino, p.target);
@@ -1154,9 +1156,14 @@ int order_close(Inode& ino) {
   // Held writes left now are the open epoch's (a closed epoch's are applied before it is
   // durable). Acquire: pairs with hold_locked's increment. None left: they reached the kernel,
   // or failed there, which this close returns (as a plain close returns a failed write-back).
-  if (ino.deferred.load(std::memory_order_acquire) == 0) return order_take_error();
+  if (ino.deferred.load(std::memory_order_acquire) == 0) {
+    g_closes_through.fetch_add(1, std::memory_order_relaxed);
+    return order_take_error();
+  }
   return order_sync_all();
 }
+
+std::uint64_t closes_through_for_testing() noexcept { return g_closes_through.load(std::memory_order_relaxed); }
 
 int order_take_error() {
   OrderState& o = ord();

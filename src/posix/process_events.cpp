@@ -160,6 +160,8 @@ bool configure() {
   g_fsync_none.store(s.fsync_none_for_benchmark, std::memory_order_release);
   g_max_delay_ns.store(s.fsync_max_delay_ms * 1'000'000u, std::memory_order_release);
   g_fsync_inline.store(static_cast<int>(s.fsync_inline), std::memory_order_release);
+  // The settings that own it (settings_override) stay until restart_for_testing clears this.
+  g_kernel_observer.store(s.kernel_observer.get(), std::memory_order_release);
   HeldCopyPool::instance().set_huge_pages(s.options.huge_pages);
   // The weak quota as the controller will have it (the constructor's correction when it
   // exceeds the strict one).
@@ -571,6 +573,9 @@ ShutdownReport restart_for_testing(const Settings& settings) {
   g_fsync_mode_set.store(false, std::memory_order_release);
   g_fsync_mode.store(0, std::memory_order_release);
   std::lock_guard<std::mutex> lock(g_init_mu);
+  // Before the settings that own the observer are replaced below; the next configure sets the
+  // new one. (The layer is idle: restart_for_testing runs alone, the epochs are durable.)
+  g_kernel_observer.store(nullptr, std::memory_order_release);
   ShutdownReport report;
   Controller* old = nullptr;
   {

@@ -1,5 +1,6 @@
 // tai/posix.hpp's layer: transfers of routed descriptors: writes, reads, syncs.
 #include "src/posix/layer_internal.hpp"
+#include "src/posix/order_log.hpp"
 
 namespace tai::posix::detail {
 
@@ -122,14 +123,48 @@ bool shut_down_locked(const Inode& ino) noexcept {
 
 bool kernel_locked(const Inode& ino) noexcept { return ino.through || shut_down_locked(ino); }
 
+std::atomic<KernelObserver*> g_kernel_observer{nullptr};
+
 ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, std::uint64_t pos) {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
   ssize_t r;
   do {
     r = ::pwrite(fd, buf, n, static_cast<off_t>(pos));
   } while (r < 0 && errno == EINTR);
-  if (r < 0) return -errno;
+  const int err = r < 0 ? errno : 0;
+  if (seen) {
+    struct iovec one = {const_cast<void*>(buf), n};
+    seen->wrote(ino.dev, ino.ino, pos, &one, 1, r < 0 ? -err : r, t);
+  }
+  if (r < 0) return -err;
   grow_size(ino, pos + static_cast<std::uint64_t>(r));
   return r;
+}
+
+int kernel_pwrite_file(const Inode& ino, int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
+  const int e = pwrite_all(fd, p, n, pos);
+  if (seen) {
+    struct iovec one = {const_cast<char*>(p), n};
+    // pwrite_all reports no count on failure: a failed write may have moved any part of its range.
+    seen->wrote(ino.dev, ino.ino, pos, &one, 1, e ? -e : static_cast<std::int64_t>(n), t);
+  }
+  return e;
+}
+
+int kernel_pwritev_file(const Inode& ino, int fd, struct iovec* iov, int count, std::uint64_t pos) noexcept {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  if (!seen) return pwritev_all(fd, iov, count, pos);
+  // pwritev_all advances the iovecs it is given: the observer gets a copy as it was.
+  std::vector<struct iovec> asked(iov, iov + count);
+  std::int64_t total = 0;
+  for (const auto& v : asked) total += static_cast<std::int64_t>(v.iov_len);
+  const std::uint64_t t = seen->before();
+  const int e = pwritev_all(fd, iov, count, pos);
+  seen->wrote(ino.dev, ino.ino, pos, asked.data(), count, e ? -e : total, t);
+  return e;
 }
 
 // Successful kernel syncs made by the layer, for tests: a write-through file's fsync reaches no
@@ -154,10 +189,24 @@ static int sync_syscall(long nr, int fd, std::atomic<std::uint64_t>& done) noexc
   return 0;
 }
 
-int kernel_syncfs(int fd) noexcept { return sync_syscall(SYS_syncfs, fd, g_kernel_syncfs); }
+int kernel_syncfs(const Inode& ino, int fd) noexcept {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
+  const int e = sync_syscall(SYS_syncfs, fd, g_kernel_syncfs);
+  if (seen) seen->synced_fs(ino.dev, e, t);
+  return e;
+}
 
 int kernel_sync(int fd, bool data_only) noexcept {
   return sync_syscall(data_only ? SYS_fdatasync : SYS_fsync, fd, g_kernel_syncs);
+}
+
+int kernel_sync_file(const Inode& ino, int fd, bool data_only) noexcept {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
+  const int e = kernel_sync(fd, data_only);
+  if (seen) seen->synced(ino.dev, ino.ino, data_only, e, t);
+  return e;
 }
 
 bool order_through_locked(const Inode& ino) noexcept {
@@ -299,7 +348,7 @@ int sync_routed(Description& d, int fd, bool data_only) {
         order(ino);
         ino.bytes_since_sync = 0;
       }
-      if (const int e = kernel_sync(fd, data_only)) return -e;
+      if (const int e = kernel_sync_file(ino, fd, data_only)) return -e;
       // An error of a write-back from before the file went write-through (a close of its stale
       // cache) is reported here, once, as the cached path does.
       if (const int w = ino.write_error.exchange(0, std::memory_order_acq_rel)) return -w;

@@ -7,13 +7,15 @@
 //     enumerate_multi_crash_states(log, options, oracle, print_violation);
 //
 // The program log. Each write names its file (its path in the crash log), offset, bytes and
-// epoch: the number of epoch-closing calls (fsync, fdatasync, sync_now, close of a written file
-// that is cached: the crash rig's files are, its layer having no write-through) made on any
-// routed file before it. A truncation to 0 (ftruncate) has an epoch too. A *sync point* says
-// that once the call had returned (its `end` time), every write of epochs below
-// `required_epoch` is durable: sync_now and a cached file's close (every write before them),
-// ftruncate in order mode (it waits for every closed epoch). A write-through file's close only
-// waits for the closed epochs, and exit too; the rig does not model them. An fsync in order mode is no sync point: it returns at once.
+// epoch: the number of epoch-closing calls (fsync, fdatasync, sync_now, close of a cached file)
+// made on any routed file before it. A truncation to 0 (ftruncate) has an epoch too. A *sync
+// point* says that once the call had returned (its `end` time), every write of epochs below
+// `required_epoch` is durable: sync_now and a cached file's close (every write before them:
+// the current epoch + 1), ftruncate in order mode and a write-through file's close (they wait for
+// every closed epoch: the current epoch). An fsync in order mode is no sync point: it returns at
+// once. The crash log holds the engine's requests and, for write-through files, the layer's own
+// kernel writes and syncs (posix::detail::KernelObserver, which the rig logs). Not modelled:
+// exit (the rig's programs close their files and stay alive).
 //
 // The rule, for a state of every file at crash time c: there is some k such that every write of
 // epochs < k is present in its file (each byte reads as its value, or as that of a later write or

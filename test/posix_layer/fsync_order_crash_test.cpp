@@ -14,15 +14,18 @@
 // Syncs are absorbed by the crashsim engine (the states come from its log; the device's latency
 // would only slow the suite down).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -67,9 +70,75 @@ double order_crash_scale() {
 #endif
 }
 
+// The layer's writes and syncs of write-through files reach the kernel on their own descriptors,
+// behind the crashsim engine: logged in its log by the file's path there (the program's
+// /proc/self/fd/<fd>, registered at its open), on the same clock, so that a crash state covers
+// both ways a file's bytes take to the device.
+class KernelLogger final : public posix::detail::KernelObserver {
+ public:
+  explicit KernelLogger(SimSlot slot) : slot_(std::move(slot)) {}
+  void add(dev_t dev, ino_t ino, const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paths_[{dev, ino}] = path;
+  }
+  std::uint64_t before() noexcept override { return *slot_ ? (*slot_)->tick() : 0; }
+  void wrote(dev_t dev, ino_t ino, std::uint64_t pos, const struct iovec* iov, int iovcnt, std::int64_t result,
+             std::uint64_t before) noexcept override {
+    const std::string path = path_of(dev, ino);
+    if (path.empty()) return;
+    (*slot_)->log_write(path, pos, iov, iovcnt, result, before);
+    writes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void synced(dev_t dev, ino_t ino, bool data_only, int err, std::uint64_t before) noexcept override {
+    const std::string path = path_of(dev, ino);
+    if (path.empty()) return;
+    (*slot_)->log_sync(path, data_only ? Op::fdatasync : Op::fsync, err, before);
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void synced_fs(dev_t dev, int err, std::uint64_t before) noexcept override {
+    std::vector<std::string> on_it;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, path] : paths_)
+        if (id.first == dev) on_it.push_back(path);
+    }
+    for (const auto& path : on_it) (*slot_)->log_sync(path, Op::fsync, err, before);
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// Reports logged, and reports of a file the rig did not open (none expected).
+  std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
+  std::uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
+  std::uint64_t unknown() const { return unknown_.load(std::memory_order_relaxed); }
+
+ private:
+  std::string path_of(dev_t dev, ino_t ino) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = paths_.find({dev, ino});
+    if (it != paths_.end() && *slot_ != nullptr) return it->second;
+    unknown_.fetch_add(1, std::memory_order_relaxed);
+    return "";
+  }
+  SimSlot slot_;
+  std::mutex mu_;
+  std::map<std::pair<dev_t, ino_t>, std::string> paths_;
+  std::atomic<std::uint64_t> writes_{0}, syncs_{0}, unknown_{0};
+};
+
+// The layer's write-through threshold in the runs with write-through files: every file starts
+// write-through, goes to the cache when an epoch writes more than this to it (the journal's
+// larger transactions, the random workload's bursts, the overwrites of both files), and comes
+// back after an order-thread sync of a small epoch, so both ways and the moves between them run.
+constexpr std::uint64_t kRigThroughBytes = 4096;
+
 posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, const std::string& log_dir = "",
-                                             posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
+                                             posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
+                                             std::shared_ptr<KernelLogger> through = nullptr) {
   posix::detail::Settings s = layer_settings();
+  if (through) {
+    s.sync_through_bytes = kRigThroughBytes;
+    s.files_start_through = true;
+    s.kernel_observer = through;
+  }
   s.fsync_log_dir = log_dir;
   s.fsync_mode = posix::FsyncMode::order;
   s.fsync_inline = inline_epochs;
@@ -93,15 +162,17 @@ posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, con
 }
 
 // The program's side: tai::posix calls, each recorded with its epoch and its times on the
-// crash log's clock. Files stay open until close_all (their engine paths are
+// crash log's clock. Files stay open until close_all (their paths in the crash log are
 // /proc/self/fd/<fd>, which a reused descriptor would confuse).
 class OrderProgram {
  public:
   /// busy: now and then a pause (the cache's idle flush and write-behind run) and the order
   /// thread held for a few epochs (a slow device: later epochs queue up behind the first).
-  OrderProgram(engines::CrashSimEngine* sim, std::string dir, std::string prefix, bool busy, std::uint64_t seed)
+  /// through: the layer's logger of write-through files (null: the layer has none).
+  OrderProgram(engines::CrashSimEngine* sim, std::string dir, std::string prefix, bool busy, std::uint64_t seed,
+               KernelLogger* through = nullptr)
       : sim_(sim), dir_(std::move(dir)), prefix_(std::move(prefix)), busy_(busy), jitter_(seed ^ 0x5bd1e995u),
-        never_durable_(not_durable()) {}
+        never_durable_(not_durable()), through_(through) {}
   ~OrderProgram() { release(); }
 
   std::size_t open(const std::string& name) {
@@ -112,6 +183,14 @@ class OrderProgram {
     fds_.push_back(fd);
     names_.push_back(path);
     sizes_.push_back(0);
+    // In the crash log from its open (empty): a write-through file's first event may be the
+    // layer's kernel write, which names it by the same path as the engine would.
+    sim_->register_path(proc_path(fds_.size() - 1));
+    if (through_) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) throw std::runtime_error("fstat " + path + ": " + std::strerror(errno));
+      through_->add(st.st_dev, st.st_ino, proc_path(fds_.size() - 1));
+    }
     return fds_.size() - 1;
   }
   void write(std::size_t f, std::uint64_t offset, const std::vector<unsigned char>& bytes) {
@@ -175,17 +254,27 @@ class OrderProgram {
     add_sync_point("sync_now", epoch_ + 1, b, sim_->tick());
     ++epoch_;
   }
-  /// Closes every file (each close of a written file is a sync_now in order mode: the rig's files
-  /// are cached, its layer having no write-through, and a cached file's close syncs every write).
+  /// Closes every file. A cached file's close in order mode is a sync_now (every write durable,
+  /// the open epoch closed); a write-through file's waits only for the epochs closed before it,
+  /// its own writes since staying in the open epoch (closes_through_for_testing tells which way
+  /// the layer took).
   void close_all() {
     release();
     for (std::size_t f = 0; f < fds_.size(); ++f) {
+      const std::uint64_t through_before = posix::detail::closes_through_for_testing();
       const std::uint64_t b = sim_->tick();
       if (posix::close(fds_[f]) != 0) throw std::runtime_error(std::string("close: ") + std::strerror(errno));
-      add_sync_point("close f" + std::to_string(f), epoch_ + 1, b, sim_->tick());
-      ++epoch_;
+      const std::uint64_t e = sim_->tick();
+      if (posix::detail::closes_through_for_testing() != through_before) {
+        add_sync_point("close f" + std::to_string(f) + " (write-through)", epoch_, b, e);
+        ++closes_through_;
+      } else {
+        add_sync_point("close f" + std::to_string(f), epoch_ + 1, b, e);
+        ++epoch_;
+      }
     }
   }
+  std::size_t closes_through() const { return closes_through_; }
   unsigned epoch() const { return epoch_; }
   /// Each file's name (what the order log records) -> its path in the crash log.
   std::map<std::string, std::string> engine_paths(const CrashLog& log) const {
@@ -254,6 +343,8 @@ class OrderProgram {
   bool held_ = false;
   unsigned held_epochs_ = 0;
   unsigned long long never_durable_;  // closed and not durable when the program started
+  KernelLogger* through_;
+  std::size_t closes_through_ = 0;
 };
 
 // Bytes that differ per (file, offset, epoch, salt): a write's bytes name where and when they were made.
@@ -342,6 +433,23 @@ struct OrderCrashTally {
   std::size_t saved_by_replay = 0;  // of those, states the files alone would not have explained
   std::vector<std::string> violations;  // the first few, with their state
   unsigned long long max_lag_ns = 0;  // FsyncOrderStats::max_lag_ns, the most of any run (reset by each)
+  // With write-through files: the layer's kernel writes and syncs logged, of files the rig did not
+  // open, the crash log's writes in all (engine and kernel), closes that took the write-through way.
+  std::uint64_t kernel_writes = 0, kernel_syncs = 0, unknown = 0, logged_writes = 0, closes_through = 0;
+  void add(const OrderCrashTally& t) {
+    stats += t.stats;
+    runs += t.runs;
+    operations += t.operations;
+    replayed += t.replayed;
+    saved_by_replay += t.saved_by_replay;
+    max_lag_ns = std::max(max_lag_ns, t.max_lag_ns);
+    kernel_writes += t.kernel_writes;
+    kernel_syncs += t.kernel_syncs;
+    unknown += t.unknown;
+    logged_writes += t.logged_writes;
+    closes_through += t.closes_through;
+    for (const auto& v : t.violations) violations.push_back(v);
+  }
 };
 
 // With the log of epochs (TAI_FSYNC_LOG_DIR): the files alone need not hold a state of the
@@ -402,18 +510,22 @@ class ReplayingOracle : public engines::MultiCrashChecker {
 // One run: a fresh layer over a fresh crashsim engine, the workload, every file closed, then
 // every multi-file crash state of the log checked.
 // With `with_log`, the layer keeps its log of epochs in `dir` and every state is replayed first.
+// With `through`, the layer has write-through files (kRigThroughBytes), their kernel writes and
+// syncs logged beside the engine's.
 void run_order_crash(const std::string& dir, const std::string& prefix, bool busy, std::uint64_t seed,
                      const std::function<void(OrderProgram&, std::mt19937_64&)>& workload, OrderCrashTally& tally,
                      bool with_log = false,
-                     posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
+                     posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
+                     bool through = false) {
   SimSlot slot = std::make_shared<engines::CrashSimEngine*>(nullptr);
+  std::shared_ptr<KernelLogger> logger = through ? std::make_shared<KernelLogger>(slot) : nullptr;
   const ShutdownReport before = posix::detail::restart_for_testing(
-      order_crash_settings(slot, busy, with_log ? dir : std::string(), inline_epochs));
+      order_crash_settings(slot, busy, with_log ? dir : std::string(), inline_epochs, logger));
   ASSERT_TRUE(before.ok()) << before.to_string();
   // The controller (and the hook) is made at the first use: an open.
   ASSERT_NE(posix::detail::controller(), nullptr);
   ASSERT_NE(*slot, nullptr) << "the Settings hook did not register the crashsim engine";
-  OrderProgram prog(*slot, dir, prefix, busy, seed);
+  OrderProgram prog(*slot, dir, prefix, busy, seed, logger.get());
   std::mt19937_64 rng(seed);
   try {
     workload(prog, rng);
@@ -422,6 +534,13 @@ void run_order_crash(const std::string& dir, const std::string& prefix, bool bus
     FAIL() << "seed " << seed << ": " << e.what();
   }
   const CrashLog log = (*slot)->snapshot();
+  if (logger) {
+    tally.kernel_writes += logger->writes();
+    tally.kernel_syncs += logger->syncs();
+    tally.unknown += logger->unknown();
+    tally.closes_through += prog.closes_through();
+    for (const auto& e : log.events) tally.logged_writes += e.kind == engines::CrashEvent::Kind::write ? 1 : 0;
+  }
   const std::vector<EpochOp> ops = prog.ops(log);
   EpochOracle oracle(log, ops);
   ReplayingOracle replaying(log, oracle, prog.engine_paths(log), dir + "/tai-order.");
@@ -485,7 +604,8 @@ std::vector<OrderCrashKind> order_crash_kinds(const std::array<unsigned, 4>& cou
 // Returns false after a fatal failure (the caller returns).
 bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, const std::vector<OrderCrashKind>& kinds,
                            std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total,
-                           posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic) {
+                           posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
+                           bool through = false) {
   const auto t0 = std::chrono::steady_clock::now();
   std::uint64_t run_seed = seed;
   for (const OrderCrashKind& k : kinds) {
@@ -494,17 +614,11 @@ bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, co
     for (unsigned i = 0; i < k.runs; ++i) {
       run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
       run_order_crash(dir, prefix + k.name + std::to_string(i) + "_", i % 2 == busy_parity, run_seed, k.body, t, with_log,
-                      inline_epochs);
+                      inline_epochs, through);
       if (::testing::Test::HasFatalFailure()) return false;
     }
     print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
-    total.stats += t.stats;
-    total.runs += t.runs;
-    total.operations += t.operations;
-    total.replayed += t.replayed;
-    total.saved_by_replay += t.saved_by_replay;
-    total.max_lag_ns = std::max(total.max_lag_ns, t.max_lag_ns);
-    for (auto& v : t.violations) total.violations.push_back(v);
+    total.add(t);
   }
   print_order_crash("TOTAL", total, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   for (const auto& v : total.violations) ADD_FAILURE() << v;
@@ -626,6 +740,62 @@ TEST_F(FsyncOrderCrash, ABatchAppliedBeforeTheLogIsWrittenIsCaught) {
   EXPECT_GT(t.stats.violations, 0u);
   std::printf("[crashsim] order mode with the log, batches applied without the log: %llu of %llu states rejected\n",
               static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique));
+}
+
+// Write-through files (the layer's default: every routed file starts so): their writes reach
+// the kernel on the program's descriptor while the gate is open and on the order thread's own
+// when it applies held writes, their syncs are the order thread's fsync/fdatasync on that
+// descriptor (or a syncfs), and a close waits only for the epochs closed before it. The same
+// workloads and oracle, every kernel write and sync of the layer logged beside the engine's
+// requests; files move between write-through and the cache as their epochs grow and shrink.
+TEST_F(FsyncOrderCrash, EveryCrashStateWithWriteThroughFilesKeepsTheEpochOrder) {
+  const std::uint64_t seed = test_seed() ^ 0x7407;
+  const double scale = order_crash_scale();
+  std::printf("[crashsim] order mode with write-through files: seed %llu, run scale %.2f\n",
+              static_cast<unsigned long long>(seed), scale);
+  const posix::FsyncOrderStats before = posix::fsync_order_stats();
+  OrderCrashTally total;
+  if (!run_order_crash_kinds(file(""), "through_", order_crash_kinds({12, 6, 8, 20}, scale), seed, 1, false, total,
+                             posix::detail::InlineEpochs::automatic, true))
+    return;
+  const posix::FsyncOrderStats after = posix::fsync_order_stats();
+  std::printf("[crashsim] order mode with write-through files: %llu kernel writes and %llu kernel syncs of the "
+              "layer logged among %llu writes, %llu held writes the order thread wrote through, %llu closes "
+              "that waited for the closed epochs alone\n",
+              static_cast<unsigned long long>(total.kernel_writes), static_cast<unsigned long long>(total.kernel_syncs),
+              static_cast<unsigned long long>(total.logged_writes),
+              after.through_writes - before.through_writes, static_cast<unsigned long long>(total.closes_through));
+  EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << (seed ^ 0x7407) << ")";
+  EXPECT_EQ(total.unknown, 0u) << "the layer wrote or synced a file the rig did not open";
+  // The suite means something only if both ways ran: the kernel's (writes, syncs, the order
+  // thread's held writes, closes of write-through files) and the cache's (engine writes).
+  EXPECT_GT(total.kernel_writes, 0u);
+  EXPECT_GT(total.kernel_syncs, 0u);
+  EXPECT_GT(after.through_writes - before.through_writes, 0u);
+  EXPECT_GT(total.closes_through, 0u);
+  EXPECT_GT(total.logged_writes, total.kernel_writes) << "no file went to the cache";
+}
+
+// The proof that the write-through runs see the kernel's syncs: the order thread told to skip
+// the syncs of every second epoch (the write-through files' as well) must be caught.
+TEST_F(FsyncOrderCrash, WriteThroughFilesWhoseSyncsAreSkippedAreCaught) {
+  const std::string dir = file("");
+  for (bool busy : {false, true}) {
+    OrderCrashTally t;
+    posix::detail::skip_epoch_syncs_for_testing(2);
+    run_order_crash(dir, std::string("broken_through_") + (busy ? "busy_" : "quiet_"), busy, 13,
+                    [](OrderProgram& p, std::mt19937_64& r) { journal_workload(p, r, 3); }, t, false,
+                    posix::detail::InlineEpochs::never, true);
+    posix::detail::skip_epoch_syncs_for_testing(0);
+    if (HasFatalFailure()) return;
+    EXPECT_GT(t.kernel_syncs, 0u);
+    EXPECT_GT(t.stats.violations, 0u) << (busy ? "busy" : "quiet");
+    std::printf("[crashsim] order mode, write-through files, the syncs of every second epoch skipped (%s): %llu of "
+                "%llu states rejected%s%s\n",
+                busy ? "busy" : "quiet", static_cast<unsigned long long>(t.stats.violations),
+                static_cast<unsigned long long>(t.stats.unique), t.violations.empty() ? "" : ", e.g. ",
+                t.violations.empty() ? "" : t.violations.front().c_str());
+  }
 }
 
 // --- the oracle on hand-made logs ------------------------------------------------------------

@@ -35,7 +35,9 @@ int CrashLog::file_index(const std::string& path) const {
 CrashSimEngine::CrashSimEngine(std::unique_ptr<Engine> inner, CrashSimOptions options)
     : WrapperEngine("crashsim", std::move(inner)), options_(options), inner_synchronous_(!capabilities().asynchronous) {}
 
-CrashSimEngine::~CrashSimEngine() = default;
+CrashSimEngine::~CrashSimEngine() {
+  if (options_.on_destroy) options_.on_destroy(snapshot());
+}
 
 std::uint64_t CrashSimEngine::take_seq(std::uint64_t n) noexcept {
   return next_seq_.fetch_add(n, std::memory_order_acq_rel);

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -96,6 +97,10 @@ struct CrashSimOptions {
   /// when a suite runs thousands of workloads, at the cost of not exercising the inner engine's
   /// sync path.
   bool forward_syncs = true;
+  /// Called by the destructor with the final log (as snapshot() gives it), when set: a rig whose
+  /// engine goes with its controller (the drop-in layer's shutdown at exit) keeps what the
+  /// shutdown's write-back logged.
+  std::function<void(CrashLog)> on_destroy;
 };
 
 /// The crash-simulation engine. Capabilities, options and eventfd are the inner engine's;

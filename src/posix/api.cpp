@@ -133,7 +133,7 @@ ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   detail::order(ino);
   if (d->append) {  // through to the kernel: see append_through_locked
     std::uint64_t end = d->offset;
-    const ssize_t r = detail::append_through_locked(ino, fd, end, true, [&] { return ::writev(fd, iov, iovcnt); });
+    const ssize_t r = detail::append_through_locked(ino, fd, end, true, iov, iovcnt, [&] { return ::writev(fd, iov, iovcnt); });
     if (r >= 0) d->offset = end;
     return finish(r, saved);
   }

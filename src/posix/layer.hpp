@@ -57,8 +57,9 @@ enum class InlineEpochs {
 /// the layer hands the kernel itself for write-through files, behind every engine: their writes
 /// (on the program's descriptor while the gate is open, on the order thread's own when it applies
 /// held writes) and their syncs (a file's fsync or fdatasync, a file system's syncfs), so that
-/// the rig logs them beside the engine's requests and judges every crash state of both. Not
-/// reported: O_APPEND writes (append_through_locked) and truncations (the rig logs its own).
+/// the rig logs them beside the engine's requests and judges every crash state of both. O_APPEND
+/// writes, which go to the kernel in every mode, are reported too (append_through_locked). Not
+/// reported: truncations (the rig logs its own).
 /// Called on whichever thread makes the call, under the inode's mutex for writes: every member
 /// must be thread-safe and must not call into the layer.
 class KernelObserver {

@@ -571,14 +571,18 @@ void program_wait(OrderState& o, std::unique_lock<std::mutex>& lk, Pred pred) {
 // read through the cache finds no stale copy of the bytes the kernel appended. A file that is
 // only appended to never touches the cache: each write is the kernel's write plus an lseek.
 // `kernel_write` makes the system call (write, pwrite or writev on fd) and returns its result
-// or -1 with errno. Sets `end` to the end of what was written when `end_from_offset` (the
-// descriptor's offset moved there), else to the file's size. Returns bytes or -errno.
+// or -1 with errno; `iov` holds the bytes it writes (for KernelObserver, which is told of a
+// write whose end was found). Sets `end` to the end of what was written when `end_from_offset`
+// (the descriptor's offset moved there), else to the file's size. Returns bytes or -errno.
 template <class KernelWrite>
-ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_from_offset, KernelWrite kernel_write) {
+ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_from_offset, const struct iovec* iov,
+                              int iovcnt, KernelWrite kernel_write) {
   if (ino.cache_used) {
     if (const int err = close_file_locked(ino)) note_error(ino, err);  // reported by the next fsync/close
     reopen_locked(ino, fd, "O_APPEND write");
   }
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
   ssize_t r;
   do {
     r = kernel_write();
@@ -594,6 +598,8 @@ ssize_t append_through_locked(Inode& ino, int fd, std::uint64_t& end, bool end_f
   if (at >= 0) {
     end = static_cast<std::uint64_t>(at);
     grow_size(ino, end);
+    if (seen && end >= static_cast<std::uint64_t>(r))
+      seen->wrote(ino.dev, ino.ino, end - static_cast<std::uint64_t>(r), iov, iovcnt, r, t);
   }
   return r;
 }

@@ -254,7 +254,8 @@ ssize_t do_write(Description& d, int fd, const void* buf, std::size_t n, std::ui
   if (append) {
     std::uint64_t end = pos;
     const std::uint64_t at = pos;
-    const ssize_t r = append_through_locked(ino, fd, end, !explicit_offset, [&] {
+    const struct iovec bytes = {const_cast<void*>(buf), n};
+    const ssize_t r = append_through_locked(ino, fd, end, !explicit_offset, &bytes, 1, [&] {
       // pwrite on an O_APPEND descriptor appends on Linux (the offset is ignored) and leaves
       // the descriptor's offset alone.
       return explicit_offset ? ::pwrite(fd, buf, n, static_cast<off_t>(at)) : ::write(fd, buf, n);

@@ -295,7 +295,7 @@ class OrderProgram {
   std::size_t closes_through() const { return closes_through_; }
   /// Ends as a process's exit does, its files open: the exit handler's work (shutdown_for_testing:
   /// every epoch closed before it durable, the open epoch's writes handed to the kernel unsynced,
-  /// the controller shut down), then the descriptors, the kernel's now, closed with libc.
+  /// the controller shut down), then the descriptors closed (the kernel's now).
   /// ops() ends the exit's sync point after the last event of the log.
   void exit_all() {
     release();
@@ -303,7 +303,8 @@ class OrderProgram {
     const std::vector<std::string> failures = posix::detail::shutdown_for_testing();
     if (!failures.empty()) throw std::runtime_error("exit: " + failures.front());
     sim_ = nullptr;
-    for (int fd : fds_) ::close(fd);
+    // posix::close: the descriptors are the kernel's now, but the layer's table still names them.
+    for (int fd : fds_) (void)posix::close(fd);
     exited_ = true;
   }
   unsigned epoch() const { return epoch_; }

@@ -35,9 +35,7 @@ int CrashLog::file_index(const std::string& path) const {
 CrashSimEngine::CrashSimEngine(std::unique_ptr<Engine> inner, CrashSimOptions options)
     : WrapperEngine("crashsim", std::move(inner)), options_(options), inner_synchronous_(!capabilities().asynchronous) {}
 
-CrashSimEngine::~CrashSimEngine() {
-  if (options_.on_destroy) options_.on_destroy(snapshot());
-}
+CrashSimEngine::~CrashSimEngine() = default;
 
 std::uint64_t CrashSimEngine::take_seq(std::uint64_t n) noexcept {
   return next_seq_.fetch_add(n, std::memory_order_acq_rel);
@@ -79,11 +77,16 @@ std::uint64_t CrashSimEngine::log_write(const std::string& path, std::uint64_t o
   e.kind = CrashEvent::Kind::write;
   e.op = Op::write;
   e.offset = offset;
+  // A kernel write that came back short wrote exactly its first `result` bytes: only those are
+  // logged (as a complete write of them).
+  std::uint64_t left = result >= 0 ? static_cast<std::uint64_t>(result) : ~std::uint64_t{0};
   std::vector<std::uint64_t> segments;
-  for (int k = 0; k < iovcnt; ++k) {
+  for (int k = 0; k < iovcnt && left > 0; ++k) {
+    const std::uint64_t len = std::min<std::uint64_t>(iov[k].iov_len, left);
     const auto* p = static_cast<const unsigned char*>(iov[k].iov_base);
-    e.data.insert(e.data.end(), p, p + iov[k].iov_len);
-    if (iov[k].iov_len != 0) segments.push_back(iov[k].iov_len);
+    e.data.insert(e.data.end(), p, p + len);
+    if (len != 0) segments.push_back(len);
+    if (result >= 0) left -= len;
   }
   e.result = result;
   e.submit_seq = submit_seq;

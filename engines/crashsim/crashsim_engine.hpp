@@ -34,7 +34,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,10 +96,6 @@ struct CrashSimOptions {
   /// when a suite runs thousands of workloads, at the cost of not exercising the inner engine's
   /// sync path.
   bool forward_syncs = true;
-  /// Called by the destructor with the final log (as snapshot() gives it), when set: a rig whose
-  /// engine goes with its controller (the drop-in layer's shutdown at exit) keeps what the
-  /// shutdown's write-back logged.
-  std::function<void(CrashLog)> on_destroy;
 };
 
 /// The crash-simulation engine. Capabilities, options and eventfd are the inner engine's;
@@ -137,7 +132,8 @@ class CrashSimEngine final : public WrapperEngine {
   /// both ways to the device. register_path names a file before anything of it is logged (its
   /// image before any event is what it holds now). log_write: a write of iov's segments at
   /// `offset`, `submit_seq` a tick() taken before the system call (the completion's is taken
-  /// now); `result` bytes or -errno, each segment its own write as a pwritev's. log_sync: an
+  /// now); `result` bytes or -errno, each segment its own write as a pwritev's (a short write
+  /// logged as the bytes it wrote). log_sync: an
   /// fsync or fdatasync (`op`) of the path, 0 or errno. Each returns the event's completion seq.
   /// Thread-safe.
   void register_path(const std::string& path);

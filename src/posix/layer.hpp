@@ -54,12 +54,15 @@ enum class InlineEpochs {
 };
 
 /// For the crash simulator's rig (test/posix_layer/fsync_order_crash_test.cpp): told of what
-/// the layer hands the kernel itself for write-through files, behind every engine: their writes
+/// the layer hands the kernel itself for write-through files in the order fsync mode, behind
+/// every engine: their writes
 /// (on the program's descriptor while the gate is open, on the order thread's own when it applies
 /// held writes) and their syncs (a file's fsync or fdatasync, a file system's syncfs), so that
 /// the rig logs them beside the engine's requests and judges every crash state of both. O_APPEND
-/// writes, which go to the kernel in every mode, are reported too (append_through_locked). Not
-/// reported: truncations (the rig logs its own).
+/// writes, which go to the kernel in every mode, are reported too (append_through_locked; not
+/// one whose end of file cannot be read back after it). Not reported: truncations (the rig logs
+/// its own), and the `full` mode's own kernel calls (writev and fsync of a file that cannot
+/// leave write-through, the exit's fsync of every file), which the rig never makes.
 /// Called on whichever thread makes the call, under the inode's mutex for writes: every member
 /// must be thread-safe and must not call into the layer.
 class KernelObserver {
@@ -143,7 +146,7 @@ struct Settings {
   bool fsync_none_for_benchmark = false;
   /// Called once on the new controller before any file is opened (tests add engines here).
   std::function<void(Controller&)> setup;
-  /// Tests only: see KernelObserver. Null: nothing is reported (a relaxed load per call).
+  /// Tests only: see KernelObserver. Null: nothing is reported (an acquire load per call).
   std::shared_ptr<KernelObserver> kernel_observer;
 };
 

@@ -574,8 +574,11 @@ ShutdownReport restart_for_testing(const Settings& settings) {
   g_fsync_mode.store(0, std::memory_order_release);
   std::lock_guard<std::mutex> lock(g_init_mu);
   // Before the settings that own the observer are replaced below; the next configure sets the
-  // new one. (The layer is idle: restart_for_testing runs alone, the epochs are durable.)
+  // new one. The old one is kept until the next restart: an order thread that loaded it before
+  // this store (an epoch still failing after the retries above) may still report to it.
   g_kernel_observer.store(nullptr, std::memory_order_release);
+  static std::shared_ptr<KernelObserver> retired_observer;
+  retired_observer = settings_override() ? settings_override()->kernel_observer : nullptr;
   ShutdownReport report;
   Controller* old = nullptr;
   {

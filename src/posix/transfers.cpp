@@ -157,13 +157,19 @@ int kernel_pwrite_file(const Inode& ino, int fd, const char* p, std::size_t n, s
 int kernel_pwritev_file(const Inode& ino, int fd, struct iovec* iov, int count, std::uint64_t pos) noexcept {
   KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
   if (!seen) return pwritev_all(fd, iov, count, pos);
-  // pwritev_all advances the iovecs it is given: the observer gets a copy as it was.
-  std::vector<struct iovec> asked(iov, iov + count);
+  // pwritev_all advances the iovecs it is given: the observer gets a copy as it was (on the
+  // stack, as apply_writes keeps its run: no allocation on this path).
+  constexpr int kAskedMax = 256;
+  struct iovec asked[kAskedMax];
+  const int kept = count < kAskedMax ? count : kAskedMax;
   std::int64_t total = 0;
-  for (const auto& v : asked) total += static_cast<std::int64_t>(v.iov_len);
+  for (int i = 0; i < kept; ++i) {
+    asked[i] = iov[i];
+    total += static_cast<std::int64_t>(iov[i].iov_len);
+  }
   const std::uint64_t t = seen->before();
   const int e = pwritev_all(fd, iov, count, pos);
-  seen->wrote(ino.dev, ino.ino, pos, asked.data(), count, e ? -e : total, t);
+  seen->wrote(ino.dev, ino.ino, pos, asked, kept, e ? -e : total, t);
   return e;
 }
 

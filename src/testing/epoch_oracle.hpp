@@ -14,8 +14,8 @@
 // the current epoch + 1), ftruncate in order mode and a write-through file's close (they wait for
 // every closed epoch: the current epoch). An fsync in order mode is no sync point: it returns at
 // once. The crash log holds the engine's requests and, for write-through files, the layer's own
-// kernel writes and syncs (posix::detail::KernelObserver, which the rig logs). Not modelled:
-// exit (the rig's programs close their files and stay alive).
+// kernel writes and syncs (posix::detail::KernelObserver, which the rig logs). An exit (the
+// exit handler's work with files open) is a sync point for the closed epochs, as ftruncate.
 //
 // The rule, for a state of every file at crash time c: there is some k such that every write of
 // epochs < k is present in its file (each byte reads as its value, or as that of a later write or

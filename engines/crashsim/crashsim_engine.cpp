@@ -70,8 +70,8 @@ void CrashSimEngine::register_path(const std::string& path) {
   (void)path_index_locked(path, false);
 }
 
-std::uint64_t CrashSimEngine::log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov,
-                                        int iovcnt, std::int64_t result, std::uint64_t submit_seq) {
+std::size_t CrashSimEngine::log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov,
+                                      int iovcnt, std::int64_t result, std::uint64_t submit_seq) {
   const std::uint64_t complete_seq = take_seq();
   CrashEvent e;
   e.kind = CrashEvent::Kind::write;
@@ -95,10 +95,10 @@ std::uint64_t CrashSimEngine::log_write(const std::string& path, std::uint64_t o
   e.file = path_index_locked(path, false);
   if (segments.size() > 1) {
     append_write_locked(std::move(e), segments);
-  } else {
-    append_locked(std::move(e));
+    return segments.size();
   }
-  return complete_seq;
+  append_locked(std::move(e));
+  return 1;
 }
 
 std::uint64_t CrashSimEngine::log_sync(const std::string& path, Op op, int err, std::uint64_t submit_seq) {

@@ -133,11 +133,11 @@ class CrashSimEngine final : public WrapperEngine {
   /// image before any event is what it holds now). log_write: a write of iov's segments at
   /// `offset`, `submit_seq` a tick() taken before the system call (the completion's is taken
   /// now); `result` bytes or -errno, each segment its own write as a pwritev's (a short write
-  /// logged as the bytes it wrote). log_sync: an
-  /// fsync or fdatasync (`op`) of the path, 0 or errno. Each returns the event's completion seq.
+  /// logged as the bytes it wrote). log_sync: an fsync or fdatasync (`op`) of the path, 0 or errno, returns the event's completion seq;
+  /// log_write returns the number of write events it logged (one per segment it wrote).
   /// Thread-safe.
   void register_path(const std::string& path);
-  std::uint64_t log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov, int iovcnt,
+  std::size_t log_write(const std::string& path, std::uint64_t offset, const struct iovec* iov, int iovcnt,
                           std::int64_t result, std::uint64_t submit_seq);
   std::uint64_t log_sync(const std::string& path, Op op, int err, std::uint64_t submit_seq);
   /// A copy of the log (events sorted by complete_seq). Thread-safe.

@@ -142,23 +142,16 @@ ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, 
   return r;
 }
 
-int kernel_pwrite_file(const Inode& ino, int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
-  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
-  const std::uint64_t t = seen ? seen->before() : 0;
-  const int e = pwrite_all(fd, p, n, pos);
-  if (seen) {
-    struct iovec one = {const_cast<char*>(p), n};
-    // pwrite_all reports no count on failure: a failed write may have moved any part of its range.
-    seen->wrote(ino.dev, ino.ino, pos, &one, 1, e ? -e : static_cast<std::int64_t>(n), t);
-  }
-  return e;
-}
-
 int kernel_pwritev_file(const Inode& ino, int fd, struct iovec* iov, int count, std::uint64_t pos) noexcept {
+  // One segment: a plain pwrite, the system call the run would have made without the observer.
+  const auto write = [&] {
+    return count == 1 ? pwrite_all(fd, static_cast<const char*>(iov[0].iov_base), iov[0].iov_len, pos)
+                      : pwritev_all(fd, iov, count, pos);
+  };
   KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
-  if (!seen) return pwritev_all(fd, iov, count, pos);
+  if (!seen) return write();
   // pwritev_all advances the iovecs it is given: the observer gets a copy as it was (on the
-  // stack, as apply_writes keeps its run: no allocation on this path).
+  // stack, as apply_writes keeps its run of at most 256: no allocation on this path).
   constexpr int kAskedMax = 256;
   struct iovec asked[kAskedMax];
   const int kept = count < kAskedMax ? count : kAskedMax;
@@ -168,9 +161,15 @@ int kernel_pwritev_file(const Inode& ino, int fd, struct iovec* iov, int count, 
     total += static_cast<std::int64_t>(iov[i].iov_len);
   }
   const std::uint64_t t = seen->before();
-  const int e = pwritev_all(fd, iov, count, pos);
+  const int e = write();
+  // Neither call reports a count on failure: a failed write may have moved any part of its range.
   seen->wrote(ino.dev, ino.ino, pos, asked, kept, e ? -e : total, t);
   return e;
+}
+
+int kernel_pwrite_file(const Inode& ino, int fd, const char* p, std::size_t n, std::uint64_t pos) noexcept {
+  struct iovec one = {const_cast<char*>(p), n};
+  return kernel_pwritev_file(ino, fd, &one, 1, pos);
 }
 
 // Successful kernel syncs made by the layer, for tests: a write-through file's fsync reaches no

@@ -93,17 +93,8 @@ class KernelLogger final : public posix::detail::KernelObserver {
     engines::CrashSimEngine* const sim = *slot_;
     const std::string path = path_of(sim, dev, ino);
     if (path.empty()) return;
-    sim->log_write(path, pos, iov, iovcnt, result, before);
+    events_.fetch_add(sim->log_write(path, pos, iov, iovcnt, result, before), std::memory_order_relaxed);
     writes_.fetch_add(1, std::memory_order_relaxed);
-    // The crash log holds a pwritev as one write per segment it wrote.
-    std::uint64_t left = result >= 0 ? static_cast<std::uint64_t>(result) : ~std::uint64_t{0};
-    std::uint64_t events = 0;
-    for (int k = 0; k < iovcnt && left > 0; ++k) {
-      const std::uint64_t len = std::min<std::uint64_t>(iov[k].iov_len, left);
-      events += len != 0 ? 1 : 0;
-      if (result >= 0) left -= len;
-    }
-    events_.fetch_add(std::max<std::uint64_t>(events, 1), std::memory_order_relaxed);
   }
   void synced(dev_t dev, ino_t ino, bool data_only, int err, std::uint64_t before) noexcept override {
     engines::CrashSimEngine* const sim = *slot_;
@@ -675,6 +666,16 @@ std::vector<OrderCrashKind> order_crash_kinds(const std::array<unsigned, 4>& cou
   };
 }
 
+// A suite's seed (the test seed, `salt` apart per suite so that each draws its own runs), its
+// line saying how to replay it, and the run scale.
+std::uint64_t order_crash_seed(const char* what, std::uint64_t salt, double& scale) {
+  const std::uint64_t seed = test_seed() ^ salt;
+  scale = order_crash_scale();
+  std::printf("[crashsim] order mode%s: seed %llu (TAI_TEST_SEED=%llu replays it), run scale %.2f\n", what,
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed ^ salt), scale);
+  return seed;
+}
+
 // Returns false after a fatal failure (the caller returns).
 bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, const std::vector<OrderCrashKind>& kinds,
                            std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total,
@@ -700,10 +701,8 @@ bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, co
 }
 
 TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed();
-  const double scale = order_crash_scale();
-  std::printf("[crashsim] order mode: seed %llu (TAI_TEST_SEED replays it), run scale %.2f\n",
-              static_cast<unsigned long long>(seed), scale);
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed("", 0, scale);
   OrderCrashTally total;
   if (!run_order_crash_kinds(file(""), "", order_crash_kinds({24, 10, 16, 40}, scale), seed, 1, false, total)) return;
   EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << seed << ")";
@@ -716,8 +715,8 @@ TEST_F(FsyncOrderCrash, EveryMultiFileCrashStateKeepsTheEpochOrder) {
 // (TAI_FSYNC_INLINE=always): the same workloads, fewer runs, the same oracle. (The default,
 // automatic choice runs in the test above: the journal workload waits at its truncations.)
 TEST_F(FsyncOrderCrash, EveryCrashStateWithInlineEpochsKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed() ^ 0x1a11e;
-  const double scale = order_crash_scale();
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed(", inline epochs", 0x1a11e, scale);
   OrderCrashTally total;
   const auto before = posix::fsync_order_stats();
   if (!run_order_crash_kinds(file(""), "inline_", order_crash_kinds({8, 4, 6, 12}, scale), seed, 1, false, total,
@@ -779,10 +778,8 @@ TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
 // and go to the log in batches (and, quiet, whenever the program outruns the thread), every state
 // replayed from the log's bytes in that state before it is judged.
 TEST_F(FsyncOrderCrash, EveryStateReplayedFromTheLogOfEpochsKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed() ^ 0x10c;
-  const double scale = order_crash_scale();
-  std::printf("[crashsim] order mode with the log of epochs: seed %llu, run scale %.2f\n",
-              static_cast<unsigned long long>(seed), scale);
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed(" with the log of epochs", 0x10c, scale);
   const posix::FsyncOrderStats before = posix::fsync_order_stats();
   const std::string dir = file("");
   OrderCrashTally total;
@@ -823,10 +820,8 @@ TEST_F(FsyncOrderCrash, ABatchAppliedBeforeTheLogIsWrittenIsCaught) {
 // workloads and oracle, every kernel write and sync of the layer logged beside the engine's
 // requests; files move between write-through and the cache as their epochs grow and shrink.
 TEST_F(FsyncOrderCrash, EveryCrashStateWithWriteThroughFilesKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed() ^ 0x7407;
-  const double scale = order_crash_scale();
-  std::printf("[crashsim] order mode with write-through files: seed %llu, run scale %.2f\n",
-              static_cast<unsigned long long>(seed), scale);
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed(" with write-through files", 0x7407, scale);
   const posix::FsyncOrderStats before = posix::fsync_order_stats();
   OrderCrashTally total;
   std::vector<OrderCrashKind> kinds = order_crash_kinds({12, 6, 8, 20}, scale);
@@ -861,10 +856,8 @@ TEST_F(FsyncOrderCrash, EveryCrashStateWithWriteThroughFilesKeepsTheEpochOrder) 
 // (any subset of them may survive a crash), and the order holds throughout. With write-through
 // files, as the layer's defaults have them.
 TEST_F(FsyncOrderCrash, EveryCrashStateOfAnExitKeepsTheEpochOrder) {
-  const std::uint64_t seed = test_seed() ^ 0xe417;
-  const double scale = order_crash_scale();
-  std::printf("[crashsim] order mode, programs that exit: seed %llu, run scale %.2f\n",
-              static_cast<unsigned long long>(seed), scale);
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed(", programs that exit", 0xe417, scale);
   OrderCrashTally total;
   if (!run_order_crash_kinds(file(""), "exit_", order_crash_kinds({6, 4, 4, 10}, scale), seed, 0, false, total,
                              posix::detail::InlineEpochs::automatic, true, true))

@@ -54,9 +54,11 @@ static void die(const char* what) {
   exit(1);
 }
 
+/* Per thread: the thread_exit and sync_exit cases open their busy files from two threads at
+ * once, and a shared ring of buffers gave one of them the other's half-written path (ENOENT). */
 static const char* path_of(const char* name) {
-  static char buf[4][4096];
-  static int next;
+  static __thread char buf[4][4096];
+  static __thread int next;
   char* p = buf[next++ % 4];
   snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
   return p;

@@ -167,6 +167,19 @@ int open(const char* path, int flags, mode_t mode = 0);
 int openat(int dirfd, const char* path, int flags, mode_t mode = 0);
 int creat(const char* path, mode_t mode);
 int close(int fd);
+/// Name changes, as their POSIX namesakes (the kernel does them; errno is the kernel's). Under
+/// `order` each waits until every earlier epoch is durable, and the directory of each name it
+/// changes is synced with the open epoch's files: no write of a later epoch reaches the device
+/// before the name change is durable (a program that writes a file, fsyncs it and renames it over
+/// the old one finds, after a crash, the old file or the whole new one, and never a later
+/// epoch's writes without the rename). Under `full` they are the plain calls. The preload
+/// library does the same for the program's rename, renameat, renameat2, link, linkat, unlink,
+/// unlinkat and remove.
+int rename(const char* from, const char* to);
+int renameat(int fromdir, const char* from, int todir, const char* to);
+int link(const char* from, const char* to);
+int unlink(const char* path);
+int unlinkat(int dirfd, const char* path, int flags);
 
 ssize_t read(int fd, void* buf, std::size_t count);
 ssize_t write(int fd, const void* buf, std::size_t count);

@@ -238,6 +238,19 @@ std::vector<std::string> shutdown_for_exec();
 /// (unlink, rename, link, truncation, an fsync of a descriptor that is not routed). errno of a
 /// failed epoch (left for the next fsync to report as well), else 0. Returns at once in `full`.
 int order_point();
+/// TAI_FSYNC=order: after the kernel changed a name (a rename, link or unlink; `path` as given to
+/// it, relative to `dirfd`, AT_FDCWD or a directory's descriptor), its directory is synced with the
+/// open epoch's files, so that no write of a later epoch reaches the device before the name change
+/// is durable. Call it after order_point() and the successful call. Takes a descriptor of the
+/// directory (held until that epoch is durable; past 64 directories in one epoch, one per file
+/// system, synced whole); when the directory cannot be opened, a sync() now. Nothing in `full`.
+/// Thread-safe.
+void order_name_changed(int dirfd, const char* path) noexcept;
+/// For tests: the order thread leaves every epoch's directories unsynced (breaks the rule for
+/// name changes). false: the normal order.
+void skip_directory_syncs_for_testing(bool skip);
+/// For tests: the fsyncs of directories the layer made (order_name_changed) and that succeeded.
+std::uint64_t kernel_directory_syncs_for_testing() noexcept;
 /// For tests: while held, the order thread starts no epoch (a device that does not answer).
 void hold_order_thread_for_testing(bool hold);
 /// For tests only, breaks the order rule: with `every` = n > 0 the order thread makes no engine

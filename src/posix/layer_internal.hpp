@@ -68,6 +68,7 @@ struct Chunk;
 struct Ref;
 struct Deferred;
 struct Epoch;
+struct NamedDir;
 struct OrderState;
 
 // Process-wide state (the comments are at the definitions).
@@ -105,6 +106,7 @@ extern std::mutex g_pool_mu;
 extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<int> g_top_used;
 extern std::atomic<unsigned> g_skip_epoch_syncs;
+extern std::atomic<bool> g_skip_dir_syncs;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned> g_fail_apply_notes;
 // Settings::kernel_observer's, or null. Stored (release) by configure before any file is routed,
@@ -177,6 +179,9 @@ ssize_t kernel_write_locked(Inode& ino, int fd, const void* buf, std::size_t n, 
 int kernel_sync(int fd, bool data_only) noexcept;
 // The same of a write-through file `ino` (fd: a descriptor of it), reported to the observer.
 int kernel_sync_file(const Inode& ino, int fd, bool data_only) noexcept;
+// An fsync (whole_fs: a syncfs) of directory (dev, ino) on its descriptor fd, reported to the
+// observer as a file's fsync (a file system's syncfs). errno or 0.
+int kernel_sync_directory(dev_t dev, ino_t ino, int fd, bool whole_fs) noexcept;
 // The kernel's syncfs of the file system of `ino` on its descriptor fd (the system call, as
 // kernel_sync), reported to the observer. errno or 0.
 int kernel_syncfs(const Inode& ino, int fd) noexcept;
@@ -191,6 +196,12 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake = true
 bool open_epoch_empty_locked(const OrderState& o);
 int apply_writes(std::vector<std::vector<Deferred>>& groups, std::vector<Inode*>& touched) noexcept;
 int sync_files(const std::vector<Inode*>& files, bool data_only);
+// The order thread's part for an epoch's directories: each synced (fsync, or syncfs for a
+// whole_fs entry), reported to the observer. errno of the first failure, or 0. The caller closes
+// the descriptors (drop_dirs) or, after a failure, puts them on the open epoch's list.
+int sync_dirs(const std::vector<NamedDir>& dirs) noexcept;
+// Closes the descriptors of `dirs` and empties it (an epoch dropped by restart_for_testing).
+void drop_dirs(std::vector<NamedDir>& dirs) noexcept;
 void order_thread_main() noexcept;
 int take_error_locked(OrderState& o);
 // order_hold_write's answer when the write was not held back (the caller takes the inode's
@@ -451,9 +462,25 @@ struct Deferred {
   Buffer bytes;  // the write's, in a block of HeldCopyPool
 };
 
+// A directory whose entries the program changed in an epoch (a rename, link or unlink under it,
+// order_name_changed): synced with the epoch's files, so that the name change is durable before
+// any write of a later epoch reaches the device. A name change is no write to any file, and a
+// file's fsync or fdatasync does not make it durable (POSIX asks for an fsync of the directory;
+// ext4 commits it with a file's fsync only when that fsync commits the journal, which an
+// fdatasync of an overwrite does not). `fd` is owned (O_RDONLY | O_DIRECTORY), closed when the
+// epoch is done with it. `whole_fs`: past kNamedDirsMax directories in one epoch, one entry per
+// file system stands for the rest and its file system is synced whole (syncfs).
+struct NamedDir {
+  dev_t dev;
+  ino_t ino;
+  int fd;
+  bool whole_fs;
+};
+
 struct Epoch {
   std::vector<Deferred> writes;  // held back while an earlier epoch was in flight
   std::vector<Inode*> dirty;     // written through the cache in this epoch; each holds a reference
+  std::vector<NamedDir> dirs;    // their names changed in this epoch: synced with `dirty`
   std::uint64_t seq = 0;
   std::uint64_t closed_ns = 0;
   bool data_only = true;
@@ -477,6 +504,7 @@ struct OrderState {
   // cache does not have yet (read_held_through).
   std::vector<std::vector<Deferred>> applying;
   std::vector<Inode*> open_dirty;
+  std::vector<NamedDir> open_dirs;  // the open epoch's directories (NamedDir)
   // Files in open_dirty whose last descriptor was closed (order_release_closed_locked): each
   // holds TAI's descriptors of it open until the epoch is durable. Zeroed when the epoch closes.
   std::size_t closed_in_open_dirty = 0;

@@ -19,6 +19,9 @@ OrderState& ord() {
 // suite's proof that it can see a broken order): 0 never, else every n-th epoch's syncs are
 // skipped. Read once per epoch.
 std::atomic<unsigned> g_skip_epoch_syncs{0};
+// skip_directory_syncs_for_testing: the order thread leaves the epochs' directories unsynced
+// (the crash-state suite's proof that it sees a name change overtaken by a later epoch).
+std::atomic<bool> g_skip_dir_syncs{false};
 // delay_order_log_writes_for_testing: milliseconds added to each batch's write; 0 normally.
 std::atomic<unsigned> g_log_write_delay_ms{0};
 // fail_order_bookkeeping_for_testing: how many more of apply_writes's notes of a file it wrote
@@ -43,6 +46,8 @@ constexpr std::uint64_t kLogMaxBatchBytes = HeldCopyPool::kLargest / 8 * 7;
 // kLogPauseEpochs epochs (see log_checkpoint).
 constexpr unsigned kLogShortRunsToPause = 4;
 constexpr unsigned kLogPauseEpochs = 256;
+// Directories an epoch keeps a descriptor of each (NamedDir); past them, one per file system.
+constexpr std::size_t kNamedDirsMax = 64;
 // Automatic inline epochs: every this many alone epochs, one is a probe (inline_wanted_locked).
 constexpr unsigned kInlineProbeEvery = 32;
 std::atomic<unsigned long long> g_stat_closed{0}, g_stat_durable{0}, g_stat_deferred{0}, g_stat_backpressure{0},
@@ -80,6 +85,41 @@ void note_open_dirty_locked(OrderState& o, Inode& ino) {
   ino.refs.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Under o.mu: the open epoch must sync directory `d` (NamedDir). False when an entry already
+// stands for it (the caller closes d.fd); true when `d` was kept (its descriptor is the list's
+// now). May throw bad_alloc (nothing kept).
+static bool add_named_dir_locked(OrderState& o, const NamedDir& d) {
+  for (NamedDir& have : o.open_dirs)
+    if (have.dev == d.dev && (have.whole_fs || have.ino == d.ino)) return false;
+  if (o.open_dirs.size() >= kNamedDirsMax && !d.whole_fs) {
+    // Many directories in one epoch (an untar that renames into thousands of them): one
+    // descriptor per file system, synced whole, keeps the descriptors held bounded.
+    for (NamedDir& have : o.open_dirs)
+      if (have.dev == d.dev) {
+        have.whole_fs = true;
+        return false;
+      }
+    NamedDir whole = d;
+    whole.whole_fs = true;
+    o.open_dirs.push_back(whole);
+    return true;
+  }
+  o.open_dirs.push_back(d);
+  return true;
+}
+
+int sync_dirs(const std::vector<NamedDir>& dirs) noexcept {
+  int err = 0;
+  for (const NamedDir& d : dirs)
+    if (const int e = kernel_sync_directory(d.dev, d.ino, d.fd, d.whole_fs); e && err == 0) err = e;
+  return err;
+}
+
+void drop_dirs(std::vector<NamedDir>& dirs) noexcept {
+  for (const NamedDir& d : dirs) (void)tai::detail::close_own_descriptor(d.fd);
+  dirs.clear();
+}
+
 // Under o.mu: closes the open epoch. Returns its seq. `wake`: wake the order thread (and the
 // log's idle wait) for it; not for an epoch the caller makes durable inline.
 std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
@@ -88,6 +128,8 @@ std::uint64_t close_epoch_locked(OrderState& o, bool data_only, bool wake) {
   o.open_writes.clear();
   e.dirty = std::move(o.open_dirty);
   o.open_dirty.clear();
+  e.dirs = std::move(o.open_dirs);
+  o.open_dirs.clear();
   o.closed_in_open_dirty = 0;
   for (Inode* i : e.dirty) i->in_open_dirty = false;
   e.seq = ++o.closed_seq;
@@ -121,7 +163,9 @@ bool take_injected_failure(std::atomic<unsigned>& left) noexcept {
 }
 
 // Anything written since the last epoch became durable (or held back)?
-bool open_epoch_empty_locked(const OrderState& o) { return o.open_writes.empty() && o.open_dirty.empty(); }
+bool open_epoch_empty_locked(const OrderState& o) {
+  return o.open_writes.empty() && o.open_dirty.empty() && o.open_dirs.empty();
+}
 
 // The order thread's part: the writes to the cache, every group's in turn (the groups are
 // OrderState::applying: one epoch's writes each, oldest first), as one sequence. Adds each file
@@ -492,7 +536,8 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   }
   std::size_t k = 0;
   std::uint64_t batch_bytes_so_far = 0;
-  while (k < o.closed.size() && o.closed[k].dirty.empty()) {
+  // An epoch with name changes goes the direct way: the log holds writes, not names.
+  while (k < o.closed.size() && o.closed[k].dirty.empty() && o.closed[k].dirs.empty()) {
     bool loggable = true;
     std::uint64_t bytes = 0;
     for (const auto& w : o.closed[k].writes) {
@@ -632,6 +677,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   o.applying.resize(1);
   o.applying[0] = std::move(front.writes);
   std::vector<Inode*> files = std::move(front.dirty);
+  std::vector<NamedDir> dirs = std::move(front.dirs);
   const bool data_only = front.data_only;
   const unsigned skip_every = g_skip_epoch_syncs.load(std::memory_order_relaxed);
   const bool skip_syncs = skip_every != 0 && front.seq % skip_every == 0;
@@ -647,8 +693,25 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   }
   const int serr = skip_syncs ? 0 : sync_files(files, data_only);
   if (err == 0) err = serr;
+  // After the files: a name change and the writes of its epoch are durable together, whichever
+  // order the file system commits them in.
+  const int derr = skip_syncs || g_skip_dir_syncs.load(std::memory_order_relaxed) ? 0 : sync_dirs(dirs);
+  if (err == 0) err = derr;
   lk.lock();
   o.applying.clear();
+  if (err != 0) {
+    // The next epoch syncs these directories again (their descriptors go with them).
+    for (const NamedDir& d : dirs) {
+      bool kept = false;
+      try {
+        kept = add_named_dir_locked(o, d);
+      } catch (const std::bad_alloc&) {
+        // Not synced again: the epoch's failure is reported all the same.
+      }
+      if (!kept) (void)tai::detail::close_own_descriptor(d.fd);
+    }
+    dirs.clear();
+  }
   if (err != 0) {
     // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
     // again, and its success is real (as the next fsync after a failed one in `full`).
@@ -663,6 +726,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   }
   lk.unlock();
   for (Inode* ip : files) inode_unref(ip);
+  drop_dirs(dirs);
   lk.lock();
   note_durable_locked(o, 1);
   o.front_started_ns = 0;
@@ -1014,6 +1078,51 @@ int order_point_impl() {
     --o.gate_waiters;
   }
   return o.error;
+}
+
+void order_name_changed(int dirfd, const char* path) noexcept {
+  if (!order_mode() || path == nullptr || *path == '\0') return;
+  // The directory that holds the name: everything before the last '/' (trailing ones aside).
+  std::size_t end = std::strlen(path);
+  while (end > 1 && path[end - 1] == '/') --end;
+  std::size_t slash = end;
+  while (slash > 0 && path[slash - 1] != '/') --slash;
+  char parent[PATH_MAX];
+  if (slash == 0) {
+    std::memcpy(parent, ".", 2);
+  } else if (slash >= sizeof parent) {
+    parent[0] = '\0';  // too long to name: the fallback below
+  } else {
+    std::memcpy(parent, path, slash);  // with its '/': "/" for the root, "a/" for "a/b"
+    parent[slash] = '\0';
+  }
+  // One of TAI's own descriptors (own_descriptors.hpp): held until the epoch is durable.
+  int fd = parent[0] ? tai::detail::adopt_own_descriptor(::openat(dirfd, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) : -1;
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) != 0) {
+    (void)tai::detail::close_own_descriptor(fd);
+    fd = -1;
+  }
+  if (fd < 0) {
+    // No descriptor of the directory (no read permission, a path too long): the name change is
+    // made durable now, with everything else. It belongs to the open epoch and every closed
+    // epoch was durable when the call waited for them (order_point), so it may be durable early.
+    logf("fsync order: cannot open the directory of %s (%s): sync() for its name change", path, std::strerror(errno));
+    (void)::syscall(SYS_sync);  // the system call: the preload library interposes sync()
+    return;
+  }
+  bool kept = false;
+  {
+    OrderState& o = ord();
+    std::lock_guard<std::mutex> lk(o.mu);
+    try {
+      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false});
+    } catch (const std::bad_alloc&) {
+      kept = false;
+      (void)kernel_sync_directory(st.st_dev, st.st_ino, fd, false);  // durable now, as above
+    }
+  }
+  if (!kept) (void)tai::detail::close_own_descriptor(fd);
 }
 
 // Waits until the gate is open: every closed epoch durable, every held write in the cache.

@@ -436,6 +436,7 @@ void hold_order_thread_for_testing(bool hold) {
 }
 
 void skip_epoch_syncs_for_testing(unsigned every) { g_skip_epoch_syncs.store(every, std::memory_order_relaxed); }
+void skip_directory_syncs_for_testing(bool skip) { g_skip_dir_syncs.store(skip, std::memory_order_relaxed); }
 
 void fail_order_bookkeeping_for_testing(unsigned count) { g_fail_apply_notes.store(count, std::memory_order_relaxed); }
 
@@ -550,6 +551,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
           inode_unref(w.ino);
         }
         for (Inode* ip : e.dirty) inode_unref(ip);
+        drop_dirs(e.dirs);
       }
       for (auto& w : o.open_writes) {
         w.ino->deferred.fetch_sub(1, std::memory_order_acq_rel);
@@ -566,6 +568,7 @@ ShutdownReport restart_for_testing(const Settings& settings) {
       inode_unref(ip);
     }
     o.open_dirty.clear();
+    drop_dirs(o.open_dirs);
     o.gate_closed = false;
     g_order_gate_open.store(true, std::memory_order_seq_cst);
     o.cv.notify_all();

@@ -116,13 +116,20 @@ const char* maybe_route(int fd, int flags, const char* path, std::uint64_t offse
   install(fd, d);  // release: the description's fields above happen-before its users
   if (order_mode() && wants_write && (flags & (O_CREAT | O_TRUNC))) {
     // The open may have made or truncated the file in the kernel: the next fsync syncs it.
-    OrderState& o = ord();
-    std::lock_guard<std::mutex> lk(o.mu);
-    try {
-      note_open_dirty_locked(o, *ino);
-    } catch (const std::bad_alloc&) {
-      // Then only a write to the file puts it on the epoch's list.
+    {
+      OrderState& o = ord();
+      std::lock_guard<std::mutex> lk(o.mu);
+      try {
+        note_open_dirty_locked(o, *ino);
+      } catch (const std::bad_alloc&) {
+        // Then only a write to the file puts it on the epoch's list.
+      }
     }
+    // And its name, when the open may have made it (new to the layer and empty): a file synced
+    // in an epoch must be found under its name once a later epoch's writes are on the device.
+    // (The name may appear earlier than that epoch: the creation is not held back.)
+    if (fresh && (flags & O_CREAT) && st.st_size == 0 && !ino->log_path.empty())
+      order_name_changed(AT_FDCWD, ino->log_path.c_str());
   }
   logf("%s (fd %d) routed%s", path, fd, fresh ? "" : " (file already routed: shares its cache)");
   return nullptr;

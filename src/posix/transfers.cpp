@@ -180,6 +180,8 @@ std::uint64_t kernel_syncs_for_testing() noexcept { return g_kernel_syncs.load(s
 
 static std::atomic<std::uint64_t> g_kernel_syncfs{0};
 std::uint64_t kernel_syncfs_for_testing() noexcept { return g_kernel_syncfs.load(std::memory_order_relaxed); }
+static std::atomic<std::uint64_t> g_kernel_dir_syncs{0};
+std::uint64_t kernel_directory_syncs_for_testing() noexcept { return g_kernel_dir_syncs.load(std::memory_order_relaxed); }
 
 // The system call itself, not libc's wrapper: the preload library interposes fsync and syncfs,
 // and a caller outside its depth count would come back into the layer and wait for the order
@@ -211,6 +213,19 @@ int kernel_sync_file(const Inode& ino, int fd, bool data_only) noexcept {
   const std::uint64_t t = seen ? seen->before() : 0;
   const int e = kernel_sync(fd, data_only);
   if (seen) seen->synced(ino.dev, ino.ino, data_only, e, t);
+  return e;
+}
+
+int kernel_sync_directory(dev_t dev, ino_t ino, int fd, bool whole_fs) noexcept {
+  KernelObserver* const seen = g_kernel_observer.load(std::memory_order_acquire);
+  const std::uint64_t t = seen ? seen->before() : 0;
+  const int e = whole_fs ? sync_syscall(SYS_syncfs, fd, g_kernel_syncfs) : sync_syscall(SYS_fsync, fd, g_kernel_dir_syncs);
+  if (seen) {
+    if (whole_fs)
+      seen->synced_fs(dev, e, t);
+    else
+      seen->synced(dev, ino, false, e, t);
+  }
   return e;
 }
 

@@ -167,6 +167,11 @@ void tai_bridge_order_point(void) {
   (void)tai::posix::detail::order_point();  // a failed epoch is the next fsync's to report
   errno = saved;
 }
+void tai_bridge_order_name_changed(int dirfd, const char* path) {
+  const int saved = errno;
+  tai::posix::detail::order_name_changed(dirfd, path);
+  errno = saved;
+}
 int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
 int tai_bridge_nothing_cached(void) { return tai::posix::detail::nothing_cached() ? 1 : 0; }
 int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }

@@ -79,6 +79,9 @@ int tai_bridge_write_back_fd(int fd);
  * the kernel and must not overtake them: unlink, rename, link, an O_TRUNC open, an fsync of a
  * descriptor that is not routed). Returns at once in full mode. */
 void tai_bridge_order_point(void);
+/* TAI_FSYNC=order: after the kernel changed the name `path` (relative to `dirfd`): its directory
+ * is synced with the open epoch's files (tai::posix::detail::order_name_changed). */
+void tai_bridge_order_name_changed(int dirfd, const char* path);
 /* Non-zero under TAI_FSYNC=order (one atomic load). */
 int tai_bridge_fsync_order(void);
 /* Non-zero when no routed file can have bytes in TAI's cache (every one is write-through, or

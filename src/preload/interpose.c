@@ -331,6 +331,19 @@ static void order_point(void) {
  * any moment anyway, so it adds no crash state the order mode did not already allow. SQLite syncs
  * the directory after creating each rollback journal: this keeps that sync from waiting for the
  * journal's own epoch. */
+/* After a name change the kernel made (rename, link, unlink): under TAI_FSYNC=order its
+ * directory is synced with the open epoch, so that no write of a later epoch reaches the device
+ * before the name change is durable. `rc`: the call's result, returned with its errno. */
+static int order_named(int rc, int dirfd, const char* path, int dirfd2, const char* path2) {
+  if (rc != 0 || !atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
+    return rc;
+  ENTER();
+  tai_bridge_order_name_changed(dirfd, path);
+  if (path2) tai_bridge_order_name_changed(dirfd2, path2);
+  LEAVE();
+  return rc;
+}
+
 static void order_point_before_sync(int fd) {
   if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
   struct stat st;
@@ -2097,29 +2110,29 @@ EXPORT int lchown(const char* path, uid_t uid, gid_t gid) {
 EXPORT int rename(const char* from, const char* to) {
   order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "rename");
-  return REAL(rename)(from, to);
+  return order_named(REAL(rename)(from, to), AT_FDCWD, from, AT_FDCWD, to);
 }
 EXPORT int renameat(int fromdir, const char* from, int todir, const char* to) {
   order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat");
-  return REAL(renameat)(fromdir, from, todir, to);
+  return order_named(REAL(renameat)(fromdir, from, todir, to), fromdir, from, todir, to);
 }
 EXPORT int renameat2(int fromdir, const char* from, int todir, const char* to, unsigned flags) {
   order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat2");
   if (flags & RENAME_EXCHANGE) write_back_path_before(todir, to, AT_SYMLINK_NOFOLLOW, "renameat2");
-  return REAL(renameat2)(fromdir, from, todir, to, flags);
+  return order_named(REAL(renameat2)(fromdir, from, todir, to, flags), fromdir, from, todir, to);
 }
 EXPORT int link(const char* from, const char* to) {
   order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "link");
-  return REAL(link)(from, to);
+  return order_named(REAL(link)(from, to), AT_FDCWD, to, AT_FDCWD, NULL);
 }
 EXPORT int linkat(int fromdir, const char* from, int todir, const char* to, int flags) {
   order_point();
   write_back_path_before(fromdir, from, (flags & AT_EMPTY_PATH) | ((flags & AT_SYMLINK_FOLLOW) ? 0 : AT_SYMLINK_NOFOLLOW),
                          "linkat");
-  return REAL(linkat)(fromdir, from, todir, to, flags);
+  return order_named(REAL(linkat)(fromdir, from, todir, to, flags), todir, to, AT_FDCWD, NULL);
 }
 EXPORT int setxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
   write_back_path_before(AT_FDCWD, path, 0, "setxattr");
@@ -2140,13 +2153,13 @@ EXPORT int fsetxattr(int fd, const char* name, const void* value, size_t size, i
  * database writes of the epoch before it are durable. */
 EXPORT int unlink(const char* path) {
   order_point();
-  return REAL(unlink)(path);
+  return order_named(REAL(unlink)(path), AT_FDCWD, path, AT_FDCWD, NULL);
 }
 EXPORT int unlinkat(int dirfd, const char* path, int flags) {
   order_point();
-  return REAL(unlinkat)(dirfd, path, flags);
+  return order_named(REAL(unlinkat)(dirfd, path, flags), dirfd, path, AT_FDCWD, NULL);
 }
 EXPORT int remove(const char* path) {
   order_point();
-  return REAL(remove)(path);
+  return order_named(REAL(remove)(path), AT_FDCWD, path, AT_FDCWD, NULL);
 }

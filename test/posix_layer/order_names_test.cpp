@@ -1,0 +1,181 @@
+// Name changes under the order mode (TAI_FSYNC=order): tai::posix::rename, renameat, link,
+// unlink and unlinkat wait for the closed epochs, make the kernel's change, and put the directory
+// of each name they changed (and the open the directory of each file it made) on the open
+// epoch's list: the order thread fsyncs it with the epoch's files, so that no later epoch's
+// writes reach the device before the name change is durable. Whether the order holds in every
+// crash state is the crash suite's (fsync_order_crash_test.cpp, "name changes"); here: the calls
+// do what their POSIX namesakes do, in both modes, sync the directories they should and no
+// more, and hold few descriptors however many directories one epoch touches.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "posix_layer/support.hpp"
+#include "posix_layer/through_settings.hpp"
+
+namespace tai::test {
+namespace {
+
+class OrderNames : public LayerTest {
+ protected:
+  void SetUp() override { restart(settings(posix::FsyncMode::order)); }
+
+  posix::detail::Settings settings(posix::FsyncMode mode) {
+    posix::detail::Settings s = through_settings(64 * 1024, recording_);
+    s.files_start_through = true;  // the layer's default
+    s.fsync_mode = mode;
+    return s;
+  }
+  // A file of `n` bytes written through the layer and closed.
+  void make_file(const std::string& path, std::size_t n, unsigned seed) {
+    const int fd = posix::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+    const std::string bytes = pattern(n, seed);
+    ASSERT_EQ(posix::pwrite(fd, bytes.data(), n, 0), static_cast<ssize_t>(n));
+    ASSERT_EQ(posix::fsync(fd), 0);
+    ASSERT_EQ(posix::close(fd), 0);
+  }
+  static bool exists(const std::string& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0;
+  }
+  static std::uint64_t dir_syncs() { return posix::detail::kernel_directory_syncs_for_testing(); }
+
+  std::shared_ptr<engines::RecordingEngine*> recording_;
+};
+
+std::size_t descriptors_open_now() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+TEST_F(OrderNames, ARenameIsSyncedWithItsEpochAndNotBefore) {
+  const std::string tmp = file("state.tmp"), cur = file("state"), log = file("log");
+  make_file(tmp, 3000, 1);
+  ASSERT_EQ(posix::sync_now(), 0);  // the creation's directory sync out of the way
+  const std::uint64_t before = dir_syncs();
+  ASSERT_EQ(posix::rename(tmp.c_str(), cur.c_str()), 0) << std::strerror(errno);
+  EXPECT_FALSE(exists(tmp));
+  EXPECT_EQ(kernel_contents(cur), pattern(3000, 1));
+  EXPECT_EQ(dir_syncs(), before) << "synced before its epoch was closed";
+  // The rename's epoch is closed by the next fsync of any routed file, and made durable with it.
+  const int fd = posix::open(log.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix::pwrite(fd, "x", 1, 0), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "one directory, one sync: the rename's and the log's creation's";
+  // An epoch without name changes syncs no directory.
+  ASSERT_EQ(posix::pwrite(fd, "y", 1, 1), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1);
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
+TEST_F(OrderNames, UnlinkLinkAndTheAtFormsAreSyncedToo) {
+  const std::string a = file("a"), b = file("b"), sub = file("sub");
+  make_file(a, 100, 2);
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  std::uint64_t before = dir_syncs();
+  ASSERT_EQ(posix::link(a.c_str(), b.c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "link";
+  EXPECT_EQ(kernel_contents(b), pattern(100, 2));
+
+  before = dir_syncs();
+  ASSERT_EQ(posix::unlink(a.c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "unlink";
+  EXPECT_FALSE(exists(a));
+
+  // renameat across two directories: both are synced.
+  const int dir = ::open(file("").c_str(), O_RDONLY | O_DIRECTORY);
+  const int subdir = ::open(sub.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dir, 0);
+  ASSERT_GE(subdir, 0);
+  before = dir_syncs();
+  ASSERT_EQ(posix::renameat(dir, "b", subdir, "b"), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 2) << "renameat from one directory into another";
+  EXPECT_EQ(kernel_contents(sub + "/b"), pattern(100, 2));
+
+  before = dir_syncs();
+  ASSERT_EQ(posix::unlinkat(subdir, "b", 0), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::unlinkat(dir, "sub", AT_REMOVEDIR), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  // The two names were in two directories (sub's entry "b", the test directory's "sub"); sub's
+  // descriptor still names the removed directory, whose fsync succeeds.
+  EXPECT_EQ(dir_syncs(), before + 2) << "unlinkat";
+  ::close(subdir);
+  ::close(dir);
+}
+
+TEST_F(OrderNames, AFailedCallReturnsTheKernelsErrorAndSyncsNothing) {
+  make_file(file("routed"), 10, 5);  // the layer in order mode from its first routed file
+  ASSERT_EQ(posix::sync_now(), 0);
+  const std::uint64_t before = dir_syncs();
+  errno = 0;
+  EXPECT_EQ(posix::rename(file("missing").c_str(), file("other").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(posix::unlink(file("missing").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(posix::link(file("missing").c_str(), file("other").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before);
+}
+
+TEST_F(OrderNames, UnderFullTheyAreThePlainCalls) {
+  restart(settings(posix::FsyncMode::full));
+  const std::string a = file("a"), b = file("b");
+  make_file(a, 500, 3);
+  const std::uint64_t before = dir_syncs();
+  ASSERT_EQ(posix::rename(a.c_str(), b.c_str()), 0);
+  ASSERT_EQ(posix::unlink(b.c_str()), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before);
+  EXPECT_FALSE(exists(a));
+  EXPECT_FALSE(exists(b));
+}
+
+// An untar-like epoch: names made in hundreds of directories before the next fsync. Past 64
+// directories one descriptor per file system stands for the rest, synced whole (syncfs).
+TEST_F(OrderNames, ManyDirectoriesInOneEpochHoldFewDescriptors) {
+  if (descriptors_open_now() == 0) GTEST_SKIP() << "/proc/self/fd is not readable here: descriptors cannot be counted";
+  constexpr int kDirs = 200;
+  make_file(file("routed"), 10, 4);  // the layer in order mode from its first routed file
+  ASSERT_EQ(posix::sync_now(), 0);
+  std::vector<std::string> dirs;
+  for (int i = 0; i < kDirs; ++i) {
+    dirs.push_back(file("d" + std::to_string(i)));
+    ASSERT_EQ(::mkdir(dirs.back().c_str(), 0755), 0);
+    const int fd = ::open((dirs.back() + "/f").c_str(), O_WRONLY | O_CREAT, 0644);  // not through the layer
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  const std::size_t before = descriptors_open_now();
+  const std::uint64_t syncs = dir_syncs(), whole = posix::detail::kernel_syncfs_for_testing();
+  for (int i = 0; i < kDirs; ++i)
+    ASSERT_EQ(posix::rename((dirs[i] + "/f").c_str(), (dirs[i] + "/g").c_str()), 0) << dirs[i];
+  EXPECT_LE(descriptors_open_now() - before, 64u + 2u) << "a descriptor held per directory past the bound";
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(posix::detail::kernel_syncfs_for_testing(), whole + 1) << "the file system of the many directories, once";
+  EXPECT_LE(dir_syncs() - syncs, 64u);
+  EXPECT_LE(descriptors_open_now(), before) << "the durable epoch did not let go of the directories";
+  for (const std::string& d : dirs) EXPECT_TRUE(exists(d + "/g")) << d;
+}
+
+}  // namespace
+}  // namespace tai::test

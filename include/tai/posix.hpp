@@ -105,7 +105,9 @@
 //                sync_now() and (preload) sync/syncfs wait for every write to be durable;
 //                unlink, rename, link, a truncation, and an fsync of a
 //                descriptor that is not routed (a directory) wait until the earlier epochs are
-//                durable. Epochs waiting behind a slow device are bounded by the weak quota in
+//                durable; the directory of a name changed (renamed, linked, unlinked, or a file
+//                made) is synced with the epoch the change was made in (the preload's calls and
+//                tai::posix::rename and the others below). Epochs waiting behind a slow device are bounded by the weak quota in
 //                bytes and by TAI_FSYNC_MAX_DELAY: an fsync that finds more queued, or the
 //                oldest waiting epoch older than the delay, waits for its own epoch like a full
 //                one (counted in fsync_order_stats().backpressure). A failed write-back or sync

@@ -440,8 +440,9 @@ struct Ref {
 // covered every write submitted to it; one made write-through in `full` goes back to the cache
 // at its next write. Not covered: a file that cannot leave write-through (its engine cannot
 // open it) keeps writing to the kernel directly; mkdir, symlink and the creation of a file are
-// not ordered (an empty new file or directory may appear before the epoch that precedes it is
-// durable).
+// not held back (an empty new file or directory may appear before the epoch that precedes it is
+// durable). Name changes (rename, link, unlink, and a file the layer sees made) put their
+// directory on the open epoch's list (NamedDir, order_name_changed), synced with its files.
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.

@@ -269,7 +269,18 @@ off_t lseek(int fd, off_t offset, int whence) {
 
 int fsync(int fd) {
   Ref d(fd);
-  if (!d) return ::fsync(fd);
+  if (!d) {
+    // Not routed: the kernel's. A directory's fsync under `order` also spares the open epoch its
+    // own sync of that directory (order_directory_synced).
+    const std::uint64_t ticket = detail::order_names_ticket();
+    if (::fsync(fd) != 0) return -1;
+    if (detail::order_mode()) {
+      const int saved = errno;
+      detail::order_directory_synced(fd, ticket);
+      errno = saved;
+    }
+    return 0;
+  }
   const int saved = errno;
   return finish(detail::sync_routed(*d.d, fd, false), saved);
 }

@@ -246,6 +246,12 @@ int order_point();
 /// system, synced whole); when the directory cannot be opened, a sync() now. Nothing in `full`.
 /// Thread-safe.
 void order_name_changed(int dirfd, const char* path) noexcept;
+/// TAI_FSYNC=order, for a program's own fsync of a directory (SQLite syncs the directory after
+/// making its journal): take the ticket before the fsync, and after it succeeded pass it with the
+/// descriptor; the open epoch then does not sync that directory again for the name changes noted
+/// before the ticket. Nothing in `full` (ticket 0). Thread-safe.
+std::uint64_t order_names_ticket() noexcept;
+void order_directory_synced(int fd, std::uint64_t ticket) noexcept;
 /// For tests: the order thread leaves every epoch's directories unsynced (breaks the rule for
 /// name changes). false: the normal order.
 void skip_directory_syncs_for_testing(bool skip);

@@ -476,6 +476,9 @@ struct NamedDir {
   ino_t ino;
   int fd;
   bool whole_fs;
+  // OrderState::names_noted when its latest name change was noted: a program's own fsync of
+  // the directory that began after that covers it (order_directory_synced).
+  std::uint64_t noted = 0;
 };
 
 struct Epoch {
@@ -506,6 +509,7 @@ struct OrderState {
   std::vector<std::vector<Deferred>> applying;
   std::vector<Inode*> open_dirty;
   std::vector<NamedDir> open_dirs;  // the open epoch's directories (NamedDir)
+  std::uint64_t names_noted = 0;    // name changes noted so far (NamedDir::noted)
   // Files in open_dirty whose last descriptor was closed (order_release_closed_locked): each
   // holds TAI's descriptors of it open until the epoch is durable. Zeroed when the epoch closes.
   std::size_t closed_in_open_dirty = 0;

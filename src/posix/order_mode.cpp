@@ -90,7 +90,10 @@ void note_open_dirty_locked(OrderState& o, Inode& ino) {
 // now). May throw bad_alloc (nothing kept).
 static bool add_named_dir_locked(OrderState& o, const NamedDir& d) {
   for (NamedDir& have : o.open_dirs)
-    if (have.dev == d.dev && (have.whole_fs || have.ino == d.ino)) return false;
+    if (have.dev == d.dev && (have.whole_fs || have.ino == d.ino)) {
+      have.noted = std::max(have.noted, d.noted);
+      return false;
+    }
   if (o.open_dirs.size() >= kNamedDirsMax && !d.whole_fs) {
     // Many directories in one epoch (an untar that renames into thousands of them): one
     // descriptor per file system, synced whole, keeps the descriptors held bounded.
@@ -1116,13 +1119,42 @@ void order_name_changed(int dirfd, const char* path) noexcept {
     OrderState& o = ord();
     std::lock_guard<std::mutex> lk(o.mu);
     try {
-      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false});
+      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false, ++o.names_noted});
     } catch (const std::bad_alloc&) {
       kept = false;
       (void)kernel_sync_directory(st.st_dev, st.st_ino, fd, false);  // durable now, as above
     }
   }
   if (!kept) (void)tai::detail::close_own_descriptor(fd);
+}
+
+std::uint64_t order_names_ticket() noexcept {
+  if (!order_mode()) return 0;
+  OrderState& o = ord();
+  std::lock_guard<std::mutex> lk(o.mu);
+  return o.names_noted;
+}
+
+void order_directory_synced(int fd, std::uint64_t ticket) noexcept {
+  if (!order_mode()) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  int drop = -1;
+  {
+    OrderState& o = ord();
+    std::lock_guard<std::mutex> lk(o.mu);
+    for (std::size_t i = 0; i < o.open_dirs.size(); ++i) {
+      const NamedDir& d = o.open_dirs[i];
+      // Every change noted before the program's fsync began is durable: the epoch need not
+      // sync the directory again. A whole_fs entry stands for other directories too: kept.
+      if (d.dev == st.st_dev && d.ino == st.st_ino && !d.whole_fs && d.noted <= ticket) {
+        drop = d.fd;
+        o.open_dirs.erase(o.open_dirs.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  if (drop >= 0) (void)tai::detail::close_own_descriptor(drop);
 }
 
 // Waits until the gate is open: every closed epoch durable, every held write in the cache.

@@ -172,6 +172,12 @@ void tai_bridge_order_name_changed(int dirfd, const char* path) {
   tai::posix::detail::order_name_changed(dirfd, path);
   errno = saved;
 }
+unsigned long long tai_bridge_order_names_ticket(void) { return tai::posix::detail::order_names_ticket(); }
+void tai_bridge_order_directory_synced(int fd, unsigned long long ticket) {
+  const int saved = errno;
+  tai::posix::detail::order_directory_synced(fd, ticket);
+  errno = saved;
+}
 int tai_bridge_fsync_order(void) { return tai::posix::fsync_mode() == tai::posix::FsyncMode::order ? 1 : 0; }
 int tai_bridge_nothing_cached(void) { return tai::posix::detail::nothing_cached() ? 1 : 0; }
 int tai_bridge_fsync_noop(void) { return tai::posix::detail::fsync_is_noop() ? 1 : 0; }

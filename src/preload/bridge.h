@@ -82,6 +82,10 @@ void tai_bridge_order_point(void);
 /* TAI_FSYNC=order: after the kernel changed the name `path` (relative to `dirfd`): its directory
  * is synced with the open epoch's files (tai::posix::detail::order_name_changed). */
 void tai_bridge_order_name_changed(int dirfd, const char* path);
+/* TAI_FSYNC=order, around the program's fsync of a directory: the ticket before it, then, after
+ * it succeeded, the directory's name changes noted before the ticket need no sync of the epoch. */
+unsigned long long tai_bridge_order_names_ticket(void);
+void tai_bridge_order_directory_synced(int fd, unsigned long long ticket);
 /* Non-zero under TAI_FSYNC=order (one atomic load). */
 int tai_bridge_fsync_order(void);
 /* Non-zero when no routed file can have bytes in TAI's cache (every one is write-through, or

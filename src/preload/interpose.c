@@ -344,11 +344,24 @@ static int order_named(int rc, int dirfd, const char* path, int dirfd2, const ch
   return rc;
 }
 
-static void order_point_before_sync(int fd) {
-  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return;
+/* Returns 1 for a directory under the order mode, with *ticket set for order_directory_synced
+ * (the program's own sync of it makes the epoch's sync of it needless). */
+static int order_point_before_sync(int fd, unsigned long long* ticket) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order()) return 0;
   struct stat st;
-  if (REAL(fstat)(fd, &st) == 0 && S_ISDIR(st.st_mode)) return;
+  if (REAL(fstat)(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ENTER();
+    *ticket = tai_bridge_order_names_ticket();
+    LEAVE();
+    return 1;
+  }
   order_point();
+  return 0;
+}
+static void order_directory_synced(int fd, unsigned long long ticket) {
+  ENTER();
+  tai_bridge_order_directory_synced(fd, ticket);
+  LEAVE();
 }
 
 static int under_prefix(const char* path) {
@@ -729,9 +742,12 @@ LSEEK_WRAPPER(lseek64, off64_t)
 
 EXPORT int fsync(int fd) {
   if (!routed(fd)) {
-    order_point_before_sync(fd);
+    unsigned long long ticket = 0;
+    const int dir = order_point_before_sync(fd, &ticket);
     if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
-    return REAL(fsync)(fd);
+    const int r = REAL(fsync)(fd);
+    if (dir && r == 0) order_directory_synced(fd, ticket);
+    return r;
   }
   ENTER();
   const int r = tai_bridge_fsync(fd);
@@ -740,7 +756,8 @@ EXPORT int fsync(int fd) {
 }
 EXPORT int fdatasync(int fd) {
   if (!routed(fd)) {
-    order_point_before_sync(fd);
+    unsigned long long ticket = 0; /* a directory's fdatasync is not counted on for its names */
+    (void)order_point_before_sync(fd, &ticket);
     if (tai_bridge_fsync_noop()) return 0; /* benchmark only */
     return REAL(fdatasync)(fd);
   }

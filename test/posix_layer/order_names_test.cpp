@@ -120,6 +120,36 @@ TEST_F(OrderNames, UnlinkLinkAndTheAtFormsAreSyncedToo) {
   ::close(dir);
 }
 
+// SQLite fsyncs the directory after it makes its journal: the names changed before that fsync
+// began are durable, and the epoch does not sync the directory again for them; a change after it
+// is synced as usual.
+TEST_F(OrderNames, AProgramsOwnFsyncOfTheDirectoryIsNotRepeated) {
+  const std::string log = file("log");
+  make_file(file("a"), 100, 6);
+  ASSERT_EQ(posix::sync_now(), 0);
+  const int dir = ::open(file("").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dir, 0);
+  const int fd = posix::open(log.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  std::uint64_t before = dir_syncs();
+  ASSERT_EQ(posix::rename(file("a").c_str(), file("b").c_str()), 0);
+  ASSERT_EQ(posix::fsync(dir), 0);  // the program's own
+  ASSERT_EQ(posix::pwrite(fd, "x", 1, 0), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before) << "the epoch synced the directory the program had just synced";
+  before = dir_syncs();
+  ASSERT_EQ(posix::fsync(dir), 0);
+  ASSERT_EQ(posix::rename(file("b").c_str(), file("c").c_str()), 0);  // after the program's fsync
+  ASSERT_EQ(posix::pwrite(fd, "y", 1, 1), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "a rename after the program's fsync of the directory was not synced";
+  ASSERT_EQ(posix::close(fd), 0);
+  ::close(dir);
+}
+
 TEST_F(OrderNames, AFailedCallReturnsTheKernelsErrorAndSyncsNothing) {
   make_file(file("routed"), 10, 5);  // the layer in order mode from its first routed file
   ASSERT_EQ(posix::sync_now(), 0);

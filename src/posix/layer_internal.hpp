@@ -509,7 +509,9 @@ struct OrderState {
   std::vector<std::vector<Deferred>> applying;
   std::vector<Inode*> open_dirty;
   std::vector<NamedDir> open_dirs;  // the open epoch's directories (NamedDir)
-  std::uint64_t names_noted = 0;    // name changes noted so far (NamedDir::noted)
+  // Name changes noted so far (NamedDir::noted): incremented under mu, read without it by
+  // order_names_ticket (seq_cst both).
+  std::atomic<std::uint64_t> names_noted{0};
   // Files in open_dirty whose last descriptor was closed (order_release_closed_locked): each
   // holds TAI's descriptors of it open until the epoch is durable. Zeroed when the epoch closes.
   std::size_t closed_in_open_dirty = 0;

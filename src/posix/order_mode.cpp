@@ -92,6 +92,7 @@ static bool add_named_dir_locked(OrderState& o, const NamedDir& d) {
   for (NamedDir& have : o.open_dirs)
     if (have.dev == d.dev && (have.whole_fs || have.ino == d.ino)) {
       have.noted = std::max(have.noted, d.noted);
+      have.whole_fs = have.whole_fs || d.whole_fs;  // a failed epoch's syncfs stays one
       return false;
     }
   if (o.open_dirs.size() >= kNamedDirsMax && !d.whole_fs) {
@@ -113,8 +114,21 @@ static bool add_named_dir_locked(OrderState& o, const NamedDir& d) {
 
 int sync_dirs(const std::vector<NamedDir>& dirs) noexcept {
   int err = 0;
-  for (const NamedDir& d : dirs)
-    if (const int e = kernel_sync_directory(d.dev, d.ino, d.fd, d.whole_fs); e && err == 0) err = e;
+  for (const NamedDir& d : dirs) {
+    // A directory on a file system synced whole below needs no fsync of its own.
+    bool covered = false;
+    for (const NamedDir& w : dirs) covered = covered || (!d.whole_fs && w.whole_fs && w.dev == d.dev);
+    if (covered) continue;
+    int e = kernel_sync_directory(d.dev, d.ino, d.fd, d.whole_fs);
+    // A file system that cannot sync a directory (EINVAL, ENOTSUP: some FUSE and network ones)
+    // makes its names durable its own way, as it does for the program's own fsync of it: not an
+    // error of the epoch, which would fail every fsync after it.
+    if (e == EINVAL || e == ENOTSUP || e == ENOSYS) {
+      logf("fsync order: the file system cannot fsync a directory (%s): its name changes are left to it", std::strerror(e));
+      e = 0;
+    }
+    if (e && err == 0) err = e;
+  }
   return err;
 }
 
@@ -1083,8 +1097,15 @@ int order_point_impl() {
   return o.error;
 }
 
+// Name changes are ordered while the layer runs in order mode in this process: not in a forked
+// child (its order state is a copy, maybe of a mutex held by a thread it does not have) nor after
+// the exit handler, exec or a shutdown (nothing would sync or close what is noted).
+static bool names_ordered() noexcept {
+  return order_mode() && !g_down.load(std::memory_order_acquire) && !g_forked_child.load(std::memory_order_acquire);
+}
+
 void order_name_changed(int dirfd, const char* path) noexcept {
-  if (!order_mode() || path == nullptr || *path == '\0') return;
+  if (!names_ordered() || path == nullptr || *path == '\0') return;
   // The directory that holds the name: everything before the last '/' (trailing ones aside).
   std::size_t end = std::strlen(path);
   while (end > 1 && path[end - 1] == '/') --end;
@@ -1095,6 +1116,7 @@ void order_name_changed(int dirfd, const char* path) noexcept {
     std::memcpy(parent, ".", 2);
   } else if (slash >= sizeof parent) {
     parent[0] = '\0';  // too long to name: the fallback below
+    errno = ENAMETOOLONG;
   } else {
     std::memcpy(parent, path, slash);  // with its '/': "/" for the root, "a/" for "a/b"
     parent[slash] = '\0';
@@ -1108,35 +1130,37 @@ void order_name_changed(int dirfd, const char* path) noexcept {
   }
   if (fd < 0) {
     // No descriptor of the directory (no read permission, a path too long): the name change is
-    // made durable now, with everything else. It belongs to the open epoch and every closed
-    // epoch was durable when the call waited for them (order_point), so it may be durable early.
+    // made durable now, with everything else. It belongs to the open epoch, and may be durable
+    // early: a rename, link or unlink waited for the closed epochs first (order_point), and a
+    // new file is an empty name (its writes are held back while an epoch is in flight).
     logf("fsync order: cannot open the directory of %s (%s): sync() for its name change", path, std::strerror(errno));
     (void)::syscall(SYS_sync);  // the system call: the preload library interposes sync()
     return;
   }
-  bool kept = false;
+  bool kept = false, sync_now = false;
   {
     OrderState& o = ord();
     std::lock_guard<std::mutex> lk(o.mu);
     try {
-      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false, ++o.names_noted});
+      const std::uint64_t seq = o.names_noted.fetch_add(1, std::memory_order_seq_cst) + 1;
+      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false, seq});
     } catch (const std::bad_alloc&) {
-      kept = false;
-      (void)kernel_sync_directory(st.st_dev, st.st_ino, fd, false);  // durable now, as above
+      sync_now = true;  // not on the list: durable now, as above (after the lock: it waits for the device)
     }
   }
+  if (sync_now) (void)kernel_sync_directory(st.st_dev, st.st_ino, fd, false);
   if (!kept) (void)tai::detail::close_own_descriptor(fd);
 }
 
 std::uint64_t order_names_ticket() noexcept {
-  if (!order_mode()) return 0;
-  OrderState& o = ord();
-  std::lock_guard<std::mutex> lk(o.mu);
-  return o.names_noted;
+  if (!names_ordered()) return 0;
+  // seq_cst, with the increment under o.mu in order_name_changed: a note made after this load
+  // has a larger number (it is not covered by the fsync that follows).
+  return ord().names_noted.load(std::memory_order_seq_cst);
 }
 
 void order_directory_synced(int fd, std::uint64_t ticket) noexcept {
-  if (!order_mode()) return;
+  if (!names_ordered()) return;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) return;
   int drop = -1;

@@ -323,6 +323,53 @@ static void order_point(void) {
   LEAVE();
 }
 
+static int under_prefix(const char* path);
+static int fd_path(int fd, char* out, size_t size);
+
+/* Whether the name `path` (relative to dirfd) is under TAI_PRELOAD_PATHS: its directory made
+ * canonical (realpath, as /proc gives the routed files' paths), then the prefix test of routing.
+ * Names elsewhere are not the order mode's, as writes to files there are not. */
+static int name_under_prefix(int dirfd, const char* path) {
+  size_t end = strlen(path);
+  while (end > 1 && path[end - 1] == '/') --end;
+  size_t slash = end;
+  while (slash > 0 && path[slash - 1] != '/') --slash;
+  char dir[PATH_MAX], canon[PATH_MAX], name[PATH_MAX];
+  size_t used = 0;
+  if (path[0] != '/') {
+    if (dirfd == AT_FDCWD ? getcwd(dir, sizeof dir) == NULL : !fd_path(dirfd, dir, sizeof dir)) return 0;
+    used = strlen(dir);
+    if (used + 1 >= sizeof dir) return 0;
+    dir[used++] = '/';
+  }
+  if (used + slash + 2 > sizeof dir) return 0;
+  memcpy(dir + used, path, slash);
+  used += slash;
+  if (used == 0) dir[used++] = '/';
+  dir[used] = '\0';
+  if (realpath(dir, canon) == NULL) return 0;
+  if (snprintf(name, sizeof name, "%s/%.*s", canon, (int)(end - slash), path + slash) >= (int)sizeof name) return 0;
+  return under_prefix(name);
+}
+
+/* After a name change the kernel made (rename, link, unlink) under TAI_PRELOAD_PATHS: under
+ * TAI_FSYNC=order its directory is synced with the open epoch, so that no later epoch's writes
+ * reach the device before the name change is durable. `rc`: the call's result, returned with its
+ * errno. */
+static int order_named(int rc, int dirfd, const char* path, int dirfd2, const char* path2) {
+  if (rc != 0 || !atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
+    return rc;
+  const int saved = errno;
+  const int first = name_under_prefix(dirfd, path), second = path2 && name_under_prefix(dirfd2, path2);
+  errno = saved;
+  if (!first && !second) return rc;
+  ENTER();
+  if (first) tai_bridge_order_name_changed(dirfd, path);
+  if (second) tai_bridge_order_name_changed(dirfd2, path2);
+  LEAVE();
+  return rc;
+}
+
 /* Before an fsync of a descriptor that is not routed. A regular file's fsync waits for the epochs
  * before it: its writes went straight to the kernel, and the program expects them durable after
  * the routed writes it synced first. A directory's fsync does not: it makes names durable, and the
@@ -331,19 +378,6 @@ static void order_point(void) {
  * any moment anyway, so it adds no crash state the order mode did not already allow. SQLite syncs
  * the directory after creating each rollback journal: this keeps that sync from waiting for the
  * journal's own epoch. */
-/* After a name change the kernel made (rename, link, unlink): under TAI_FSYNC=order its
- * directory is synced with the open epoch, so that no write of a later epoch reaches the device
- * before the name change is durable. `rc`: the call's result, returned with its errno. */
-static int order_named(int rc, int dirfd, const char* path, int dirfd2, const char* path2) {
-  if (rc != 0 || !atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
-    return rc;
-  ENTER();
-  tai_bridge_order_name_changed(dirfd, path);
-  if (path2) tai_bridge_order_name_changed(dirfd2, path2);
-  LEAVE();
-  return rc;
-}
-
 /* Returns 1 for a directory under the order mode, with *ticket set for order_directory_synced
  * (the program's own sync of it makes the epoch's sync of it needless). */
 static int order_point_before_sync(int fd, unsigned long long* ticket) {

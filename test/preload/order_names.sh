@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # order_names.sh - the preload library under TAI_FSYNC=order syncs the directory of the names a
-# program changes (rename, unlink) and makes (a new file) with the epoch they were made in, so
-# that no later epoch's writes reach the device before the name change is durable; under `full`
-# it adds no directory sync. A Python program replaces a file atomically three times (write a
+# program changes (rename, unlink) and makes (a new file) under TAI_PRELOAD_PATHS with the epoch
+# they were made in, so that no later epoch's writes reach the device before the name change is
+# durable; it syncs no directory outside those paths, and under `full` none at all. A Python program replaces a file atomically three times (write a
 # temporary file, fsync, rename it over the current one, then a record in a log and an fsync) and
 # unlinks the result; strace -y names the descriptor of every fsync, and the layer's own (its
 # order thread's) fsyncs of the directory are counted in each mode. The files must hold what the
@@ -23,8 +23,11 @@ if ! strace -f -o /dev/null true 2>/dev/null; then echo "skip: strace cannot tra
 
 program='
 import os, sys
-d = sys.argv[1]
+d, outside = sys.argv[1], sys.argv[2]
 log = os.open(d + "/log", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+# A name changed outside TAI_PRELOAD_PATHS: not for the order mode to sync.
+open(outside + "/a", "w").close()
+os.rename(outside + "/a", outside + "/b")
 for r in range(3):
     t = os.open(d + "/tmp", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     os.write(t, bytes([65 + r]) * 1000)
@@ -38,23 +41,32 @@ os.pwrite(log, b"done\n", 27)
 os.fsync(log)
 os.close(log)
 '
-# Runs the program under strace in mode $1; prints the layer's fsyncs of the directory.
+# fsyncs (and syncfs) in trace $1 of the directory $2 that succeeded (strace -y prints the
+# canonical path of each descriptor).
+syncs_of() {
+  grep -E "^[0-9]+ +(fsync|syncfs)\(" "$1" | grep -cF "<$2>) = 0" || true  # grep -c says 0 and fails
+}
+# Runs the program under strace in mode $1; prints the layer's fsyncs of the directory, and of
+# the one outside TAI_PRELOAD_PATHS.
 directory_syncs() {
-  local mode=$1 dir=$work/$1
-  rm -rf "$dir" && mkdir -p "$dir"
+  local mode=$1 dir=$work/$1 outside=$work/outside-$1
+  rm -rf "$dir" "$outside" && mkdir -p "$dir" "$outside"
+  dir=$(cd "$dir" && pwd -P) outside=$(cd "$outside" && pwd -P)
   env LD_PRELOAD="$lib" TAI_PRELOAD_PATHS="$dir" TAI_PRELOAD_LOG=1 TAI_FSYNC="$mode" \
-    strace -f -y -e trace=fsync,fdatasync,syncfs -o "$work/trace.$mode" python3 -c "$program" "$dir" 2>"$work/log.$mode" || {
+    strace -f -y -e trace=fsync,fdatasync,syncfs -o "$work/trace.$mode" python3 -c "$program" "$dir" "$outside" 2>"$work/log.$mode" || {
     echo "FAIL: the program failed under the preload library (TAI_FSYNC=$mode):" >&2; cat "$work/log.$mode" >&2; return 1; }
   grep -q "routed $dir/log" "$work/log.$mode" || { echo "FAIL: the log was not routed ($mode):" >&2; cat "$work/log.$mode" >&2; return 1; }
   [ "$(cat "$dir/log")" = "$(printf 'record 0\nrecord 1\nrecord 2\ndone')" ] || { echo "FAIL: the log holds: $(cat "$dir/log") ($mode)" >&2; return 1; }
   [ ! -e "$dir/current" ] && [ ! -e "$dir/tmp" ] || { echo "FAIL: a name is left ($mode): $(ls "$dir")" >&2; return 1; }
-  grep -cE "^[0-9]+ +(fsync|syncfs)\([0-9]+<${dir//\//\\/}>\) = 0" "$work/trace.$mode"  || true  # grep -c says 0 and fails
+  echo "$(syncs_of "$work/trace.$mode" "$dir") $(syncs_of "$work/trace.$mode" "$outside")"
 }
 rm -rf "$work" && mkdir -p "$work"
-full=$(directory_syncs full) || exit 1
-order=$(directory_syncs order) || exit 1
-echo "directory syncs: full $full, order $order (3 renames and an unlink, each in its own epoch)"
+read -r full full_outside < <(directory_syncs full) || exit 1
+read -r order order_outside < <(directory_syncs order) || exit 1
+[ -n "$full" ] && [ -n "$order" ] || exit 1
+echo "directory syncs: full $full, order $order (3 renames and an unlink, each in its own epoch); outside the routed directory: full $full_outside, order $order_outside"
 [ "$full" -eq 0 ] || { echo "FAIL: the layer synced the directory under TAI_FSYNC=full"; exit 1; }
+[ "$order_outside" -eq 0 ] && [ "$full_outside" -eq 0 ] || { echo "FAIL: a directory outside TAI_PRELOAD_PATHS was synced"; exit 1; }
 # Each replacement's rename and the next file's creation fall in the epoch that the log's fsync
 # closes, and the unlink in the last one: at least one sync of the directory per round.
 [ "$order" -ge 3 ] || { echo "FAIL: under TAI_FSYNC=order the directory was synced $order times (want at least 3):"; grep -E "fsync|syncfs" "$work/trace.order"; exit 1; }

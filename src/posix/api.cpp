@@ -15,33 +15,29 @@ int openat(int dirfd, const char* path, int flags, mode_t mode) { return detail:
 int creat(const char* path, mode_t mode) { return detail::open_impl(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
 
 namespace {
-// Under `order`: after the earlier epochs (a failed one is the next fsync's to report), then the
-// kernel's call, then the directories of the names it changed are on the open epoch's list.
+// Under `order`: after the earlier epochs, the kernel's call with the epochs' gate held open, and
+// the directories of the names it changed on the open epoch's list (order_name_change). The
+// system calls themselves: libc's names may be the preload library's, which would wait for the
+// gate this holds.
 template <class Call>
-int name_change(Call&& call, int dir1, const char* name1, int dir2 = AT_FDCWD, const char* name2 = nullptr) {
-  const bool ordered = detail::order_mode();
-  if (ordered) (void)detail::order_point_impl();
-  if (call() != 0) return -1;  // the kernel's errno
-  if (ordered) {
-    const int saved = errno;
-    detail::order_name_changed(dir1, name1);
-    if (name2) detail::order_name_changed(dir2, name2);
-    errno = saved;
-  }
-  return 0;
+int name_change(Call call, int dir1, const char* name1, int dir2 = AT_FDCWD, const char* name2 = nullptr) {
+  const auto trampoline = [](void* p) { return (*static_cast<Call*>(p))(); };
+  return detail::order_name_change(trampoline, &call, dir1, name1, dir2, name2);
 }
 }  // namespace
 
 int rename(const char* from, const char* to) { return renameat(AT_FDCWD, from, AT_FDCWD, to); }
 int renameat(int fromdir, const char* from, int todir, const char* to) {
-  return name_change([&] { return ::renameat(fromdir, from, todir, to); }, fromdir, from, todir, to);
+  return name_change([&] { return static_cast<int>(::syscall(SYS_renameat2, fromdir, from, todir, to, 0)); }, fromdir,
+                     from, todir, to);
 }
 int link(const char* from, const char* to) {
-  return name_change([&] { return ::link(from, to); }, AT_FDCWD, to);
+  return name_change([&] { return static_cast<int>(::syscall(SYS_linkat, AT_FDCWD, from, AT_FDCWD, to, 0)); }, AT_FDCWD,
+                     to);
 }
 int unlink(const char* path) { return unlinkat(AT_FDCWD, path, 0); }
 int unlinkat(int dirfd, const char* path, int flags) {
-  return name_change([&] { return ::unlinkat(dirfd, path, flags); }, dirfd, path);
+  return name_change([&] { return static_cast<int>(::syscall(SYS_unlinkat, dirfd, path, flags)); }, dirfd, path);
 }
 
 int close(int fd) {

@@ -246,6 +246,14 @@ int order_point();
 /// system, synced whole); when the directory cannot be opened, a sync() now. Nothing in `full`.
 /// Thread-safe.
 void order_name_changed(int dirfd, const char* path) noexcept;
+/// TAI_FSYNC=order: the name change `call(arg)` (the kernel's rename, link or unlink; it must not
+/// enter the layer) made after every closed epoch is durable and with the epochs' gate held open
+/// (the state's mutex), so that no epoch can close between the change and its note; on success
+/// the directories of `path` and `path2` (relative to dirfd, dirfd2; null: none) are noted as by
+/// order_name_changed. Returns call's result, errno as it left it. In `full`: call(arg) alone.
+/// Thread-safe.
+using NameCall = int (*)(void* arg);
+int order_name_change(NameCall call, void* arg, int dirfd, const char* path, int dirfd2, const char* path2) noexcept;
 /// TAI_FSYNC=order, for a program's own fsync of a directory (SQLite syncs the directory after
 /// making its journal): take the ticket before the fsync, and after it succeeded pass it with the
 /// descriptor; the open epoch then does not sync that directory again for the name changes noted

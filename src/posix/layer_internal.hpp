@@ -441,8 +441,9 @@ struct Ref {
 // at its next write. Not covered: a file that cannot leave write-through (its engine cannot
 // open it) keeps writing to the kernel directly; mkdir, symlink and the creation of a file are
 // not held back (an empty new file or directory may appear before the epoch that precedes it is
-// durable). Name changes (rename, link, unlink, and a file the layer sees made) put their
-// directory on the open epoch's list (NamedDir, order_name_changed), synced with its files.
+// durable). Name changes (rename, link, unlink) are made with the gate held open, as an
+// O_APPEND write is (order_name_change), and put their directory on the open epoch's list
+// (NamedDir), synced with its files; so does a file the layer sees made (order_name_changed).
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.

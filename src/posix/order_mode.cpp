@@ -1104,9 +1104,17 @@ static bool names_ordered() noexcept {
   return order_mode() && !g_down.load(std::memory_order_acquire) && !g_forked_child.load(std::memory_order_acquire);
 }
 
-void order_name_changed(int dirfd, const char* path) noexcept {
-  if (!names_ordered() || path == nullptr || *path == '\0') return;
-  // The directory that holds the name: everything before the last '/' (trailing ones aside).
+namespace {
+// A descriptor of the directory that holds `path` (relative to dirfd), one of TAI's own
+// (own_descriptors.hpp), with its identity; fd -1 when it cannot be opened (no read permission,
+// a path too long: the caller then syncs everything instead).
+struct ParentDir {
+  int fd = -1;
+  struct stat st {};
+};
+ParentDir open_parent(int dirfd, const char* path) noexcept {
+  ParentDir d;
+  // Everything before the last '/' (trailing ones aside).
   std::size_t end = std::strlen(path);
   while (end > 1 && path[end - 1] == '/') --end;
   std::size_t slash = end;
@@ -1115,41 +1123,98 @@ void order_name_changed(int dirfd, const char* path) noexcept {
   if (slash == 0) {
     std::memcpy(parent, ".", 2);
   } else if (slash >= sizeof parent) {
-    parent[0] = '\0';  // too long to name: the fallback below
     errno = ENAMETOOLONG;
+    return d;
   } else {
     std::memcpy(parent, path, slash);  // with its '/': "/" for the root, "a/" for "a/b"
     parent[slash] = '\0';
   }
-  // One of TAI's own descriptors (own_descriptors.hpp): held until the epoch is durable.
-  int fd = parent[0] ? tai::detail::adopt_own_descriptor(::openat(dirfd, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) : -1;
-  struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) != 0) {
-    (void)tai::detail::close_own_descriptor(fd);
-    fd = -1;
+  d.fd = tai::detail::adopt_own_descriptor(::openat(dirfd, parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.fd >= 0 && ::fstat(d.fd, &d.st) != 0) {
+    (void)tai::detail::close_own_descriptor(d.fd);
+    d.fd = -1;
   }
-  if (fd < 0) {
-    // No descriptor of the directory (no read permission, a path too long): the name change is
-    // made durable now, with everything else. It belongs to the open epoch, and may be durable
-    // early: a rename, link or unlink waited for the closed epochs first (order_point), and a
-    // new file is an empty name (its writes are held back while an epoch is in flight).
-    logf("fsync order: cannot open the directory of %s (%s): sync() for its name change", path, std::strerror(errno));
-    (void)::syscall(SYS_sync);  // the system call: the preload library interposes sync()
-    return;
+  if (d.fd < 0) logf("fsync order: cannot open the directory of %s (%s): sync() for its name change", path, std::strerror(errno));
+  return d;
+}
+// Under o.mu, after the name change: `d` on the open epoch's list. What is left to do after the
+// lock is released: close d.fd (not kept), or sync now (no descriptor, or no memory for the
+// entry: the change is made durable at once, with everything else, which the order allows: it
+// belongs to the open epoch, and every closed epoch is durable).
+enum class AfterNote { nothing, close, sync_dir_and_close, sync_all };
+AfterNote note_parent_locked(OrderState& o, const ParentDir& d) noexcept {
+  if (d.fd < 0) return AfterNote::sync_all;
+  try {
+    const std::uint64_t seq = o.names_noted.fetch_add(1, std::memory_order_seq_cst) + 1;
+    return add_named_dir_locked(o, NamedDir{d.st.st_dev, d.st.st_ino, d.fd, false, seq}) ? AfterNote::nothing
+                                                                                          : AfterNote::close;
+  } catch (const std::bad_alloc&) {
+    return AfterNote::sync_dir_and_close;
   }
-  bool kept = false, sync_now = false;
+}
+void finish_note(const ParentDir& d, AfterNote after) noexcept {
+  switch (after) {
+    case AfterNote::nothing:
+      break;
+    case AfterNote::close:
+      (void)tai::detail::close_own_descriptor(d.fd);
+      break;
+    case AfterNote::sync_dir_and_close:
+      (void)kernel_sync_directory(d.st.st_dev, d.st.st_ino, d.fd, false);
+      (void)tai::detail::close_own_descriptor(d.fd);
+      break;
+    case AfterNote::sync_all:
+      (void)::syscall(SYS_sync);  // the system call: the preload library interposes sync()
+      break;
+  }
+}
+}  // namespace
+
+void order_name_changed(int dirfd, const char* path) noexcept {
+  if (!names_ordered() || path == nullptr || *path == '\0') return;
+  const ParentDir d = open_parent(dirfd, path);
+  AfterNote after;
   {
     OrderState& o = ord();
     std::lock_guard<std::mutex> lk(o.mu);
-    try {
-      const std::uint64_t seq = o.names_noted.fetch_add(1, std::memory_order_seq_cst) + 1;
-      kept = add_named_dir_locked(o, NamedDir{st.st_dev, st.st_ino, fd, false, seq});
-    } catch (const std::bad_alloc&) {
-      sync_now = true;  // not on the list: durable now, as above (after the lock: it waits for the device)
-    }
+    after = note_parent_locked(o, d);
   }
-  if (sync_now) (void)kernel_sync_directory(st.st_dev, st.st_ino, fd, false);
-  if (!kept) (void)tai::detail::close_own_descriptor(fd);
+  finish_note(d, after);
+}
+
+int order_name_change(NameCall call, void* arg, int dirfd, const char* path, int dirfd2, const char* path2) noexcept {
+  if (!names_ordered()) return call(arg);
+  ParentDir a, b;
+  if (path && *path) a = open_parent(dirfd, path);
+  if (path2 && *path2) b = open_parent(dirfd2, path2);
+  OrderState& o = ord();
+  int rc;
+  int saved;
+  AfterNote after_a = AfterNote::nothing, after_b = AfterNote::nothing;
+  for (;;) {
+    (void)order_point_impl();  // a failed epoch is the next fsync's to report
+    std::unique_lock<std::mutex> lk(o.mu);
+    // Closed again since (another thread's fsync): wait for that epoch too. A failed epoch not
+    // yet returned keeps the gate closed until an fsync returns it: the call goes on, as the
+    // layer's other calls do, and its change is the open epoch's.
+    if (o.gate_closed && o.error == 0) continue;
+    rc = call(arg);
+    saved = errno;
+    if (rc == 0) {
+      if (path && *path) after_a = note_parent_locked(o, a);
+      if (path2 && *path2) after_b = note_parent_locked(o, b);
+    }
+    break;
+  }
+  if (rc != 0) {
+    if (a.fd >= 0) (void)tai::detail::close_own_descriptor(a.fd);
+    if (b.fd >= 0) (void)tai::detail::close_own_descriptor(b.fd);
+  } else {
+    finish_note(a, path && *path ? after_a : AfterNote::nothing);
+    finish_note(b, path2 && *path2 ? after_b : AfterNote::nothing);
+  }
+  errno = saved;
+  return rc;
 }
 
 std::uint64_t order_names_ticket() noexcept {

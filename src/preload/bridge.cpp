@@ -167,10 +167,9 @@ void tai_bridge_order_point(void) {
   (void)tai::posix::detail::order_point();  // a failed epoch is the next fsync's to report
   errno = saved;
 }
-void tai_bridge_order_name_changed(int dirfd, const char* path) {
-  const int saved = errno;
-  tai::posix::detail::order_name_changed(dirfd, path);
-  errno = saved;
+int tai_bridge_order_name_change(int (*call)(void*), void* arg, int dirfd, const char* path, int dirfd2,
+                                 const char* path2) {
+  return tai::posix::detail::order_name_change(call, arg, dirfd, path, dirfd2, path2);
 }
 unsigned long long tai_bridge_order_names_ticket(void) { return tai::posix::detail::order_names_ticket(); }
 void tai_bridge_order_directory_synced(int fd, unsigned long long ticket) {

@@ -79,9 +79,11 @@ int tai_bridge_write_back_fd(int fd);
  * the kernel and must not overtake them: unlink, rename, link, an O_TRUNC open, an fsync of a
  * descriptor that is not routed). Returns at once in full mode. */
 void tai_bridge_order_point(void);
-/* TAI_FSYNC=order: after the kernel changed the name `path` (relative to `dirfd`): its directory
- * is synced with the open epoch's files (tai::posix::detail::order_name_changed). */
-void tai_bridge_order_name_changed(int dirfd, const char* path);
+/* TAI_FSYNC=order: the name change `call(arg)` (the real rename, link or unlink) made with the
+ * epochs' gate held open, and the directories of `path` and `path2` (NULL: none) synced with the
+ * open epoch's files (tai::posix::detail::order_name_change). The call's result, errno kept. */
+int tai_bridge_order_name_change(int (*call)(void*), void* arg, int dirfd, const char* path, int dirfd2,
+                                 const char* path2);
 /* TAI_FSYNC=order, around the program's fsync of a directory: the ticket before it, then, after
  * it succeeded, the directory's name changes noted before the ticket need no sync of the epoch. */
 unsigned long long tai_bridge_order_names_ticket(void);

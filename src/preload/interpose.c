@@ -352,22 +352,45 @@ static int name_under_prefix(int dirfd, const char* path) {
   return under_prefix(name);
 }
 
-/* After a name change the kernel made (rename, link, unlink) under TAI_PRELOAD_PATHS: under
- * TAI_FSYNC=order its directory is synced with the open epoch, so that no later epoch's writes
- * reach the device before the name change is durable. `rc`: the call's result, returned with its
- * errno. */
-static int order_named(int rc, int dirfd, const char* path, int dirfd2, const char* path2) {
-  if (rc != 0 || !atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
-    return rc;
+/* A name change of the program's (rename, link, unlink), made by the real call. */
+enum name_call_kind { NC_RENAMEAT2, NC_LINKAT, NC_UNLINKAT, NC_REMOVE };
+struct name_call {
+  enum name_call_kind kind;
+  int dirfd, dirfd2;
+  const char *path, *path2;
+  int flags;
+};
+static int do_name_call(void* arg) {
+  const struct name_call* c = (const struct name_call*)arg;
+  switch (c->kind) {
+    case NC_RENAMEAT2:
+      return c->flags ? REAL(renameat2)(c->dirfd, c->path, c->dirfd2, c->path2, (unsigned)c->flags)
+                      : REAL(renameat)(c->dirfd, c->path, c->dirfd2, c->path2);
+    case NC_LINKAT: return REAL(linkat)(c->dirfd, c->path, c->dirfd2, c->path2, c->flags);
+    case NC_UNLINKAT: return REAL(unlinkat)(c->dirfd, c->path, c->flags);
+    case NC_REMOVE: return REAL(remove)(c->path);
+  }
+  errno = EINVAL;
+  return -1;
+}
+
+/* The name change `c`, whose names are `path` (relative to dirfd) and `path2` (NULL: none) and
+ * which already waited for the earlier epochs (order_point): under TAI_FSYNC=order, for names
+ * under TAI_PRELOAD_PATHS, made by the layer with the epochs' gate held open (no epoch can close
+ * between the kernel's change and its note), and the directories of the names synced with the
+ * open epoch, so that no later epoch's writes reach the device before the change is durable.
+ * Returns the call's result with its errno. */
+static int ordered_name_call(struct name_call* c, int dirfd, const char* path, int dirfd2, const char* path2) {
+  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
+    return do_name_call(c);
   const int saved = errno;
   const int first = name_under_prefix(dirfd, path), second = path2 && name_under_prefix(dirfd2, path2);
   errno = saved;
-  if (!first && !second) return rc;
+  if (!first && !second) return do_name_call(c);
   ENTER();
-  if (first) tai_bridge_order_name_changed(dirfd, path);
-  if (second) tai_bridge_order_name_changed(dirfd2, path2);
+  const int r = tai_bridge_order_name_change(do_name_call, c, dirfd, first ? path : NULL, dirfd2, second ? path2 : NULL);
   LEAVE();
-  return rc;
+  return r;
 }
 
 /* Before an fsync of a descriptor that is not routed. A regular file's fsync waits for the epochs
@@ -2161,29 +2184,34 @@ EXPORT int lchown(const char* path, uid_t uid, gid_t gid) {
 EXPORT int rename(const char* from, const char* to) {
   order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "rename");
-  return order_named(REAL(rename)(from, to), AT_FDCWD, from, AT_FDCWD, to);
+  struct name_call c = {NC_RENAMEAT2, AT_FDCWD, AT_FDCWD, from, to, 0};
+  return ordered_name_call(&c, AT_FDCWD, from, AT_FDCWD, to);
 }
 EXPORT int renameat(int fromdir, const char* from, int todir, const char* to) {
   order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat");
-  return order_named(REAL(renameat)(fromdir, from, todir, to), fromdir, from, todir, to);
+  struct name_call c = {NC_RENAMEAT2, fromdir, todir, from, to, 0};
+  return ordered_name_call(&c, fromdir, from, todir, to);
 }
 EXPORT int renameat2(int fromdir, const char* from, int todir, const char* to, unsigned flags) {
   order_point();
   write_back_path_before(fromdir, from, AT_SYMLINK_NOFOLLOW, "renameat2");
   if (flags & RENAME_EXCHANGE) write_back_path_before(todir, to, AT_SYMLINK_NOFOLLOW, "renameat2");
-  return order_named(REAL(renameat2)(fromdir, from, todir, to, flags), fromdir, from, todir, to);
+  struct name_call c = {NC_RENAMEAT2, fromdir, todir, from, to, (int)flags};
+  return ordered_name_call(&c, fromdir, from, todir, to);
 }
 EXPORT int link(const char* from, const char* to) {
   order_point();
   write_back_path_before(AT_FDCWD, from, AT_SYMLINK_NOFOLLOW, "link");
-  return order_named(REAL(link)(from, to), AT_FDCWD, to, AT_FDCWD, NULL);
+  struct name_call c = {NC_LINKAT, AT_FDCWD, AT_FDCWD, from, to, 0};
+  return ordered_name_call(&c, AT_FDCWD, to, AT_FDCWD, NULL);
 }
 EXPORT int linkat(int fromdir, const char* from, int todir, const char* to, int flags) {
   order_point();
   write_back_path_before(fromdir, from, (flags & AT_EMPTY_PATH) | ((flags & AT_SYMLINK_FOLLOW) ? 0 : AT_SYMLINK_NOFOLLOW),
                          "linkat");
-  return order_named(REAL(linkat)(fromdir, from, todir, to, flags), todir, to, AT_FDCWD, NULL);
+  struct name_call c = {NC_LINKAT, fromdir, todir, from, to, flags};
+  return ordered_name_call(&c, todir, to, AT_FDCWD, NULL);
 }
 EXPORT int setxattr(const char* path, const char* name, const void* value, size_t size, int flags) {
   write_back_path_before(AT_FDCWD, path, 0, "setxattr");
@@ -2204,13 +2232,16 @@ EXPORT int fsetxattr(int fd, const char* name, const void* value, size_t size, i
  * database writes of the epoch before it are durable. */
 EXPORT int unlink(const char* path) {
   order_point();
-  return order_named(REAL(unlink)(path), AT_FDCWD, path, AT_FDCWD, NULL);
+  struct name_call c = {NC_UNLINKAT, AT_FDCWD, AT_FDCWD, path, NULL, 0};
+  return ordered_name_call(&c, AT_FDCWD, path, AT_FDCWD, NULL);
 }
 EXPORT int unlinkat(int dirfd, const char* path, int flags) {
   order_point();
-  return order_named(REAL(unlinkat)(dirfd, path, flags), dirfd, path, AT_FDCWD, NULL);
+  struct name_call c = {NC_UNLINKAT, dirfd, AT_FDCWD, path, NULL, flags};
+  return ordered_name_call(&c, dirfd, path, AT_FDCWD, NULL);
 }
 EXPORT int remove(const char* path) {
   order_point();
-  return order_named(REAL(remove)(path), AT_FDCWD, path, AT_FDCWD, NULL);
+  struct name_call c = {NC_REMOVE, AT_FDCWD, AT_FDCWD, path, NULL, 0};
+  return ordered_name_call(&c, AT_FDCWD, path, AT_FDCWD, NULL);
 }

@@ -12,8 +12,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "posix_layer/support.hpp"
@@ -25,6 +28,10 @@ namespace {
 class OrderNames : public LayerTest {
  protected:
   void SetUp() override { restart(settings(posix::FsyncMode::order)); }
+  void TearDown() override {
+    posix::detail::hold_order_thread_for_testing(false);
+    LayerTest::TearDown();
+  }
 
   posix::detail::Settings settings(posix::FsyncMode mode) {
     posix::detail::Settings s = through_settings(64 * 1024, recording_);
@@ -150,6 +157,37 @@ TEST_F(OrderNames, AProgramsOwnFsyncOfTheDirectoryIsNotRepeated) {
   EXPECT_EQ(dir_syncs(), before + 1) << "a rename after the program's fsync of the directory was not synced";
   ASSERT_EQ(posix::close(fd), 0);
   ::close(dir);
+}
+
+// The change reaches the kernel only while no closed epoch is in flight: here a device that does
+// not answer (the order thread held) keeps a rename waiting, and it is made once the epoch before
+// it is durable.
+TEST_F(OrderNames, ANameChangeWaitsForTheEpochsClosedBeforeIt) {
+  posix::detail::Settings s = settings(posix::FsyncMode::order);
+  s.fsync_inline = posix::detail::InlineEpochs::never;  // the fsync below leaves its epoch in flight
+  s.fsync_max_delay_ms = 600'000;                       // and does not wait for it
+  restart(s);
+  const std::string data = file("data"), a = file("a"), b = file("b");
+  make_file(a, 10, 8);
+  ASSERT_EQ(posix::sync_now(), 0);
+  const int fd = posix::open(data.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::pwrite(fd, "w", 1, 0), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);  // returns at once; its epoch waits for the held thread
+  std::atomic<bool> done{false};
+  std::thread renamer([&] {
+    EXPECT_EQ(posix::rename(a.c_str(), b.c_str()), 0);
+    done.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(done.load()) << "the rename did not wait for the epoch in flight";
+  EXPECT_TRUE(exists(a));
+  posix::detail::hold_order_thread_for_testing(false);
+  renamer.join();
+  EXPECT_TRUE(exists(b));
+  EXPECT_FALSE(exists(a));
+  ASSERT_EQ(posix::close(fd), 0);
 }
 
 TEST_F(OrderNames, AFailedCallReturnsTheKernelsErrorAndSyncsNothing) {

@@ -6,7 +6,6 @@
 // crash state is the crash suite's (fsync_order_crash_test.cpp, "name changes"); here: the calls
 // do what their POSIX namesakes do, in both modes, sync the directories they should and no
 // more, and hold few descriptors however many directories one epoch touches.
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,15 +55,6 @@ class OrderNames : public LayerTest {
 
   std::shared_ptr<engines::RecordingEngine*> recording_;
 };
-
-std::size_t descriptors_open_now() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d)) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
 
 TEST_F(OrderNames, ARenameIsSyncedWithItsEpochAndNotBefore) {
   const std::string tmp = file("state.tmp"), cur = file("state"), log = file("log");
@@ -223,7 +213,7 @@ TEST_F(OrderNames, UnderFullTheyAreThePlainCalls) {
 // An untar-like epoch: names made in hundreds of directories before the next fsync. Past 64
 // directories one descriptor per file system stands for the rest, synced whole (syncfs).
 TEST_F(OrderNames, ManyDirectoriesInOneEpochHoldFewDescriptors) {
-  if (descriptors_open_now() == 0) GTEST_SKIP() << "/proc/self/fd is not readable here: descriptors cannot be counted";
+  if (open_descriptor_count() == 0) GTEST_SKIP() << "/proc/self/fd is not readable here: descriptors cannot be counted";
   constexpr int kDirs = 200;
   make_file(file("routed"), 10, 4);  // the layer in order mode from its first routed file
   ASSERT_EQ(posix::sync_now(), 0);
@@ -235,15 +225,15 @@ TEST_F(OrderNames, ManyDirectoriesInOneEpochHoldFewDescriptors) {
     ASSERT_GE(fd, 0);
     ::close(fd);
   }
-  const std::size_t before = descriptors_open_now();
+  const std::size_t before = open_descriptor_count();
   const std::uint64_t syncs = dir_syncs(), whole = posix::detail::kernel_syncfs_for_testing();
   for (int i = 0; i < kDirs; ++i)
     ASSERT_EQ(posix::rename((dirs[i] + "/f").c_str(), (dirs[i] + "/g").c_str()), 0) << dirs[i];
-  EXPECT_LE(descriptors_open_now(), before + 64u + 2u) << "a descriptor held per directory past the bound";
+  EXPECT_LE(open_descriptor_count(), before + 64u + 2u) << "a descriptor held per directory past the bound";
   ASSERT_EQ(posix::sync_now(), 0);
   EXPECT_EQ(posix::detail::kernel_syncfs_for_testing(), whole + 1) << "the file system of the many directories, once";
   EXPECT_LE(dir_syncs() - syncs, 64u);
-  EXPECT_LE(descriptors_open_now(), before) << "the durable epoch did not let go of the directories";
+  EXPECT_LE(open_descriptor_count(), before) << "the durable epoch did not let go of the directories";
   for (const std::string& d : dirs) EXPECT_TRUE(exists(d + "/g")) << d;
 }
 

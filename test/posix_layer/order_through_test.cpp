@@ -387,15 +387,6 @@ TEST_F(OrderThrough, ACloseOfAFileWithAHeldWriteReturnsWithItInTheKernel) {
 // durable. A program that writes and closes many files between two fsyncs (tar, a build) must not
 // run out of descriptors: past a bound, one file per file system stands for the rest, and the
 // next epoch syncs that file system whole.
-static std::size_t open_descriptor_count() {
-  std::size_t n = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d)) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-
 TEST_F(OrderThrough, ManyFilesClosedBetweenTwoFsyncsHoldFewDescriptors) {
   const posix::FsyncOrderStats base = posix::fsync_order_stats();  // the process's counts so far
   if (open_descriptor_count() == 0) GTEST_SKIP() << "/proc/self/fd is not readable here: descriptors cannot be counted";

@@ -3,6 +3,7 @@
 // at files with plain libc (what the kernel has, not what the layer says).
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -92,5 +93,16 @@ inline std::string pattern(std::size_t n, unsigned seed) {
 }
 
 inline ssize_t write_all(int fd, const std::string& s) { return posix::write(fd, s.data(), s.size()); }
+
+/// The descriptors this process has open (entries of /proc/self/fd, its own listing's included);
+/// 0 when /proc/self/fd cannot be read (the caller skips).
+inline std::size_t open_descriptor_count() {
+  std::size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
 
 }  // namespace tai::test

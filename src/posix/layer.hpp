@@ -263,6 +263,9 @@ void order_directory_synced(int fd, std::uint64_t ticket) noexcept;
 /// For tests: the order thread leaves every epoch's directories unsynced (breaks the rule for
 /// name changes). false: the normal order.
 void skip_directory_syncs_for_testing(bool skip);
+/// For tests: the next `count` syncs of an epoch's directories fail with `err` instead of
+/// reaching the kernel. 0: none.
+void fail_directory_syncs_for_testing(unsigned count, int err);
 /// For tests: the fsyncs of directories the layer made (order_name_changed) and that succeeded.
 std::uint64_t kernel_directory_syncs_for_testing() noexcept;
 /// For tests: while held, the order thread starts no epoch (a device that does not answer).

@@ -107,6 +107,8 @@ extern std::atomic<Chunk*> g_top[1u << kTopBits];
 extern std::atomic<int> g_top_used;
 extern std::atomic<unsigned> g_skip_epoch_syncs;
 extern std::atomic<bool> g_skip_dir_syncs;
+extern std::atomic<unsigned> g_fail_dir_syncs;
+extern std::atomic<int> g_fail_dir_syncs_errno;
 extern std::atomic<unsigned> g_log_write_delay_ms;
 extern std::atomic<unsigned> g_fail_apply_notes;
 // Settings::kernel_observer's, or null. Stored (release) by configure before any file is routed,

@@ -22,6 +22,9 @@ std::atomic<unsigned> g_skip_epoch_syncs{0};
 // skip_directory_syncs_for_testing: the order thread leaves the epochs' directories unsynced
 // (the crash-state suite's proof that it sees a name change overtaken by a later epoch).
 std::atomic<bool> g_skip_dir_syncs{false};
+// fail_directory_syncs_for_testing: how many more directory syncs fail, and with which errno.
+std::atomic<unsigned> g_fail_dir_syncs{0};
+std::atomic<int> g_fail_dir_syncs_errno{0};
 // delay_order_log_writes_for_testing: milliseconds added to each batch's write; 0 normally.
 std::atomic<unsigned> g_log_write_delay_ms{0};
 // fail_order_bookkeeping_for_testing: how many more of apply_writes's notes of a file it wrote
@@ -112,6 +115,8 @@ static bool add_named_dir_locked(OrderState& o, const NamedDir& d) {
   return true;
 }
 
+bool take_injected_failure(std::atomic<unsigned>& left) noexcept;
+
 int sync_dirs(const std::vector<NamedDir>& dirs) noexcept {
   int err = 0;
   for (const NamedDir& d : dirs) {
@@ -119,7 +124,8 @@ int sync_dirs(const std::vector<NamedDir>& dirs) noexcept {
     bool covered = false;
     for (const NamedDir& w : dirs) covered = covered || (!d.whole_fs && w.whole_fs && w.dev == d.dev);
     if (covered) continue;
-    int e = kernel_sync_directory(d.dev, d.ino, d.fd, d.whole_fs);
+    int e = take_injected_failure(g_fail_dir_syncs) ? g_fail_dir_syncs_errno.load(std::memory_order_relaxed)
+                                                    : kernel_sync_directory(d.dev, d.ino, d.fd, d.whole_fs);
     // A file system that cannot sync a directory (EINVAL, ENOTSUP: some FUSE and network ones)
     // makes its names durable its own way, as it does for the program's own fsync of it: not an
     // error of the epoch, which would fail every fsync after it.
@@ -728,8 +734,6 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
       if (!kept) (void)tai::detail::close_own_descriptor(d.fd);
     }
     dirs.clear();
-  }
-  if (err != 0) {
     // The cache still holds what failed (tai::File::fsync): the next epoch syncs these files
     // again, and its success is real (as the next fsync after a failed one in `full`).
     for (Inode* ip : files) {
@@ -1184,13 +1188,14 @@ void order_name_changed(int dirfd, const char* path) noexcept {
 
 int order_name_change(NameCall call, void* arg, int dirfd, const char* path, int dirfd2, const char* path2) noexcept {
   if (!names_ordered()) return call(arg);
-  ParentDir a, b;
-  if (path && *path) a = open_parent(dirfd, path);
-  if (path2 && *path2) b = open_parent(dirfd2, path2);
+  const char* names[2] = {path && *path ? path : nullptr, path2 && *path2 ? path2 : nullptr};
+  const int dirs[2] = {dirfd, dirfd2};
+  ParentDir parents[2];
+  for (int i = 0; i < 2; ++i)
+    if (names[i]) parents[i] = open_parent(dirs[i], names[i]);
+  AfterNote after[2] = {AfterNote::nothing, AfterNote::nothing};
   OrderState& o = ord();
-  int rc;
-  int saved;
-  AfterNote after_a = AfterNote::nothing, after_b = AfterNote::nothing;
+  int rc, saved;
   for (;;) {
     (void)order_point_impl();  // a failed epoch is the next fsync's to report
     std::unique_lock<std::mutex> lk(o.mu);
@@ -1200,19 +1205,12 @@ int order_name_change(NameCall call, void* arg, int dirfd, const char* path, int
     if (o.gate_closed && o.error == 0) continue;
     rc = call(arg);
     saved = errno;
-    if (rc == 0) {
-      if (path && *path) after_a = note_parent_locked(o, a);
-      if (path2 && *path2) after_b = note_parent_locked(o, b);
-    }
+    for (int i = 0; i < 2; ++i)
+      if (names[i]) after[i] = rc == 0 ? note_parent_locked(o, parents[i]) : AfterNote::close;
     break;
   }
-  if (rc != 0) {
-    if (a.fd >= 0) (void)tai::detail::close_own_descriptor(a.fd);
-    if (b.fd >= 0) (void)tai::detail::close_own_descriptor(b.fd);
-  } else {
-    finish_note(a, path && *path ? after_a : AfterNote::nothing);
-    finish_note(b, path2 && *path2 ? after_b : AfterNote::nothing);
-  }
+  for (int i = 0; i < 2; ++i)
+    if (names[i] && !(after[i] == AfterNote::close && parents[i].fd < 0)) finish_note(parents[i], after[i]);
   errno = saved;
   return rc;
 }

@@ -437,6 +437,10 @@ void hold_order_thread_for_testing(bool hold) {
 
 void skip_epoch_syncs_for_testing(unsigned every) { g_skip_epoch_syncs.store(every, std::memory_order_relaxed); }
 void skip_directory_syncs_for_testing(bool skip) { g_skip_dir_syncs.store(skip, std::memory_order_relaxed); }
+void fail_directory_syncs_for_testing(unsigned count, int err) {
+  g_fail_dir_syncs_errno.store(err, std::memory_order_relaxed);
+  g_fail_dir_syncs.store(count, std::memory_order_relaxed);
+}
 
 void fail_order_bookkeeping_for_testing(unsigned count) { g_fail_apply_notes.store(count, std::memory_order_relaxed); }
 

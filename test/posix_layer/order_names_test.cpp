@@ -29,6 +29,7 @@ class OrderNames : public LayerTest {
   void SetUp() override { restart(settings(posix::FsyncMode::order)); }
   void TearDown() override {
     posix::detail::hold_order_thread_for_testing(false);
+    posix::detail::fail_directory_syncs_for_testing(0, 0);
     LayerTest::TearDown();
   }
 
@@ -178,6 +179,26 @@ TEST_F(OrderNames, ANameChangeWaitsForTheEpochsClosedBeforeIt) {
   EXPECT_TRUE(exists(b));
   EXPECT_FALSE(exists(a));
   ASSERT_EQ(posix::close(fd), 0);
+}
+
+// The errors promise for names: a directory sync of an epoch that fails is returned by the next
+// fsync, close or sync_now, and the next epoch syncs the directory again (its success is real);
+// a file system that cannot sync a directory at all (EINVAL) fails no epoch.
+TEST_F(OrderNames, AFailedDirectorySyncIsReturnedAndTriedAgain) {
+  make_file(file("a"), 10, 9);
+  ASSERT_EQ(posix::sync_now(), 0);
+  posix::detail::fail_directory_syncs_for_testing(1, EIO);
+  ASSERT_EQ(posix::rename(file("a").c_str(), file("b").c_str()), 0);
+  errno = 0;
+  EXPECT_EQ(posix::sync_now(), -1);
+  EXPECT_EQ(errno, EIO);
+  const std::uint64_t before = dir_syncs();
+  EXPECT_EQ(posix::sync_now(), 0) << std::strerror(errno);
+  EXPECT_EQ(dir_syncs(), before + 1) << "the directory whose sync failed was not synced again";
+  posix::detail::fail_directory_syncs_for_testing(1, EINVAL);
+  ASSERT_EQ(posix::rename(file("b").c_str(), file("c").c_str()), 0);
+  EXPECT_EQ(posix::sync_now(), 0) << "a file system without directory syncs failed the epoch";
+  EXPECT_EQ(posix::sync_now(), 0);
 }
 
 TEST_F(OrderNames, AFailedCallReturnsTheKernelsErrorAndSyncsNothing) {

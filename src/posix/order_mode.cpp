@@ -721,7 +721,6 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   const int derr = skip_syncs || g_skip_dir_syncs.load(std::memory_order_relaxed) ? 0 : sync_dirs(dirs);
   if (err == 0) err = derr;
   lk.lock();
-  o.applying.clear();
   if (err != 0) {
     // The next epoch syncs these directories again (their descriptors go with them).
     for (const NamedDir& d : dirs) {
@@ -756,6 +755,10 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   // The log is not in use: the order thread checked, and an inline epoch runs only with the gate
   // open, which comes after the log's checkpoint.
   o.checkpointed_seq = o.durable_seq;
+  // Cleared in the same hold of the mutex that publishes the epoch's error: a close that found
+  // its file's held writes applied waits for this (order_close), and must then find the error.
+  // Emptied meanwhile (a reader skips a write without bytes).
+  o.applying.clear();
   if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
   if (err != 0) {
     o.error = err;
@@ -1015,6 +1018,15 @@ static void for_each_held_locked(const OrderState& o, const Inode& ino, F&& f) {
   for (const auto& ws : o.applying) each(ws);
   for (const Epoch& e : o.closed) each(e.writes);
   each(o.open_writes);
+}
+
+// Under o.mu: does the round of held writes being applied now hold one of `ino`'s (its bytes
+// gone already or not)?
+static bool applying_names_locked(const OrderState& o, const Inode& ino) {
+  for (const auto& ws : o.applying)
+    for (const Deferred& w : ws)
+      if (w.ino == &ino) return true;
+  return false;
 }
 
 bool held_write_ends_at_locked(const OrderState& o, const Inode& ino, std::uint64_t end) {
@@ -1386,7 +1398,14 @@ int order_close(Inode& ino) {
   // or failed there, which this close returns (as a plain close returns a failed write-back).
   if (ino.deferred.load(std::memory_order_acquire) == 0) {
     g_closes_through.fetch_add(1, std::memory_order_relaxed);
-    return order_take_error();
+    // The count falls as each write reaches the kernel, before the round that applied it
+    // publishes its error (under o.mu, as it clears OrderState::applying): wait for that round
+    // while it still names this file, or the error would be missed and returned only by a
+    // later fsync.
+    OrderState& o = ord();
+    std::unique_lock<std::mutex> lk(o.mu);
+    program_wait(o, lk, [&] { return !applying_names_locked(o, ino); });
+    return take_error_locked(o);
   }
   return order_sync_all();
 }

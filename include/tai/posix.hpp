@@ -176,12 +176,23 @@ int close(int fd);
 /// the old one finds, after a crash, the old file or the whole new one, and never a later
 /// epoch's writes without the rename). Under `full` they are the plain calls. The preload
 /// library does the same for the program's rename, renameat, renameat2, link, linkat, unlink,
-/// unlinkat and remove.
+/// unlinkat, remove, mkdir, mkdirat, rmdir, symlink and symlinkat (for names under
+/// TAI_PRELOAD_PATHS).
+/// Thread-safe, as the kernel's calls are.
 int rename(const char* from, const char* to);
 int renameat(int fromdir, const char* from, int todir, const char* to);
 int link(const char* from, const char* to);
 int unlink(const char* path);
 int unlinkat(int dirfd, const char* path, int flags);
+/// Names made and directories removed, as above: a directory made under `order` is in its parent
+/// durably with the epoch of the mkdir (a file the program then makes in it and fsyncs is found
+/// after a crash, by its path, whenever a later epoch's writes are), and so is a symbolic link
+/// or a removal (rmdir, and unlinkat with AT_REMOVEDIR).
+int mkdir(const char* path, mode_t mode);
+int mkdirat(int dirfd, const char* path, mode_t mode);
+int rmdir(const char* path);
+int symlink(const char* target, const char* linkpath);
+int symlinkat(const char* target, int newdirfd, const char* linkpath);
 
 ssize_t read(int fd, void* buf, std::size_t count);
 ssize_t write(int fd, const void* buf, std::size_t count);

@@ -40,6 +40,17 @@ int unlinkat(int dirfd, const char* path, int flags) {
   return name_change([&] { return static_cast<int>(::syscall(SYS_unlinkat, dirfd, path, flags)); }, dirfd, path);
 }
 
+int mkdir(const char* path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
+int mkdirat(int dirfd, const char* path, mode_t mode) {
+  return name_change([&] { return static_cast<int>(::syscall(SYS_mkdirat, dirfd, path, mode)); }, dirfd, path);
+}
+int rmdir(const char* path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
+int symlink(const char* target, const char* linkpath) { return symlinkat(target, AT_FDCWD, linkpath); }
+int symlinkat(const char* target, int newdirfd, const char* linkpath) {
+  return name_change([&] { return static_cast<int>(::syscall(SYS_symlinkat, target, newdirfd, linkpath)); }, newdirfd,
+                     linkpath);
+}
+
 int close(int fd) {
   const int saved = errno;
   int err = 0;

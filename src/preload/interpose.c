@@ -353,12 +353,13 @@ static int name_under_prefix(int dirfd, const char* path) {
 }
 
 /* A name change of the program's (rename, link, unlink), made by the real call. */
-enum name_call_kind { NC_RENAMEAT2, NC_LINKAT, NC_UNLINKAT, NC_REMOVE };
+/* A name made or removed (mkdir, symlink, rmdir) as well. */
+enum name_call_kind { NC_RENAMEAT2, NC_LINKAT, NC_UNLINKAT, NC_REMOVE, NC_MKDIRAT, NC_RMDIR, NC_SYMLINKAT };
 struct name_call {
   enum name_call_kind kind;
   int dirfd, dirfd2;
-  const char *path, *path2;
-  int flags;
+  const char *path, *path2; /* NC_SYMLINKAT: path is the link's name, path2 its target */
+  int flags;                /* NC_MKDIRAT: the mode */
 };
 static int do_name_call(void* arg) {
   const struct name_call* c = (const struct name_call*)arg;
@@ -369,6 +370,9 @@ static int do_name_call(void* arg) {
     case NC_LINKAT: return REAL(linkat)(c->dirfd, c->path, c->dirfd2, c->path2, c->flags);
     case NC_UNLINKAT: return REAL(unlinkat)(c->dirfd, c->path, c->flags);
     case NC_REMOVE: return REAL(remove)(c->path);
+    case NC_MKDIRAT: return REAL(mkdirat)(c->dirfd, c->path, (mode_t)c->flags);
+    case NC_RMDIR: return REAL(rmdir)(c->path);
+    case NC_SYMLINKAT: return REAL(symlinkat)(c->path2, c->dirfd, c->path);
   }
   errno = EINVAL;
   return -1;
@@ -381,8 +385,9 @@ static int do_name_call(void* arg) {
  * open epoch, so that no later epoch's writes reach the device before the change is durable.
  * Returns the call's result with its errno. */
 static int ordered_name_call(struct name_call* c, int dirfd, const char* path, int dirfd2, const char* path2) {
-  if (!atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() || !tai_bridge_fsync_order())
-    return do_name_call(c);
+  if (path == NULL || !atomic_load_explicit(&g_routed_ever, memory_order_relaxed) || !engaged() ||
+      !tai_bridge_fsync_order())
+    return do_name_call(c); /* a null name: the kernel's EFAULT */
   const int saved = errno;
   const int first = name_under_prefix(dirfd, path), second = path2 && name_under_prefix(dirfd2, path2);
   errno = saved;
@@ -2244,4 +2249,31 @@ EXPORT int remove(const char* path) {
   order_point();
   struct name_call c = {NC_REMOVE, AT_FDCWD, AT_FDCWD, path, NULL, 0};
   return ordered_name_call(&c, AT_FDCWD, path, AT_FDCWD, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* making a name, removing a directory (TAI_FSYNC=order)                                      */
+/* A directory the program makes and then makes files in: the files are synced with their epoch
+ * (their directory is noted at their creation), and the new directory's own entry must be durable
+ * with them, or a crash could lose the files, by their paths, while a later epoch's writes are on
+ * the disk. Under TAI_PRELOAD_PATHS only; no wait elsewhere (nothing there is the order mode's). */
+EXPORT int mkdir(const char* path, mode_t mode) {
+  struct name_call c = {NC_MKDIRAT, AT_FDCWD, AT_FDCWD, path, NULL, (int)mode};
+  return ordered_name_call(&c, AT_FDCWD, path, AT_FDCWD, NULL);
+}
+EXPORT int mkdirat(int dirfd, const char* path, mode_t mode) {
+  struct name_call c = {NC_MKDIRAT, dirfd, AT_FDCWD, path, NULL, (int)mode};
+  return ordered_name_call(&c, dirfd, path, AT_FDCWD, NULL);
+}
+EXPORT int rmdir(const char* path) {
+  struct name_call c = {NC_RMDIR, AT_FDCWD, AT_FDCWD, path, NULL, 0};
+  return ordered_name_call(&c, AT_FDCWD, path, AT_FDCWD, NULL);
+}
+EXPORT int symlink(const char* target, const char* linkpath) {
+  struct name_call c = {NC_SYMLINKAT, AT_FDCWD, AT_FDCWD, linkpath, target, 0};
+  return ordered_name_call(&c, AT_FDCWD, linkpath, AT_FDCWD, NULL);
+}
+EXPORT int symlinkat(const char* target, int newdirfd, const char* linkpath) {
+  struct name_call c = {NC_SYMLINKAT, newdirfd, AT_FDCWD, linkpath, target, 0};
+  return ordered_name_call(&c, newdirfd, linkpath, AT_FDCWD, NULL);
 }

@@ -1,5 +1,5 @@
 // Name changes under the order mode (TAI_FSYNC=order): tai::posix::rename, renameat, link,
-// unlink and unlinkat wait for the closed epochs, make the kernel's change, and put the directory
+// unlink, unlinkat, mkdir(at), rmdir and symlink(at) wait for the closed epochs, make the kernel's change, and put the directory
 // of each name they changed (and the open the directory of each file it made) on the open
 // epoch's list: the order thread fsyncs it with the epoch's files, so that no later epoch's
 // writes reach the device before the name change is durable. Whether the order holds in every
@@ -53,6 +53,11 @@ class OrderNames : public LayerTest {
     return ::lstat(path.c_str(), &st) == 0;
   }
   static std::uint64_t dir_syncs() { return posix::detail::kernel_directory_syncs_for_testing(); }
+  static mode_t current_umask() {
+    const mode_t m = ::umask(022);
+    ::umask(m);
+    return m;
+  }
 
   std::shared_ptr<engines::RecordingEngine*> recording_;
 };
@@ -118,6 +123,72 @@ TEST_F(OrderNames, UnlinkLinkAndTheAtFormsAreSyncedToo) {
   EXPECT_EQ(dir_syncs(), before + 2) << "unlinkat in two directories";
   ::close(subdir);
   ::close(dir);
+}
+
+// A directory made in an epoch is in its parent durably with that epoch's files (a file made in
+// it and fsynced is found by its path after a crash, whenever a later epoch's writes are); so are
+// a symbolic link and a removed directory. Failed calls sync nothing.
+TEST_F(OrderNames, MkdirSymlinkAndRmdirAreSyncedWithTheirEpoch) {
+  const std::string made = file("made"), linked = file("linked"), removed = file("removed");
+  make_file(file("routed"), 10, 11);  // the layer in order mode from its first routed file
+  ASSERT_EQ(::mkdir(made.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(linked.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(removed.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((removed + "/old").c_str(), 0755), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+
+  std::uint64_t before = dir_syncs();
+  ASSERT_EQ(posix::mkdir((made + "/new").c_str(), 0750), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::stat((made + "/new").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0750u & ~current_umask());
+  EXPECT_EQ(dir_syncs(), before) << "synced before its epoch was closed";
+  const int fd = posix::open((made + "/new/f").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix::pwrite(fd, "data", 4, 0), 4);
+  ASSERT_EQ(posix::fsync(fd), 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 2) << "the new directory's parent (the mkdir) and the new directory (the file's creation)";
+  ASSERT_EQ(posix::close(fd), 0);
+
+  before = dir_syncs();
+  ASSERT_EQ(posix::symlink("../made/new/f", (linked + "/ln").c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "symlink";
+  EXPECT_EQ(kernel_contents(linked + "/ln"), "data");
+
+  const int dir = ::open(linked.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dir, 0);
+  before = dir_syncs();
+  ASSERT_EQ(posix::symlinkat("ln", dir, "ln2"), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::mkdirat(dir, "sub", 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "symlinkat and mkdirat in one directory, one epoch: one sync";
+  EXPECT_EQ(kernel_contents(linked + "/ln2"), "data");
+  ::close(dir);
+
+  before = dir_syncs();
+  ASSERT_EQ(posix::rmdir((removed + "/old").c_str()), 0) << std::strerror(errno);
+  EXPECT_FALSE(exists(removed + "/old"));
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before + 1) << "rmdir";
+
+  before = dir_syncs();
+  errno = 0;
+  EXPECT_EQ(posix::mkdir(made.c_str(), 0755), -1);
+  EXPECT_EQ(errno, EEXIST);
+  errno = 0;
+  EXPECT_EQ(posix::rmdir(made.c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  errno = 0;
+  EXPECT_EQ(posix::symlink("x", (linked + "/ln").c_str()), -1);
+  EXPECT_EQ(errno, EEXIST);
+  errno = 0;
+  EXPECT_EQ(posix::mkdir(file("missing/new").c_str(), 0755), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(posix::sync_now(), 0);
+  EXPECT_EQ(dir_syncs(), before) << "a failed call synced a directory";
 }
 
 // SQLite fsyncs the directory after it makes its journal: the names changed before that fsync
@@ -225,8 +296,13 @@ TEST_F(OrderNames, UnderFullTheyAreThePlainCalls) {
   const std::uint64_t before = dir_syncs();
   ASSERT_EQ(posix::rename(a.c_str(), b.c_str()), 0);
   ASSERT_EQ(posix::unlink(b.c_str()), 0);
+  ASSERT_EQ(posix::mkdir(file("d").c_str(), 0755), 0);
+  ASSERT_EQ(posix::symlink("d", file("l").c_str()), 0);
+  ASSERT_EQ(posix::rmdir(file("d").c_str()), 0);
   ASSERT_EQ(posix::sync_now(), 0);
   EXPECT_EQ(dir_syncs(), before);
+  EXPECT_FALSE(exists(file("d")));
+  EXPECT_TRUE(exists(file("l")));
   EXPECT_FALSE(exists(a));
   EXPECT_FALSE(exists(b));
 }

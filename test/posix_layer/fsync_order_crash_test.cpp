@@ -263,6 +263,26 @@ class OrderProgram {
     write_names("unlink " + name, b);
     ++name_changes_;
   }
+  /// mkdir and rmdir (tai::posix's) of a directory in the program's: a name of the table like a
+  /// file's (its slot holds a number no file has), changed in the current epoch after the wait.
+  void mkdir(const std::string& name) {
+    release();
+    const std::string path = dir_ + "/" + prefix_ + name;
+    const std::uint64_t b = wait_for_closed_epochs("mkdir " + name);
+    if (posix::mkdir(path.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + path + ": " + std::strerror(errno));
+    named_[name] = kDirectoryIds + ++directories_made_;
+    write_names("mkdir " + name, b);
+    ++name_changes_;
+  }
+  void rmdir(const std::string& name) {
+    release();
+    const std::string path = dir_ + "/" + prefix_ + name;
+    const std::uint64_t b = wait_for_closed_epochs("rmdir " + name);
+    if (posix::rmdir(path.c_str()) != 0) throw std::runtime_error("rmdir " + path + ": " + std::strerror(errno));
+    named_.erase(name);
+    write_names("rmdir " + name, b);
+    ++name_changes_;
+  }
   /// The program's own fsync of the directory (SQLite's after it makes its journal): the names
   /// so far durable when it returns; the layer then leaves the directory out of the epoch's syncs
   /// for those (order_directory_synced), which this checks. Logged as a sync of the table.
@@ -506,6 +526,8 @@ class OrderProgram {
   std::map<std::string, std::size_t> slot_of_;  // name -> its slot, kept once given
   std::size_t name_changes_ = 0;
   std::size_t directory_fsyncs_ = 0;
+  static constexpr std::size_t kDirectoryIds = 0x40000000;  // a directory's slot: this + its number
+  std::size_t directories_made_ = 0;
 };
 
 // Bytes that differ per (file, offset, epoch, salt): a write's bytes name where and when they were made.
@@ -623,6 +645,32 @@ void replace_workload(OrderProgram& p, std::mt19937_64& rng, unsigned rounds) {
     if (kept && rng() % 2 == 0) {
       p.unlink("previous");
       kept = false;
+    }
+  }
+}
+
+// Directories made and removed between fsyncs (git's object directories, a build's output tree,
+// a spool): each round makes a directory, sometimes a file beside it (written and fsynced), then
+// a record in a log, fsynced; now and then a directory of an earlier round is removed. Directories
+// are names of the table as files are (track_names).
+void directories_workload(OrderProgram& p, std::mt19937_64& rng, unsigned rounds) {
+  p.track_names();
+  const std::size_t log = p.open("log");
+  std::vector<std::string> made;
+  for (unsigned r = 0; r < rounds; ++r) {
+    made.push_back("dir" + std::to_string(r));
+    p.mkdir(made.back());
+    if (rng() % 2 == 0) {
+      const std::size_t f = p.open("file" + std::to_string(r));
+      p.write(f, 0, order_crash_bytes(200 + rng() % 2000, rng()));
+      p.fsync(f, rng() % 2 == 0);
+    }
+    p.write(log, r * 128, order_crash_bytes(128, rng()));
+    p.fsync(log, rng() % 2 == 0);
+    if (made.size() > 1 && rng() % 3 == 0) {
+      const std::size_t i = rng() % (made.size() - 1);
+      p.rmdir(made[i]);
+      made.erase(made.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
 }
@@ -1061,7 +1109,7 @@ TEST_F(FsyncOrderCrash, WriteThroughFilesWhoseSyncsAreSkippedAreCaught) {
 }
 
 // Name changes: files made, renamed over others and unlinked between fsyncs (atomic replacement,
-// SQLite's journal in DELETE mode), the directory's table of names judged with the files. The
+// SQLite's journal in DELETE mode), directories made and removed, the directory's table of names judged with the files. The
 // layer syncs the directory of each name change with the epoch the change was made in (and of
 // each file it made), so no later epoch's writes reach the device before the name is durable.
 // With write-through files, as the layer's defaults have them (the directory's syncs are
@@ -1076,12 +1124,14 @@ TEST_F(FsyncOrderCrash, EveryCrashStateWithNameChangesKeepsTheEpochOrder) {
        [](OrderProgram& p, std::mt19937_64& r) { replace_workload(p, r, 8); }},
       {"delete_j", std::max(2u, static_cast<unsigned>(12 * scale + 0.5)),
        [](OrderProgram& p, std::mt19937_64& r) { delete_journal_workload(p, r, 6); }},
+      {"dirs", std::max(2u, static_cast<unsigned>(8 * scale + 0.5)),
+       [](OrderProgram& p, std::mt19937_64& r) { directories_workload(p, r, 6); }},
   };
   if (!run_order_crash_kinds(file(""), "names_", kinds, seed, 1, false, total, posix::detail::InlineEpochs::automatic,
                              true))
     return;
   const std::uint64_t dir_syncs = posix::detail::kernel_directory_syncs_for_testing() - dir_syncs_before;
-  std::printf("[crashsim] order mode with name changes: %llu renames and unlinks, %llu directory syncs of the layer, "
+  std::printf("[crashsim] order mode with name changes: %llu renames, unlinks, mkdirs and rmdirs, %llu directory syncs of the layer, "
               "%llu of the program\n",
               static_cast<unsigned long long>(total.name_changes), static_cast<unsigned long long>(dir_syncs),
               static_cast<unsigned long long>(total.program_dir_syncs));
@@ -1100,6 +1150,7 @@ TEST_F(FsyncOrderCrash, NameChangesWhoseDirectoryIsNotSyncedAreCaught) {
       {"replace", [](OrderProgram& p, std::mt19937_64& r) { replace_workload(p, r, 4); }},
       // Without the program's own syncs of the directory, which would cover the names here.
       {"delete_j", [](OrderProgram& p, std::mt19937_64& r) { delete_journal_workload(p, r, 3, false); }},
+      {"dirs", [](OrderProgram& p, std::mt19937_64& r) { directories_workload(p, r, 4); }},
   };
   for (const auto& [name, body] : cases)
     for (bool busy : {false, true}) {

@@ -40,13 +40,32 @@ int unlinkat(int dirfd, const char* path, int flags) {
   return name_change([&] { return static_cast<int>(::syscall(SYS_unlinkat, dirfd, path, flags)); }, dirfd, path);
 }
 
+namespace {
+// Under `order`, a name that exists already: the kernel's answer to mkdir or symlink is EEXIST,
+// which changes nothing; given without waiting for the earlier epochs (`mkdir -p` and its kind
+// make every directory on the way, and most exist).
+bool name_exists(int dirfd, const char* path) {
+  if (!detail::order_mode() || path == nullptr) return false;
+  struct stat st {};
+  if (::fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  errno = EEXIST;
+  return true;
+}
+}  // namespace
+
 int mkdir(const char* path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 int mkdirat(int dirfd, const char* path, mode_t mode) {
+  const int saved = errno;
+  if (name_exists(dirfd, path)) return -1;
+  errno = saved;
   return name_change([&] { return static_cast<int>(::syscall(SYS_mkdirat, dirfd, path, mode)); }, dirfd, path);
 }
 int rmdir(const char* path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
 int symlink(const char* target, const char* linkpath) { return symlinkat(target, AT_FDCWD, linkpath); }
 int symlinkat(const char* target, int newdirfd, const char* linkpath) {
+  const int saved = errno;
+  if (name_exists(newdirfd, linkpath)) return -1;
+  errno = saved;
   return name_change([&] { return static_cast<int>(::syscall(SYS_symlinkat, target, newdirfd, linkpath)); }, newdirfd,
                      linkpath);
 }

@@ -441,11 +441,11 @@ struct Ref {
 // under a write-through name), and goes write-through after an order-thread sync of it that
 // covered every write submitted to it; one made write-through in `full` goes back to the cache
 // at its next write. Not covered: a file that cannot leave write-through (its engine cannot
-// open it) keeps writing to the kernel directly; mkdir, symlink and the creation of a file are
-// not held back (an empty new file or directory may appear before the epoch that precedes it is
-// durable). Name changes (rename, link, unlink) are made with the gate held open, as an
-// O_APPEND write is (order_name_change), and put their directory on the open epoch's list
-// (NamedDir), synced with its files; so does a file the layer sees made (order_name_changed).
+// open it) keeps writing to the kernel directly; the creation of a file is not held back (an
+// empty new file may appear before the epoch that precedes it is durable). Name changes (rename,
+// link, unlink, mkdir, rmdir, symlink) are made with the gate held open, as an O_APPEND write is
+// (order_name_change), and put their directory on the open epoch's list (NamedDir), synced with
+// its files; so does a file the layer sees made (order_name_changed).
 //
 // Lock order: a description's mutex, an inode's mutex, then the state's mutex. The order thread
 // never holds the state's mutex while it takes an inode's.
@@ -510,6 +510,10 @@ struct OrderState {
   // mutex: a reader holding that mutex and mu sees exactly the held writes of that file that the
   // cache does not have yet (read_held_through).
   std::vector<std::vector<Deferred>> applying;
+  // Rounds of `applying` done: incremented under mu where each round is cleared, in the same
+  // hold of mu that publishes the round's error (a close waits for the round it found naming its
+  // file, order_close, not for every later one).
+  std::uint64_t apply_rounds = 0;
   std::vector<Inode*> open_dirty;
   std::vector<NamedDir> open_dirs;  // the open epoch's directories (NamedDir)
   // Name changes noted so far (NamedDir::noted): incremented under mu, read without it by

@@ -627,6 +627,8 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
     lk.lock();
     for (std::size_t i = 0; i < k; ++i) o.closed[i].writes = std::move(per_epoch[i]);
     per_epoch.clear();
+    ++o.apply_rounds;  // a round too (none of its writes applied), for a close that saw it
+    o.cv.notify_all();
     o.front_started_ns = 0;
     logf("fsync order: the log failed (%s): epochs go one by one from now on", std::strerror(err));
     L.broken = true;
@@ -653,6 +655,7 @@ static bool log_batch_locked(OrderState& o, std::unique_lock<std::mutex>& lk) {
   // writes waiting (about 25 us each time, a batch of a few hundred epochs).
   std::vector<std::vector<Deferred>> applied;
   applied.swap(per_epoch);
+  ++o.apply_rounds;
   note_durable_locked(o, k);
   o.front_started_ns = 0;
   for (std::size_t i = 0; i < k; ++i) o.closed.pop_front();
@@ -759,6 +762,7 @@ static void direct_epoch_locked(OrderState& o, std::unique_lock<std::mutex>& lk)
   // its file's held writes applied waits for this (order_close), and must then find the error.
   // Emptied meanwhile (a reader skips a write without bytes).
   o.applying.clear();
+  ++o.apply_rounds;
   if (err == 0) g_stat_durable.fetch_add(1, std::memory_order_relaxed);
   if (err != 0) {
     o.error = err;
@@ -848,6 +852,7 @@ void order_thread_main() noexcept {
     for (Inode* ip : touched) inode_unref(ip);
     lk.lock();
     o.applying.clear();
+    ++o.apply_rounds;
     if (err != 0) o.error = err;
     o.cv.notify_all();
   }
@@ -1399,12 +1404,18 @@ int order_close(Inode& ino) {
   if (ino.deferred.load(std::memory_order_acquire) == 0) {
     g_closes_through.fetch_add(1, std::memory_order_relaxed);
     // The count falls as each write reaches the kernel, before the round that applied it
-    // publishes its error (under o.mu, as it clears OrderState::applying): wait for that round
-    // while it still names this file, or the error would be missed and returned only by a
-    // later fsync.
+    // publishes its error (under o.mu, as it clears OrderState::applying): wait for the end of
+    // the round found naming this file, or the error would be missed and returned only by a
+    // later fsync. Only that round: the next one may name the file again (another thread's held
+    // writes to it), and the order thread fills it before it lets go of o.mu. (An emptied round
+    // may still name an inode freed meanwhile, whose address a new file took: that close then
+    // waits for one round it had no write in, no longer.)
     OrderState& o = ord();
     std::unique_lock<std::mutex> lk(o.mu);
-    program_wait(o, lk, [&] { return !applying_names_locked(o, ino); });
+    if (applying_names_locked(o, ino)) {
+      const std::uint64_t round = o.apply_rounds;
+      program_wait(o, lk, [&] { return o.apply_rounds != round; });
+    }
     return take_error_locked(o);
   }
   return order_sync_all();

@@ -392,6 +392,17 @@ static int ordered_name_call(struct name_call* c, int dirfd, const char* path, i
   const int first = name_under_prefix(dirfd, path), second = path2 && name_under_prefix(dirfd2, path2);
   errno = saved;
   if (!first && !second) return do_name_call(c);
+  if (c->kind == NC_MKDIRAT || c->kind == NC_SYMLINKAT) {
+    /* A name that exists: the kernel's answer is EEXIST, which changes nothing; given now
+     * without waiting for the earlier epochs (`mkdir -p`, Python's makedirs and git make the
+     * directories they need on every write, and most exist). */
+    struct stat st;
+    if (REAL(fstatat)(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      errno = EEXIST;
+      return -1;
+    }
+    errno = saved;
+  }
   ENTER();
   const int r = tai_bridge_order_name_change(do_name_call, c, dirfd, first ? path : NULL, dirfd2, second ? path2 : NULL);
   LEAVE();

@@ -252,6 +252,45 @@ TEST_F(OrderNames, ANameChangeWaitsForTheEpochsClosedBeforeIt) {
   ASSERT_EQ(posix::close(fd), 0);
 }
 
+// mkdir and symlink of a name that exists change nothing: their EEXIST comes at once, without
+// waiting for an epoch in flight (`mkdir -p` makes every directory on its way, most existing).
+TEST_F(OrderNames, AMkdirOfANameThatExistsDoesNotWaitForTheEpochs) {
+  posix::detail::Settings s = settings(posix::FsyncMode::order);
+  s.fsync_inline = posix::detail::InlineEpochs::never;  // the fsync below leaves its epoch in flight
+  s.fsync_max_delay_ms = 600'000;                       // and does not wait for it
+  restart(s);
+  const std::string data = file("data"), there = file("there");
+  ASSERT_EQ(::mkdir(there.c_str(), 0755), 0);
+  const int fd = posix::open(data.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix::sync_now(), 0);
+  posix::detail::hold_order_thread_for_testing(true);
+  ASSERT_EQ(posix::pwrite(fd, "w", 1, 0), 1);
+  ASSERT_EQ(posix::fsync(fd), 0);  // returns at once; its epoch waits for the held thread
+  std::atomic<int> done{0};
+  std::thread maker([&] {
+    errno = 0;
+    EXPECT_EQ(posix::mkdir(there.c_str(), 0755), -1);
+    EXPECT_EQ(errno, EEXIST);
+    errno = 0;
+    EXPECT_EQ(posix::symlink("x", data.c_str()), -1);
+    EXPECT_EQ(errno, EEXIST);
+    done.store(1);
+    EXPECT_EQ(posix::mkdir(file("new").c_str(), 0755), 0);  // a new name waits for the epoch
+    done.store(2);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(done.load(), 1) << "mkdir or symlink of an existing name waited for the epoch in flight";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(done.load(), 1) << "the mkdir of a new name did not wait for the epoch in flight";
+  posix::detail::hold_order_thread_for_testing(false);
+  maker.join();
+  EXPECT_TRUE(exists(file("new")));
+  ASSERT_EQ(posix::close(fd), 0);
+}
+
 // The errors promise for names: a directory sync of an epoch that fails is returned by the next
 // fsync, close or sync_now, and the next epoch syncs the directory again (its success is real);
 // a file system that cannot sync a directory at all (EINVAL) fails no epoch.

@@ -255,33 +255,15 @@ class OrderProgram {
     ++name_changes_;
   }
   void unlink(const std::string& name) {
-    release();
-    const std::string path = dir_ + "/" + prefix_ + name;
-    const std::uint64_t b = wait_for_closed_epochs("unlink " + name);
-    if (posix::unlink(path.c_str()) != 0) throw std::runtime_error("unlink " + path + ": " + std::strerror(errno));
-    named_.erase(name);
-    write_names("unlink " + name, b);
-    ++name_changes_;
+    name_call("unlink", name, [](const char* path) { return posix::unlink(path); }, 0);
   }
   /// mkdir and rmdir (tai::posix's) of a directory in the program's: a name of the table like a
   /// file's (its slot holds a number no file has), changed in the current epoch after the wait.
   void mkdir(const std::string& name) {
-    release();
-    const std::string path = dir_ + "/" + prefix_ + name;
-    const std::uint64_t b = wait_for_closed_epochs("mkdir " + name);
-    if (posix::mkdir(path.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + path + ": " + std::strerror(errno));
-    named_[name] = kDirectoryIds + ++directories_made_;
-    write_names("mkdir " + name, b);
-    ++name_changes_;
+    name_call("mkdir", name, [](const char* path) { return posix::mkdir(path, 0755); }, kDirectoryIds + ++directories_made_);
   }
   void rmdir(const std::string& name) {
-    release();
-    const std::string path = dir_ + "/" + prefix_ + name;
-    const std::uint64_t b = wait_for_closed_epochs("rmdir " + name);
-    if (posix::rmdir(path.c_str()) != 0) throw std::runtime_error("rmdir " + path + ": " + std::strerror(errno));
-    named_.erase(name);
-    write_names("rmdir " + name, b);
-    ++name_changes_;
+    name_call("rmdir", name, [](const char* path) { return posix::rmdir(path); }, 0);
   }
   /// The program's own fsync of the directory (SQLite's after it makes its journal): the names
   /// so far durable when it returns; the layer then leaves the directory out of the epoch's syncs
@@ -456,6 +438,21 @@ class OrderProgram {
   // The wait for the closed epochs that tai::posix's name changes and O_TRUNC opens make first,
   // made here (order_point) so that the call's own finds none left: a sync point for the closed
   // epochs, and the tick after it, from which the kernel may change the names.
+  // A call on one name of the directory: after the wait for the closed epochs, `call` on its
+  // path; then the name holds `id` (0: removed) in the table, changed in the current epoch.
+  template <class Call>
+  void name_call(const char* what, const std::string& name, Call call, std::size_t id) {
+    release();
+    const std::string path = dir_ + "/" + prefix_ + name, label = std::string(what) + " " + name;
+    const std::uint64_t b = wait_for_closed_epochs(label);
+    if (call(path.c_str()) != 0) throw std::runtime_error(std::string(what) + " " + path + ": " + std::strerror(errno));
+    if (id != 0)
+      named_[name] = id;
+    else
+      named_.erase(name);
+    write_names(label, b);
+    ++name_changes_;
+  }
   std::uint64_t wait_for_closed_epochs(const std::string& label) {
     const std::uint64_t b = sim_->tick();
     if (posix::detail::order_point() != 0) throw std::runtime_error(label + ": an epoch failed: " + std::strerror(errno));

@@ -18,6 +18,20 @@
 
 namespace augment {
 namespace {
+// The whole record at `offset`, short writes continued: 0 or errno.
+int pwrite_all(int fd, const void* data, std::size_t n, std::uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, off_t(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    p += w;
+    n -= std::size_t(w);
+    offset += std::uint64_t(w);
+  }
+  return 0;
+}
+
 class PosixMethod final : public Method {
  public:
   explicit PosixMethod(const MethodConfig& config) : config_(config) {}
@@ -26,15 +40,7 @@ class PosixMethod final : public Method {
   }
   std::size_t record_alignment() const override { return config_.direct ? kDirectAlignment : 1; }
   void write(std::size_t, unsigned file, std::uint64_t offset, const void* data, std::size_t n) override {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fds_[file], p, n, off_t(offset));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return fail(errno_text("pwrite", w < 0 ? errno : EIO));
-      p += w;
-      n -= std::size_t(w);
-      offset += std::uint64_t(w);
-    }
+    if (const int e = pwrite_all(fds_[file], data, n, offset)) fail(errno_text("pwrite", e));
   }
   void sync(std::size_t, unsigned file) override {
     if (const int e = sync_fd(fds_[file], config_.fdatasync)) fail(errno_text(config_.fdatasync ? "fdatasync" : "fsync", e));
@@ -62,15 +68,7 @@ class PosixBackgroundSyncMethod final : public Method {
   }
   std::size_t record_alignment() const override { return config_.direct ? kDirectAlignment : 1; }
   void write(std::size_t, unsigned file, std::uint64_t offset, const void* data, std::size_t n) override {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fds_[file], p, n, off_t(offset));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return fail(errno_text("pwrite", w < 0 ? errno : EIO));
-      p += w;
-      n -= std::size_t(w);
-      offset += std::uint64_t(w);
-    }
+    if (const int e = pwrite_all(fds_[file], data, n, offset)) fail(errno_text("pwrite", e));
   }
   // An fsync already queued and not yet begun covers this one's writes too (it begins later).
   void sync(std::size_t, unsigned file) override {

@@ -93,6 +93,7 @@ TreeCore::TreeCore(unsigned levels, const unsigned* bits, EngineFile* file, Quot
   ring_.reset(new std::atomic<std::uint64_t>[kRing]());  // value-initialised: all 0
   root_ = new Node(nullptr, 0, 0);
   root_->sparse = levels_ > 1 && bits_[0] > kArrayBits;
+  root_bottom_uncacheable_ = bottom(*root_) && !cacheable(0);
   count(counters_.nodes);
   count(node_bytes_, sizeof(Node));
 }

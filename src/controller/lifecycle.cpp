@@ -159,6 +159,9 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
   }
   t->kind = TaskKind::close;
   t->file = f;
+  // No caller write begins from here on (the close task's count below also keeps them out
+  // until it ends; this keeps them out after it too). Relaxed: an RMW on the word.
+  f->traffic.fetch_or(FileTraffic::kNoCallers, std::memory_order_relaxed);
   file_retain(f);
   if (opt.latency_histograms) t->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)
@@ -215,6 +218,11 @@ ControllerStats ControllerCore::stats() const {
     s.evictions += w.evictions.get();
   }
   s.rejected = rejected_outside.load(std::memory_order_relaxed);
+  // Caller writes are writes like the others in every count, and counted apart too.
+  s.caller_writes = caller_writes.load(std::memory_order_relaxed);
+  s.requests[static_cast<std::size_t>(RequestKind::write)] += s.caller_writes;
+  s.bytes_written += caller_write_bytes.load(std::memory_order_relaxed);
+  s.failed += caller_write_failures.load(std::memory_order_relaxed);
   s.requests[static_cast<std::size_t>(RequestKind::flush)] += flushes.load(std::memory_order_relaxed);
   // Counters: closed trees and open ones. "Now" values: open trees only (a closed tree's are
   // what it held when it closed).

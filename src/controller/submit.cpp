@@ -54,6 +54,7 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
                  "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
   }
   f->tree_id = f->tree->id();
+  if (opt.caller_writes) f->caller_engine = s->sync;  // null for asynchronous engines
   f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
   FileCore* raw = f.release();
   registry.add(raw, n);
@@ -119,6 +120,7 @@ int ControllerCore::producer_index() {
 
 void ControllerCore::push(unsigned w, Task* t) {
   Worker& wk = *workers[w];
+  if (t->file != nullptr) count_file_task(*t->file, *t);  // before the push publishes t
   const bool inside = on_own_worker();
   // Decided before the push: once pushed, t may be run, finished and recycled by a worker.
   const bool lazy = !inside && lazy_wake(*t);

@@ -16,7 +16,8 @@
 namespace tai::detail {
 
 void ControllerCore::count_file_task(FileCore& f, Task& t) noexcept {
-  if (t.traffic != 0) return;
+  // A file with no caller engine never has a caller write: no count, no atomic on its tasks.
+  if (t.traffic != 0 || f.caller_engine == nullptr) return;
   const bool sync = t.kind == TaskKind::tree_op && (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync);
   t.traffic = sync ? FileTraffic::kTaskSync : FileTraffic::kTaskOther;
   // Relaxed is enough for the count itself: the worker learns of t through the push that

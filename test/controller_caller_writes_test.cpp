@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -274,6 +275,65 @@ TEST(CallerWrites, NotTakenWhileAnotherOperationOfTheFileIsPending) {
   EXPECT_EQ(c.ctl->stats().caller_writes, 1u);
   EXPECT_EQ(writer_of(c.engine->log(), kLarge), std::this_thread::get_id());
   EXPECT_TRUE(f.close().ok());
+}
+
+// A direct file's writes stay the workers': on the caller's thread a caller write would be the
+// device's latency, which is what the workers hide.
+TEST(CallerWrites, NotTakenOnADirectFile) {
+  ScratchDir dir;
+  Controller ctl(quiet());
+  auto opened = ctl.open<BTreeDefault>(dir.file("direct.dat"), Open::read | Open::write | Open::create | Open::direct, "posix");
+  if (!opened.ok()) GTEST_SKIP() << "no O_DIRECT file in the scratch directory: " << opened.error().message;
+  File f = std::move(opened.value());
+  void* raw = std::aligned_alloc(4096, kLarge);
+  ASSERT_NE(raw, nullptr);
+  std::unique_ptr<void, decltype(&std::free)> mem(raw, &std::free);
+  const auto a = pattern(kLarge, 10);
+  std::memcpy(raw, a.data(), a.size());
+  EXPECT_TRUE(wait_ok(f.write(0, raw, kLarge)));
+  EXPECT_TRUE(f.close().ok());
+  EXPECT_EQ(ctl.stats().caller_writes, 0u);
+  EXPECT_EQ(read_with_pread(dir.file("direct.dat")), a);
+}
+
+// A file opened while an earlier handle of its path is still closing takes no caller write
+// until its tree has been made again (after that handle closed); then it does.
+TEST(CallerWrites, AReopenedFileTakesCallerWritesOnceItsTreeIsReplaced) {
+  SteeredController c;
+  File first = c.open("again");
+  Gate hold;
+  const Receipt hook = first.hook([&hold] { hold.pass(); });
+  ASSERT_TRUE(eventually([&] { return hold.reached.load(std::memory_order_acquire); }));
+  const Receipt closing = first.close();  // queued behind the hook: still closing
+  File second = c.open("again");
+  const auto a = pattern(kLarge, 11);
+  const Receipt w = second.write(0, a.data(), a.size());
+  EXPECT_EQ(c.ctl->stats().caller_writes, 0u) << "a caller write while the earlier handle was closing";
+  hold.open_it();
+  EXPECT_TRUE(wait_ok(hook));
+  EXPECT_TRUE(wait_ok(closing));
+  EXPECT_TRUE(wait_ok(w));
+  EXPECT_TRUE(wait_ok(second.write(kLarge, a.data(), a.size())));
+  EXPECT_EQ(c.ctl->stats().caller_writes, 1u) << "the reopened file never took caller writes";
+  EXPECT_TRUE(second.close().ok());
+  const auto b = c.engine->bytes("again");
+  ASSERT_EQ(b.size(), 2 * kLarge);
+  EXPECT_EQ(0, std::memcmp(b.data(), a.data(), kLarge));
+  EXPECT_EQ(0, std::memcmp(b.data() + kLarge, a.data(), kLarge));
+}
+
+// A write submitted from one of the controller's own threads (here a task function; a
+// continuation alike) is queued, not made there: those threads must not block on the engine.
+TEST(CallerWrites, NotTakenOnTheControllersOwnThreads) {
+  SteeredController c;
+  File f = c.open("inside");
+  const auto a = pattern(kLarge, 12);
+  Receipt inner;
+  EXPECT_TRUE(wait_ok(c.ctl->submit([&] { inner = f.write(0, a.data(), a.size()); })));
+  EXPECT_TRUE(wait_ok(inner));
+  EXPECT_EQ(c.ctl->stats().caller_writes, 0u);
+  EXPECT_TRUE(f.close().ok());
+  EXPECT_EQ(c.engine->bytes("inside"), a);
 }
 
 // --- order: what is submitted during a caller write waits for it --------------------------

@@ -145,17 +145,20 @@ struct ControllerOptions {
   /// Why 32 MiB: docs/controller_options.md.
   std::uint64_t write_copy_budget = std::uint64_t{32} << 20;
   /// Caller writes: a write of at least the tree's write-around size (BTreeOptions::
-  /// write_around_bytes; on BTreeTrivial any write) to a file on a synchronous engine (posix,
-  /// cstdio, fstream, null; so "auto" for buffered files) whose tree holds nothing, while no
-  /// operation of the file but fsyncs is pending or running, is carried out by the submitting
-  /// thread inside File::write(offset, src, n): from the caller's buffer straight to the engine,
-  /// as the worker would send it, without the copy, the hand-off and the wake-up. Its receipt is
-  /// finished when write() returns, with the engine's result. Every promise holds as on the
-  /// workers' path: order (it begins only when every earlier operation of the file but fsyncs
-  /// has finished; a later one waits for it), durability (the sync epoch stamp of an uncached
-  /// write), errors (on its receipt). What changes: write() takes as long as the engine's write
-  /// (a page-cache copy on a buffered file), which a program with idle cores might rather give to
-  /// a worker: set false to hand every write over. stats().caller_writes counts them.
+  /// write_around_bytes; on BTreeTrivial any write) to a buffered file (not O_DIRECT) on a
+  /// synchronous engine (posix, cstdio, fstream, null; so "auto" for buffered files) whose tree
+  /// holds nothing, while no operation of the file but fsyncs is pending or running, is carried
+  /// out by the submitting thread inside File::write(offset, src, n): from the caller's buffer
+  /// straight to the engine, as the worker would send it, without the copy, the hand-off and
+  /// the wake-up. Its receipt is finished when write() returns, with the engine's result.
+  /// Never from one of the controller's own threads (a continuation or task function: those
+  /// must not block). Every promise holds as on the workers' path: order (it begins only when
+  /// every earlier operation of the file but fsyncs has finished; a later one waits for it),
+  /// durability (the sync epoch stamp of an uncached write), errors (on its receipt, the
+  /// engine's errno; a short write is EIO). What changes: write() takes as long as the
+  /// engine's write (a copy into the page cache, which the kernel may throttle when dirty
+  /// pages pile up), which a program with idle cores might rather give to a worker: set false
+  /// to hand every write over. stats().caller_writes counts them.
   /// Measured in docs/results/cache-cost.md ("Caller writes").
   bool caller_writes = true;
   /// Keep per-kind latency histograms (two clock reads per timed request).

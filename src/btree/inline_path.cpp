@@ -88,9 +88,12 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
 // rather than bump(): several caller writes, and the steps of an fsync, may run at once.
 bool TreeCore::caller_write(const std::byte* src, std::uint64_t offset, std::uint64_t length, SyncEngine& engine,
                             std::int64_t& result) noexcept {
-  if (!caller_write_shape(offset, length) || length - 1 > ~std::uint64_t{0} - offset) return false;
-  // Written only by operations the controller keeps out while caller writes run.
-  if (root_->block != nullptr || root_->child_count != 0 || root_->direct_count != 0) return false;
+  if (length == 0 || length < caller_write_min_ || length - 1 > ~std::uint64_t{0} - offset) return false;
+  // Nothing cached: no node but the root. Not root_->child_count: an fsync's steps may be
+  // deleting the empty children evictions left, beside this call. The root itself never holds
+  // a block here (caller_write_min_), and its direct requests belong to operations the
+  // controller keeps out while caller writes run.
+  if (counters_.nodes.load(std::memory_order_relaxed) != 1 || root_->direct_count != 0) return false;
   const std::uint64_t last = offset + (length - 1);
   // The logical size first, as the root step grows it before its request: a read that another
   // thread submits once this write returned must not stop short of it. A maximum, not a store:

@@ -44,12 +44,17 @@ void ControllerCore::wait_for_caller_writes(FileCore& f) noexcept {
 }
 
 bool ControllerCore::try_caller_write(FileCore& f, Task* t, std::uint64_t offset, const void* src, std::size_t n) {
-  if (f.caller_engine == nullptr || !f.tree || !f.tree->caller_write_shape(offset, n)) return false;
-  // Begin: one more caller, only while no task but fsyncs is in flight. Acquire: every finished
-  // task's effects on the tree happen-before this write (their release subtraction in finish).
+  // Not from a continuation or task on one of this controller's workers: those must not block,
+  // and the workers' path queues the write instead.
+  if (n < f.caller_min_bytes || on_own_worker()) return false;
+  // Begin: one more caller, only while no task but fsyncs is in flight and the file is neither
+  // closing nor waiting for its tree to be replaced. Acquire: every finished task's effects on
+  // the tree, and the tree itself, happen-before this write (the release subtraction in
+  // finish, the release that clears kReopening). Only from here on may this thread look at
+  // f.tree: a close retires it only after its close task, which waits for this caller.
   std::uint64_t word = f.traffic.load(std::memory_order_relaxed);
   do {
-    if ((word & (FileTraffic::kOtherMask | FileTraffic::kNoCallers)) != 0 ||
+    if ((word & (FileTraffic::kOtherMask | FileTraffic::kClosing | FileTraffic::kReopening)) != 0 ||
         (word & FileTraffic::kCallerMask) == FileTraffic::kCallerMask)
       return false;
   } while (!f.traffic.compare_exchange_weak(word, word + FileTraffic::kCallerOne, std::memory_order_acquire,

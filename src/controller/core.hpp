@@ -164,20 +164,28 @@ class EngineTable {
 ///    fsync/fdatasync operations in the sync count, every other task (writes, reads, hooks,
 ///    barriers, close, the internal write-back, evict and collect) in the other count;
 ///  * a caller write begins with a compare-and-swap that adds one caller only while the other
-///    count is zero and kNoCallers is clear (acquire: every finished task's effects on the tree
-///    are visible), and ends with a release subtraction;
+///    count is zero and neither kClosing nor kReopening is set (acquire: every finished task's
+///    effects on the tree, and the tree pointer itself, are visible), and only then looks at
+///    the tree; it ends with a release subtraction;
 ///  * a worker that admits a task of the other count first waits until no caller write is in
 ///    progress (acquire loads, pairing with that subtraction). The count was raised before the
 ///    push that gave the worker the task, so no caller write can begin after the worker's wait.
-/// kNoCallers is set for good when the file starts closing or was opened while an earlier handle
-/// of its path was still closing (its tree is replaced once that handle is gone).
+///    The wait is one buffered engine write at most (caller writes are never made to direct
+///    files), and it holds that worker's other files too: the price of not parking the task.
+/// kClosing is set for good when the file starts closing (its close task then waits for the
+/// caller writes in progress before the tree is retired). kReopening is set when the file was
+/// opened while an earlier handle of its path was still closing, and cleared by the home
+/// worker once it replaced the tree (Worker::progress).
+/// Layout: the other count is below the sync count, so that even a wrap of the syncs (which
+/// no caller write looks at) cannot reach it; 31 bits of tasks in flight cannot wrap.
 struct FileTraffic {
   static constexpr std::uint64_t kCallerOne = 1;
   static constexpr std::uint64_t kCallerMask = 0xFFFF;  // bits 0-15: caller writes in progress
-  static constexpr std::uint64_t kNoCallers = std::uint64_t{1} << 16;
-  static constexpr std::uint64_t kSyncOne = std::uint64_t{1} << 17;   // bits 17-39: syncs in flight
-  static constexpr std::uint64_t kOtherOne = std::uint64_t{1} << 40;  // bits 40-63: other tasks
-  static constexpr std::uint64_t kOtherMask = ~((std::uint64_t{1} << 40) - 1);
+  static constexpr std::uint64_t kClosing = std::uint64_t{1} << 16;
+  static constexpr std::uint64_t kReopening = std::uint64_t{1} << 17;
+  static constexpr std::uint64_t kOtherOne = std::uint64_t{1} << 18;  // bits 18-48: other tasks
+  static constexpr std::uint64_t kOtherMask = ((std::uint64_t{1} << 31) - 1) << 18;
+  static constexpr std::uint64_t kSyncOne = std::uint64_t{1} << 49;  // bits 49-63: syncs in flight
   static constexpr std::uint8_t kTaskSync = 1, kTaskOther = 2;  // Task::traffic
 };
 
@@ -218,8 +226,11 @@ class FileCore {
   // See FileTraffic. Its own line: submitting threads and workers both write it.
   alignas(64) std::atomic<std::uint64_t> traffic{0};
   // ControllerOptions::caller_writes and a synchronous engine: set at open, before the handle
-  // is returned, never changed.
+  // is returned, never changed; with the smallest write that may be a caller write
+  // (TreeCore::caller_write_min_bytes, the same for every tree the factory makes), so that a
+  // submitter decides without looking at the tree, which it may do only inside a caller write.
   SyncEngine* caller_engine = nullptr;
+  std::uint64_t caller_min_bytes = ~std::uint64_t{0};
 
   // --- home worker only (and the master in decide(), with every worker parked) ---
   Task* gate = nullptr;  // the hook / barrier / close that later tasks wait behind

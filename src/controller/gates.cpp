@@ -154,6 +154,9 @@ bool Worker::progress(FileCore& f) {
         // the predecessor appended stop early), which is reported nowhere: record it.
         c.add_failure("reopen of " + f.path + ": could not refresh the file size after the earlier handle closed");
       }
+      // Caller writes may use the tree from now on. Release: pairs with their acquire
+      // compare-and-swap, which then sees the new tree.
+      f.traffic.fetch_and(~FileTraffic::kReopening, std::memory_order_release);
     }
     if (Task* g = f.gate) {
       switch (g->kind) {

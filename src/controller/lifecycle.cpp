@@ -161,7 +161,7 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
   t->file = f;
   // No caller write begins from here on (the close task's count below also keeps them out
   // until it ends; this keeps them out after it too). Relaxed: an RMW on the word.
-  f->traffic.fetch_or(FileTraffic::kNoCallers, std::memory_order_relaxed);
+  f->traffic.fetch_or(FileTraffic::kClosing, std::memory_order_relaxed);
   file_retain(f);
   if (opt.latency_histograms) t->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)

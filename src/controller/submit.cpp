@@ -54,7 +54,10 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
                  "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
   }
   f->tree_id = f->tree->id();
-  if (opt.caller_writes) f->caller_engine = s->sync;  // null for asynchronous engines
+  if (opt.caller_writes && s->sync != nullptr && f->tree->caller_write_min_bytes() != ~std::uint64_t{0}) {
+    f->caller_engine = s->sync;  // null for asynchronous engines: no caller writes
+    f->caller_min_bytes = f->tree->caller_write_min_bytes();
+  }
   f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
   FileCore* raw = f.release();
   registry.add(raw, n);

@@ -150,6 +150,9 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   env_switch("TAI_HUGE_PAGES", s.options.huge_pages);
   // The layer's workers under SCHED_BATCH (ControllerOptions::batch_scheduling).
   env_switch("TAI_BATCH_SCHEDULING", s.options.batch_scheduling);
+  // Large writes to files whose caches hold nothing made by the calling thread
+  // (ControllerOptions::caller_writes, on by default).
+  env_switch("TAI_CALLER_WRITES", s.options.caller_writes);
   if (const char* f = std::getenv("TAI_FSYNC"); f && *f) {
     const std::string v = f;
     if (v == "full") {

@@ -12,6 +12,8 @@
 //    fsyncs) leave exactly what a model of their writes says, also under ThreadSanitizer.
 // The deterministic cases run over a steered in-memory engine (SteeredEngine below), which can
 // hold a write at a gate and fail writes, and logs which thread ran each request.
+#include <sched.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -135,6 +137,7 @@ ControllerOptions quiet(bool caller_writes = true) {
   o.workers = 2;
   o.flush_idle_ns = -1;  // write-back only where a test asks for it
   o.caller_writes = caller_writes;
+  o.caller_write_threads = 1;  // from the first submitting thread, whatever the CPU count
   return o;
 }
 
@@ -274,6 +277,44 @@ TEST(CallerWrites, NotTakenWhileAnotherOperationOfTheFileIsPending) {
   EXPECT_TRUE(wait_ok(f.write(kLarge, a.data(), a.size())));
   EXPECT_EQ(c.ctl->stats().caller_writes, 1u);
   EXPECT_EQ(writer_of(c.engine->log(), kLarge), std::this_thread::get_id());
+  EXPECT_TRUE(f.close().ok());
+}
+
+// By default caller writes wait until as many threads have submitted as the process has CPUs
+// (here the rule is set to 2 threads, so that it does not depend on the machine): one
+// thread's large writes go to the workers, until a second thread has submitted.
+TEST(CallerWrites, TakenOnlyOnceEnoughThreadsHaveSubmitted) {
+  ControllerOptions o = quiet();
+  o.caller_write_threads = 2;
+  SteeredController c(o);
+  File f = c.open("threads");
+  const auto a = pattern(kLarge, 13);
+  EXPECT_TRUE(wait_ok(f.write(0, a.data(), a.size())));
+  EXPECT_EQ(c.ctl->stats().caller_writes, 0u) << "one submitting thread, the rule asks for two";
+  std::thread([&] { EXPECT_TRUE(wait_ok(f.fsync())); }).join();
+  EXPECT_TRUE(wait_ok(f.write(kLarge, a.data(), a.size())));
+  EXPECT_EQ(c.ctl->stats().caller_writes, 1u) << "two threads have submitted now";
+  EXPECT_TRUE(f.close().ok());
+}
+
+// With the default rule (0: the process's CPUs), a program with more submitting threads than
+// CPUs takes caller writes; derived from the affinity mask, not assumed.
+TEST(CallerWrites, TheDefaultRuleCountsTheProcesssCpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  const unsigned cpus = static_cast<unsigned>(CPU_COUNT(&set));
+  if (cpus > 16) GTEST_SKIP() << cpus << " CPUs: more submitting threads than this test starts";
+  ControllerOptions o = quiet();
+  o.caller_write_threads = 0;
+  SteeredController c(o);
+  File f = c.open("cpus");
+  const auto a = pattern(kLarge, 14);
+  for (unsigned t = 1; t < cpus; ++t) std::thread([&] { EXPECT_TRUE(wait_ok(f.fsync())); }).join();
+  EXPECT_TRUE(wait_ok(f.write(0, a.data(), a.size())));  // this thread: the cpus-th, pushed
+  EXPECT_EQ(c.ctl->stats().caller_writes, cpus == 1 ? 1u : 0u);
+  EXPECT_TRUE(wait_ok(f.write(kLarge, a.data(), a.size())));
+  EXPECT_EQ(c.ctl->stats().caller_writes, cpus == 1 ? 2u : 1u) << cpus << " CPUs, " << cpus << " threads submitted";
   EXPECT_TRUE(f.close().ok());
 }
 

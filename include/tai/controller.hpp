@@ -159,8 +159,19 @@ struct ControllerOptions {
   /// engine's write (a copy into the page cache, which the kernel may throttle when dirty
   /// pages pile up), which a program with idle cores might rather give to a worker: set false
   /// to hand every write over. stats().caller_writes counts them.
-  /// Measured in docs/results/cache-cost.md ("Caller writes").
+  /// Taken only once at least caller_write_threads threads have submitted to the controller
+  /// (see there). Measured in docs/results/cache-cost.md ("Caller writes").
   bool caller_writes = true;
+  /// Caller writes are taken only once at least this many threads have submitted operations to
+  /// the controller; 0: as many as the CPUs the process may run on (sched_getaffinity) at the
+  /// controller's start. Why: with a CPU to spare, handing a write to a worker overlaps it with
+  /// the program's computing, which is worth more than the copy and the wake-up it costs (the
+  /// image workload at 1 compute thread on 2 CPUs: tai-def 1.04x posix with caller writes,
+  /// more without); when the program's threads fill every CPU, the worker's copy and wake-up
+  /// take a compute thread's time, and the caller's write is cheaper. The count is of threads
+  /// that ever submitted, not of those busy now: a program whose threads come and go (one
+  /// that submitted once still counts) may take caller writes with a CPU idle. 1: always.
+  unsigned caller_write_threads = 0;
   /// Keep per-kind latency histograms (two clock reads per timed request).
   bool latency_histograms = true;
   /// Time one request in this many, per submitting thread (1: every request); flushes and

@@ -47,6 +47,10 @@ bool ControllerCore::try_caller_write(FileCore& f, Task* t, std::uint64_t offset
   // Not from a continuation or task on one of this controller's workers: those must not block,
   // and the workers' path queues the write instead.
   if (n < f.caller_min_bytes || on_own_worker()) return false;
+  // With a CPU to spare, the hand-off overlaps the write with the program's computing
+  // (ControllerOptions::caller_write_threads). This write then goes through push(), which
+  // counts its thread.
+  if (submitting_threads.load(std::memory_order_relaxed) < caller_write_threads) return false;
   // Begin: one more caller, only while no task but fsyncs is in flight and the file is neither
   // closing nor waiting for its tree to be replaced. Acquire: every finished task's effects on
   // the tree, and the tree itself, happen-before this write (the release subtraction in

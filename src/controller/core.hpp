@@ -644,6 +644,12 @@ class ControllerCore {
   static constexpr unsigned kMaxProducers = 64;
   std::mutex producers_mu;
   unsigned producers = 0;  // inboxes handed out (under producers_mu)
+  // Threads that have submitted (producer_index), for the caller-write rule: stored under
+  // producers_mu, read relaxed by try_caller_write (a late view only delays the first caller
+  // write). And the count of them from which caller writes are taken
+  // (ControllerOptions::caller_write_threads, 0 resolved at construction).
+  std::atomic<unsigned> submitting_threads{0};
+  unsigned caller_write_threads = 1;
   // Each submitting thread's credit of write-copy bytes counted ahead in `copies` (charge_copy):
   // its small writes then take no locked instruction, which made the submitting thread wait for
   // every store the request had made (the task's lines and the copy, last held by the worker

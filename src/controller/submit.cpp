@@ -111,6 +111,7 @@ int ControllerCore::producer_index() {
     std::lock_guard<std::mutex> lock(producers_mu);
     if (producers < kMaxProducers) {
       idx = static_cast<int>(producers++);
+      submitting_threads.store(producers, std::memory_order_relaxed);
       for (auto& w : workers) {
         w->inbox[static_cast<unsigned>(idx)].store(new Worker::Inbox(opt.pending_capacity), std::memory_order_release);
         w->inboxes.store(producers, std::memory_order_release);

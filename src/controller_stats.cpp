@@ -83,6 +83,7 @@ std::string ControllerStats::table() const {
   row("failed", failed);
   row("bytes read", bytes_read);
   row("bytes written", bytes_written);
+  row("caller writes", caller_writes);
   row("engine reads", engine_reads);
   row("engine writes", engine_writes);
   row("engine syncs", engine_syncs);

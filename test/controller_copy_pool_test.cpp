@@ -72,6 +72,7 @@ TYPED_TEST(ControllerCopyPool, ASteadyStreamOfLargeWritesReusesItsCopies) {
     SCOPED_TRACE(engine);
     ScratchDir dir;
     ControllerOptions o = two_quiet_workers();
+    o.caller_writes = false;  // the pool serves the workers' copies; a caller write makes none
     ASSERT_GE(o.write_copy_budget, kWindow * kClassCount * kMiB) << "the bound below assumes the default budget";
     Controller ctl(o);
     File f = open_or_fail<TypeParam>(ctl, dir.file("stream.dat"), Open::read | Open::write | Open::create, engine);
@@ -102,6 +103,7 @@ TYPED_TEST(ControllerCopyPool, TheBudgetBoundsWhatThePoolKeeps) {
   constexpr std::uint64_t kBudget = 4 * kMiB, kStrict = 4 * kMiB, kSlack = 16 * kMiB;
   ScratchDir dir;
   ControllerOptions o = two_quiet_workers();
+  o.caller_writes = false;  // the pool serves the workers' copies; a caller write makes none
   o.write_copy_budget = kBudget;
   o.strict_quota = kStrict;
   o.weak_quota = 2 * kMiB;

@@ -234,6 +234,7 @@ ControllerOptions counting_options() {
   o.flush_idle_ns = -1;
   o.engine = "posix";
   o.write_copy_budget = 256 * 1024;  // small: the submissions below also take the waiting path
+  o.caller_writes = false;  // these tests count the workers' copies; a caller write makes none
   return o;
 }
 

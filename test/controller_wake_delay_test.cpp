@@ -94,6 +94,7 @@ TEST(ControllerWakeDelay, AFullCopyBudgetWakesTheMaster) {
   ScratchDir dir;
   ControllerOptions o = delayed(std::chrono::minutes(10));
   o.write_copy_budget = 1u << 20;
+  o.caller_writes = false;  // the workers' copies are what fills the budget
   Controller ctl(o);
   auto f = ctl.open<BTreeTrivial>(dir.file("f"), Open::write | Open::create);
   ASSERT_TRUE(f) << f.error().message;

@@ -144,6 +144,34 @@ struct ControllerOptions {
   /// write_copy_waits, write_copy_pooled, write_copy_reuses, write_copy_allocations.
   /// Why 32 MiB: docs/controller_options.md.
   std::uint64_t write_copy_budget = std::uint64_t{32} << 20;
+  /// Caller writes: a write of at least the tree's write-around size (BTreeOptions::
+  /// write_around_bytes; on BTreeTrivial any write) to a buffered file (not O_DIRECT) on a
+  /// synchronous engine (posix, cstdio, fstream, null; so "auto" for buffered files) whose tree
+  /// holds nothing, while no operation of the file but fsyncs is pending or running, is carried
+  /// out by the submitting thread inside File::write(offset, src, n): from the caller's buffer
+  /// straight to the engine, as the worker would send it, without the copy, the hand-off and
+  /// the wake-up. Its receipt is finished when write() returns, with the engine's result.
+  /// Never from one of the controller's own threads (a continuation or task function: those
+  /// must not block). Every promise holds as on the workers' path: order (it begins only when
+  /// every earlier operation of the file but fsyncs has finished; a later one waits for it),
+  /// durability (the sync epoch stamp of an uncached write), errors (on its receipt, the
+  /// engine's errno; a short write is EIO). What changes: write() takes as long as the
+  /// engine's write (a copy into the page cache, which the kernel may throttle when dirty
+  /// pages pile up), which a program with idle cores might rather give to a worker: set false
+  /// to hand every write over. stats().caller_writes counts them.
+  /// Taken only once at least caller_write_threads threads have submitted to the controller
+  /// (see there). Measured in docs/results/cache-cost.md ("Caller writes").
+  bool caller_writes = true;
+  /// Caller writes are taken only once at least this many threads have submitted operations to
+  /// the controller; 0: as many as the CPUs the process may run on (sched_getaffinity) at the
+  /// controller's start. Why: with a CPU to spare, handing a write to a worker overlaps it with
+  /// the program's computing, which is worth more than the copy and the wake-up it costs (the
+  /// image workload at 1 compute thread on 2 CPUs: tai-def 1.04x posix with caller writes,
+  /// more without); when the program's threads fill every CPU, the worker's copy and wake-up
+  /// take a compute thread's time, and the caller's write is cheaper. The count is of threads
+  /// that ever submitted, not of those busy now: a program whose threads come and go (one
+  /// that submitted once still counts) may take caller writes with a CPU idle. 1: always.
+  unsigned caller_write_threads = 0;
   /// Keep per-kind latency histograms (two clock reads per timed request).
   bool latency_histograms = true;
   /// Time one request in this many, per submitting thread (1: every request); flushes and

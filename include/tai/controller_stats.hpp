@@ -43,6 +43,9 @@ struct ControllerStats {
   std::uint64_t failed = 0;                             ///< finished with an error
   std::uint64_t bytes_read = 0;
   std::uint64_t bytes_written = 0;
+  /// Writes the submitting thread carried out itself (ControllerOptions::caller_writes); also
+  /// counted in requests, bytes_written and failed. Not in the latency histograms.
+  std::uint64_t caller_writes = 0;
   std::array<LatencyHistogram, kRequestKinds> latency{};  ///< by RequestKind (when enabled)
 
   // Engines and cache (summed over every tree, open or closed).

@@ -83,6 +83,43 @@ bool TreeCore::inline_uncached(Operation& op, Node& n, std::uint64_t first, std:
   return true;
 }
 
+// A caller write (see the declaration for who may call it and when). The same effects as the
+// root step of a write sent around the cache (enter, go_direct and its io_done), with count()
+// rather than bump(): several caller writes, and the steps of an fsync, may run at once.
+bool TreeCore::caller_write(const std::byte* src, std::uint64_t offset, std::uint64_t length, SyncEngine& engine,
+                            std::int64_t& result) noexcept {
+  if (length == 0 || length < caller_write_min_ || length - 1 > ~std::uint64_t{0} - offset) return false;
+  // Nothing cached: no node but the root. Not root_->child_count: an fsync's steps may be
+  // deleting the empty children evictions left, beside this call. The root itself never holds
+  // a block here (caller_write_min_), and its direct requests belong to operations the
+  // controller keeps out while caller writes run.
+  if (counters_.nodes.load(std::memory_order_relaxed) != 1 || root_->direct_count != 0) return false;
+  const std::uint64_t last = offset + (length - 1);
+  // The logical size first, as the root step grows it before its request: a read that another
+  // thread submits once this write returned must not stop short of it. A maximum, not a store:
+  // caller writes of other threads may grow it at the same time.
+  if (size_known_) {
+    if (last == ~std::uint64_t{0}) {
+      size_top_.store(true, std::memory_order_relaxed);
+    } else {
+      std::uint64_t end = size_end_.load(std::memory_order_relaxed);
+      while (last + 1 > end && !size_end_.compare_exchange_weak(end, last + 1, std::memory_order_relaxed)) {
+      }
+    }
+  }
+  const std::uint32_t issued = write_issued_now();
+  // The engine only reads the buffer (a write request's memory is never written).
+  const Completion c = engine.execute(make_request(Op::write, const_cast<std::byte*>(src), offset, length));
+  count(root_bottom_uncacheable_ ? counters_.uncached : counters_.write_arounds);
+  count(counters_.engine_writes);
+  if (c.result > 0) {
+    count(counters_.bytes_to_engine, static_cast<std::uint64_t>(c.result));
+    note_uncached_write(issued);
+  }
+  result = c.result < 0 ? c.result : (static_cast<std::uint64_t>(c.result) != length ? -EIO : 0);
+  return true;
+}
+
 void TreeCore::absorb_write(Node& n, std::uint64_t lo, std::uint64_t hi, const std::byte* src, bool exclusive) noexcept {
   const std::uint64_t size = block_size(n);
   const std::uint64_t before = n.dirty.bytes();

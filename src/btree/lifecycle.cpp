@@ -93,6 +93,13 @@ TreeCore::TreeCore(unsigned levels, const unsigned* bits, EngineFile* file, Quot
   ring_.reset(new std::atomic<std::uint64_t>[kRing]());  // value-initialised: all 0
   root_ = new Node(nullptr, 0, 0);
   root_->sparse = levels_ > 1 && bits_[0] > kArrayBits;
+  root_bottom_uncacheable_ = bottom(*root_) && !cacheable(0);
+  if (!direct_) {
+    if (root_bottom_uncacheable_)
+      caller_write_min_ = 1;
+    else if (!bottom(*root_) && options_.write_around_bytes != 0)
+      caller_write_min_ = options_.write_around_bytes;
+  }
   count(counters_.nodes);
   count(node_bytes_, sizeof(Node));
 }

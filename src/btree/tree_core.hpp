@@ -49,6 +49,27 @@ class TreeCore final {
   /// Runs one step of this tree (Step::run calls it).
   void run(const Step& step, StepSink& sink);
 
+  /// A caller write: a write the submitting thread carries out itself, from its own buffer, on
+  /// a synchronous engine, instead of handing a copy to the runner. Taken only where the steps
+  /// would send the whole request to the engine uncached anyway: the tree holds nothing (no
+  /// node but the root) and the request goes around the cache (the write-around rule) or no
+  /// block can ever hold it (BTreeTrivial). Returns false, having done nothing, otherwise; else
+  /// does the engine write with `engine` and the effects of the uncached write-around (logical
+  /// size, sync epoch stamp, counters) and returns true with `result` 0 or -errno (a short
+  /// write is -EIO, as on the steps' path).
+  /// Thread-safety: any number of caller writes may run at once, and with the steps of
+  /// fsync/fdatasync operations; no other operation may be started or running (the
+  /// controller's per-file traffic word excludes them, ControllerCore::try_caller_write). It
+  /// reads no plain field an fsync's steps write (they may still be deleting empty nodes: the
+  /// node count, an atomic, tells whether any is left).
+  bool caller_write(const std::byte* src, std::uint64_t offset, std::uint64_t length, SyncEngine& engine,
+                    std::int64_t& result) noexcept;
+  /// The smallest write caller_write may take on this tree, from its shape and options alone
+  /// (fixed for the tree's life); ~0 when it takes none: a direct file (a caller write there
+  /// would be the device's latency on the program's thread, which is what the workers hide),
+  /// write-around off, or a root that may hold a block itself. Thread-safe.
+  std::uint64_t caller_write_min_bytes() const noexcept { return caller_write_min_; }
+
   BTreeStats stats() const noexcept;
   /// Unique per process; BlockRecord::tree_id names the tree with it.
   std::uint64_t id() const noexcept { return id_; }
@@ -276,6 +297,10 @@ class TreeCore final {
   bool direct_ = false;
 
   Node* root_ = nullptr;
+  // The root is a leaf no block can hold (BTreeTrivial): every request goes to the engine.
+  bool root_bottom_uncacheable_ = false;
+  // See caller_write_min_bytes(). Set by the constructor.
+  std::uint64_t caller_write_min_ = ~std::uint64_t{0};
 
   // Completion order (see done_up_to). next_seq_ is written by start() only (start() calls of a
   // tree are serialised by the caller). in_flight_: +1 in start(), -1 as the last thing a

@@ -28,6 +28,15 @@ void op_complete_trampoline(Operation&, void* ctx) {
 }
 
 void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason) {
+  // The file's traffic word first, before the receipt publishes the result: a thread that saw
+  // this task finish and then writes to the file finds it uncounted (a write after a waited
+  // fsync can be a caller write). Release: pairs with a caller write's acquire, which then sees
+  // everything this task did to the tree.
+  if (const std::uint8_t tr = t.traffic) {
+    t.traffic = 0;
+    t.file->traffic.fetch_sub(tr == FileTraffic::kTaskSync ? FileTraffic::kSyncOne : FileTraffic::kOtherOne,
+                              std::memory_order_release);
+  }
   // Every task a worker ends passes here (completed, failed, rejected after submission), so a
   // counted write is uncounted exactly once. Before finish_task publishes the result: a thread
   // that saw the receipt finish then sees the count without this write's bytes.

@@ -150,6 +150,45 @@ class EngineTable {
 // ---------------------------------------------------------------------------------------------
 // Files
 
+/// A file's traffic word (FileCore::traffic): its tasks in flight and its caller writes in
+/// progress, in one atomic word, so that a submitter's check and a worker's wait are each one
+/// read-modify-write or load on it, with no lock.
+///
+/// Caller writes (ControllerOptions::caller_writes): a large write to a file on a synchronous
+/// engine whose tree holds nothing goes from the submitting thread's buffer straight to the
+/// engine, as the worker would send it (the write-around rule), without the copy, the hand-off
+/// and the wake-up. That is safe only while no other operation of the file is pending or
+/// running, except fsyncs (a write submitted after an fsync may reach the file before that
+/// fsync's engine sync; the fsync then covers more, never less). So:
+///  * every task of the file is counted from before its push until ControllerCore::finish:
+///    fsync/fdatasync operations in the sync count, every other task (writes, reads, hooks,
+///    barriers, close, the internal write-back, evict and collect) in the other count;
+///  * a caller write begins with a compare-and-swap that adds one caller only while the other
+///    count is zero and neither kClosing nor kReopening is set (acquire: every finished task's
+///    effects on the tree, and the tree pointer itself, are visible), and only then looks at
+///    the tree; it ends with a release subtraction;
+///  * a worker that admits a task of the other count first waits until no caller write is in
+///    progress (acquire loads, pairing with that subtraction). The count was raised before the
+///    push that gave the worker the task, so no caller write can begin after the worker's wait.
+///    The wait is one buffered engine write at most (caller writes are never made to direct
+///    files), and it holds that worker's other files too: the price of not parking the task.
+/// kClosing is set for good when the file starts closing (its close task then waits for the
+/// caller writes in progress before the tree is retired). kReopening is set when the file was
+/// opened while an earlier handle of its path was still closing, and cleared by the home
+/// worker once it replaced the tree (Worker::progress).
+/// Layout: the other count is below the sync count, so that even a wrap of the syncs (which
+/// no caller write looks at) cannot reach it; 31 bits of tasks in flight cannot wrap.
+struct FileTraffic {
+  static constexpr std::uint64_t kCallerOne = 1;
+  static constexpr std::uint64_t kCallerMask = 0xFFFF;  // bits 0-15: caller writes in progress
+  static constexpr std::uint64_t kClosing = std::uint64_t{1} << 16;
+  static constexpr std::uint64_t kReopening = std::uint64_t{1} << 17;
+  static constexpr std::uint64_t kOtherOne = std::uint64_t{1} << 18;  // bits 18-48: other tasks
+  static constexpr std::uint64_t kOtherMask = ((std::uint64_t{1} << 31) - 1) << 18;
+  static constexpr std::uint64_t kSyncOne = std::uint64_t{1} << 49;  // bits 49-63: syncs in flight
+  static constexpr std::uint8_t kTaskSync = 1, kTaskOther = 2;  // Task::traffic
+};
+
 /// One open (or closing) file: the handle's target and the home worker's state for it.
 class FileCore {
  public:
@@ -184,6 +223,14 @@ class FileCore {
   // after the tree is gone. Relaxed: informational.
   std::atomic<int> sticky{0};
   bool detached = false;  // written before the close task is pushed (the queue publishes it)
+  // See FileTraffic. Its own line: submitting threads and workers both write it.
+  alignas(64) std::atomic<std::uint64_t> traffic{0};
+  // ControllerOptions::caller_writes and a synchronous engine: set at open, before the handle
+  // is returned, never changed; with the smallest write that may be a caller write
+  // (TreeCore::caller_write_min_bytes, the same for every tree the factory makes), so that a
+  // submitter decides without looking at the tree, which it may do only inside a caller write.
+  SyncEngine* caller_engine = nullptr;
+  std::uint64_t caller_min_bytes = ~std::uint64_t{0};
 
   // --- home worker only (and the master in decide(), with every worker parked) ---
   Task* gate = nullptr;  // the hook / barrier / close that later tasks wait behind
@@ -528,6 +575,16 @@ class ControllerCore {
   /// Counts t.data against the write-copy budget before t is pushed, waiting for room when
   /// needed. Called by the submitting thread.
   void charge_copy(Task& t);
+  /// The caller-write path of File::write (FileTraffic): when the file, its engine, its tree and
+  /// its traffic allow, writes `n` bytes of `src` at `offset` on this thread, finishes t with
+  /// the result and returns true; otherwise returns false having changed nothing. Called by the
+  /// submitting thread after File::write's checks, before any copy.
+  bool try_caller_write(FileCore& f, Task* t, std::uint64_t offset, const void* src, std::size_t n);
+  /// Counts t in its file's traffic word (before the push that publishes it; t.file is set).
+  static void count_file_task(FileCore& f, Task& t) noexcept;
+  /// A worker about to start a task of the other count: waits until no caller write of the
+  /// file is in progress (acquire: their effects on the tree are visible after it).
+  static void wait_for_caller_writes(FileCore& f) noexcept;
   Receipt flush();
   ShutdownReport shutdown();
   ControllerStats stats() const;
@@ -572,6 +629,11 @@ class ControllerCore {
   std::vector<std::string> failures;
   std::atomic<std::uint64_t> rejected_outside{0};  // rejections on application threads (RMW: many writers)
   std::atomic<std::uint64_t> flushes{0};           // Controller::flush() calls (relaxed counter)
+  // Caller writes done and their bytes (RMW: many writers; relaxed counters). Own line: the
+  // submitting threads write them at every caller write.
+  alignas(64) std::atomic<std::uint64_t> caller_writes{0};
+  std::atomic<std::uint64_t> caller_write_bytes{0};
+  std::atomic<std::uint64_t> caller_write_failures{0};
 
   // --- master state (master thread only) ---
   std::int64_t idle_since = -1;
@@ -582,6 +644,12 @@ class ControllerCore {
   static constexpr unsigned kMaxProducers = 64;
   std::mutex producers_mu;
   unsigned producers = 0;  // inboxes handed out (under producers_mu)
+  // Threads that have submitted (producer_index), for the caller-write rule: stored under
+  // producers_mu, read relaxed by try_caller_write (a late view only delays the first caller
+  // write). And the count of them from which caller writes are taken
+  // (ControllerOptions::caller_write_threads, 0 resolved at construction).
+  std::atomic<unsigned> submitting_threads{0};
+  unsigned caller_write_threads = 1;
   // Each submitting thread's credit of write-copy bytes counted ahead in `copies` (charge_copy):
   // its small writes then take no locked instruction, which made the submitting thread wait for
   // every store the request had made (the task's lines and the copy, last held by the worker

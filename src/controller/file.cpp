@@ -111,6 +111,11 @@ Receipt File::write(std::uint64_t offset, const void* src, std::size_t n) {
   // Before the copy: a write that cannot be applied costs no allocation.
   if (const char* why = core_ ? transfer_refusal(*core_, TreeOp::write, offset, n, err) : nullptr)
     return reject_transfer(t, TreeOp::write, offset, n, err, why);
+  // A large write the tree would send around its cache: done here, with no copy, when the
+  // file allows (ControllerOptions::caller_writes).
+  if (core_ != nullptr && core_->caller_engine != nullptr && detail::file_accepts(core_) &&
+      core_->ctl->try_caller_write(*core_, t, offset, src, n))
+    return Receipt(t);
   if (n != 0 && t->data.size() < n) {
     // Two sizes of small copy (4 KiB and kKeepDataBytes), so that a recycled task fits the next
     // write of a similar size: records a few bytes apart (compressed images) made a task's copy

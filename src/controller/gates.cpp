@@ -38,6 +38,7 @@ void Worker::admit(Task* t) {
     return;
   }
   FileCore& f = *t->file;
+  if (t->traffic == FileTraffic::kTaskOther) ControllerCore::wait_for_caller_writes(f);
   if (f.predecessor || f.gate || f.held_head) {
     t->phase.store(static_cast<std::uint8_t>(TaskState::waiting), std::memory_order_relaxed);
     t->next = nullptr;
@@ -75,6 +76,10 @@ void Worker::start_op(FileCore& f, Task* task) {
     g->op.on_complete = &op_complete_trampoline;
     g->op.context = g;
     file_retain(&f);  // the task's, dropped by its completion like every file task's
+    // Counted like a pushed task (the file's operation in flight may be an fsync, beside which
+    // caller writes run): none begins from here on, and any in progress ends first.
+    ControllerCore::count_file_task(f, *g);
+    ControllerCore::wait_for_caller_writes(f);
     f.tree->start(g->op, *this);
   }
 }
@@ -149,6 +154,9 @@ bool Worker::progress(FileCore& f) {
         // the predecessor appended stop early), which is reported nowhere: record it.
         c.add_failure("reopen of " + f.path + ": could not refresh the file size after the earlier handle closed");
       }
+      // Caller writes may use the tree from now on. Release: pairs with their acquire
+      // compare-and-swap, which then sees the new tree.
+      f.traffic.fetch_and(~FileTraffic::kReopening, std::memory_order_release);
     }
     if (Task* g = f.gate) {
       switch (g->kind) {

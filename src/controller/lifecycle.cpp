@@ -23,6 +23,17 @@ const char* const kWaitOnOwnWorkerReason =
     "it; chain the work with then() instead";
 
 namespace {
+// The CPUs this process may run on (its affinity mask), else the machine's; at least 1.
+unsigned usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 /// The options with contradictions corrected, each said on stderr: a weak quota above the
 /// strict one would otherwise be lowered silently by Quota, and a user who set only
 /// strict_quota would not learn that the default weak_quota (256 MiB) did not fit it.
@@ -50,6 +61,9 @@ ControllerCore::ControllerCore(const ControllerOptions& o)
       copies(opt.write_copy_budget, opt.spin_ns, kMaxProducers),
       copy_pool(opt.write_copy_budget, opt.huge_pages) {
   n = opt.workers ? opt.workers : std::max(1u, std::thread::hardware_concurrency());
+  // 1 (or one CPU): from the first write, which is then the first thread's.
+  caller_write_threads = opt.caller_write_threads != 0 ? opt.caller_write_threads : usable_cpus();
+  if (caller_write_threads == 1) caller_write_threads = 0;
   lanes = n * std::max(1u, opt.lanes_per_worker);
   copies.set_release_batch(n);
   rounds.lane_claim = std::make_unique<std::atomic<std::uint64_t>[]>(lanes);
@@ -159,6 +173,9 @@ void ControllerCore::close_file(FileCore* f, Task* t) {
   }
   t->kind = TaskKind::close;
   t->file = f;
+  // No caller write begins from here on (the close task's count below also keeps them out
+  // until it ends; this keeps them out after it too). Relaxed: an RMW on the word.
+  f->traffic.fetch_or(FileTraffic::kClosing, std::memory_order_relaxed);
   file_retain(f);
   if (opt.latency_histograms) t->stamp(static_cast<std::uint64_t>(monotonic_ns()));
   retain_unpublished_task(t);  // the controller's reference (t is not yet published)
@@ -215,6 +232,11 @@ ControllerStats ControllerCore::stats() const {
     s.evictions += w.evictions.get();
   }
   s.rejected = rejected_outside.load(std::memory_order_relaxed);
+  // Caller writes are writes like the others in every count, and counted apart too.
+  s.caller_writes = caller_writes.load(std::memory_order_relaxed);
+  s.requests[static_cast<std::size_t>(RequestKind::write)] += s.caller_writes;
+  s.bytes_written += caller_write_bytes.load(std::memory_order_relaxed);
+  s.failed += caller_write_failures.load(std::memory_order_relaxed);
   s.requests[static_cast<std::size_t>(RequestKind::flush)] += flushes.load(std::memory_order_relaxed);
   // Counters: closed trees and open ones. "Now" values: open trees only (a closed tree's are
   // what it held when it closed).

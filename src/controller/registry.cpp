@@ -100,6 +100,9 @@ void FileRegistry::add(FileCore* f, unsigned workers) {
       !it->second->fully_closed.load(std::memory_order_acquire)) {
     f->predecessor = it->second;  // its data must be written back before we read
     file_retain(f->predecessor);
+    // Its tree is replaced once the predecessor is gone (Worker::progress): no caller writes
+    // until then.
+    f->traffic.store(FileTraffic::kReopening, std::memory_order_relaxed);  // not yet published
   }
   by_path_[f->key] = f;
   by_tree_[f->tree_id] = f;

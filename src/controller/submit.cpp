@@ -54,6 +54,10 @@ Result<File> ControllerCore::open(const OpenRequest& req) {
                  "tai::Controller::open(" + f->path + "): cannot make the cache tree: " + ex.what()};
   }
   f->tree_id = f->tree->id();
+  if (opt.caller_writes && s->sync != nullptr && f->tree->caller_write_min_bytes() != ~std::uint64_t{0}) {
+    f->caller_engine = s->sync;  // null for asynchronous engines: no caller writes
+    f->caller_min_bytes = f->tree->caller_write_min_bytes();
+  }
   f->refs.store(2, std::memory_order_relaxed);  // the handle and the registry
   FileCore* raw = f.release();
   registry.add(raw, n);
@@ -107,6 +111,7 @@ int ControllerCore::producer_index() {
     std::lock_guard<std::mutex> lock(producers_mu);
     if (producers < kMaxProducers) {
       idx = static_cast<int>(producers++);
+      submitting_threads.store(producers, std::memory_order_relaxed);
       for (auto& w : workers) {
         w->inbox[static_cast<unsigned>(idx)].store(new Worker::Inbox(opt.pending_capacity), std::memory_order_release);
         w->inboxes.store(producers, std::memory_order_release);
@@ -119,6 +124,7 @@ int ControllerCore::producer_index() {
 
 void ControllerCore::push(unsigned w, Task* t) {
   Worker& wk = *workers[w];
+  if (t->file != nullptr) count_file_task(*t->file, *t);  // before the push publishes t
   const bool inside = on_own_worker();
   // Decided before the push: once pushed, t may be run, finished and recycled by a worker.
   const bool lazy = !inside && lazy_wake(*t);

@@ -150,6 +150,20 @@ Settings settings_from_env(std::vector<std::string>* warnings) {
   env_switch("TAI_HUGE_PAGES", s.options.huge_pages);
   // The layer's workers under SCHED_BATCH (ControllerOptions::batch_scheduling).
   env_switch("TAI_BATCH_SCHEDULING", s.options.batch_scheduling);
+  // Large writes to files whose caches hold nothing made by the calling thread
+  // (ControllerOptions::caller_writes and caller_write_threads): auto (the default: once as
+  // many threads as CPUs have written), 0 never, 1 from the first thread.
+  if (const char* c = std::getenv("TAI_CALLER_WRITES"); c && *c) {
+    const std::string v = c;
+    if (v == "0") {
+      s.options.caller_writes = false;
+    } else if (v == "1") {
+      s.options.caller_writes = true;
+      s.options.caller_write_threads = 1;
+    } else if (v != "auto") {
+      warn("TAI_CALLER_WRITES='" + v + "' is none of 'auto', '0', '1'; using 'auto'");
+    }
+  }
   if (const char* f = std::getenv("TAI_FSYNC"); f && *f) {
     const std::string v = f;
     if (v == "full") {

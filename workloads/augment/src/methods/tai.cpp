@@ -48,6 +48,14 @@ class TaiMethod final : public Method {
     // Whether the workers run under SCHED_BATCH (ControllerOptions::batch_scheduling), for
     // measuring what their wake-up preemptions of the compute threads cost.
     if (const char* bs = std::getenv("TAI_BATCH_SCHEDULING"); bs && *bs) opts.batch_scheduling = bs[0] == '1';
+    // Whether large writes to files whose trees hold nothing are done by the calling thread
+    // (ControllerOptions::caller_writes; 0 hands every write to the workers), for measuring it.
+    // (0 off, 1 from the first submitting thread, auto: the default rule of
+    // ControllerOptions::caller_write_threads).
+    if (const char* cw = std::getenv("TAI_CALLER_WRITES"); cw && *cw) {
+      opts.caller_writes = cw[0] != '0';
+      if (cw[0] == '1') opts.caller_write_threads = 1;
+    }
     ctl_ = std::make_unique<tai::Controller>(opts);
     if (!config.fault_rules.empty()) {
 #if TAI_AUGMENT_FAULT_ENGINE

@@ -1,0 +1,90 @@
+// Caller writes: a large write that the submitting thread carries out itself, and the file's
+// traffic word that makes it safe (FileTraffic in core.hpp).
+//
+// Why: a write the tree would send to the engine uncached anyway (the write-around rule, or a
+// tree that never caches) gains nothing from the hand-off to a worker. On the steps' path the
+// program's thread copies the record, a worker wakes and copies it again into the page cache;
+// when the program's threads fill every core, that second copy and the wake-up take a compute
+// thread's CPU. Done by the caller, the write is one copy into the page cache while the record
+// is still in its cache, as a plain pwrite loop does it, and the workers keep what they are for:
+// the fsyncs, and what the cache holds.
+#include <cerrno>
+#include <thread>
+
+#include "src/controller/core.hpp"
+
+namespace tai::detail {
+
+void ControllerCore::count_file_task(FileCore& f, Task& t) noexcept {
+  // A file with no caller engine never has a caller write: no count, no atomic on its tasks.
+  if (t.traffic != 0 || f.caller_engine == nullptr) return;
+  const bool sync = t.kind == TaskKind::tree_op && (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync);
+  t.traffic = sync ? FileTraffic::kTaskSync : FileTraffic::kTaskOther;
+  // Relaxed is enough for the count itself: the worker learns of t through the push that
+  // follows (release/acquire on the queue), and its load of the word after that reads this
+  // addition or a later value of the word (read-read coherence through the queue's edge). A
+  // caller write's compare-and-swap is totally ordered with this addition on the one word.
+  f.traffic.fetch_add(sync ? FileTraffic::kSyncOne : FileTraffic::kOtherOne, std::memory_order_relaxed);
+}
+
+void ControllerCore::wait_for_caller_writes(FileCore& f) noexcept {
+  // Acquire: pairs with the release subtraction that ends each caller write, so the worker sees
+  // its effects on the tree (logical size, counters, sync epoch stamp) before it starts a task.
+  if ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) == 0) return;
+  // A caller write is one engine write (a page-cache copy, or a device write on a direct file):
+  // spin briefly, then yield; only a task submitted while another thread writes the same file
+  // around the cache waits here.
+  unsigned turns = 0;
+  while ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) != 0) {
+    if (++turns < 256)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+}
+
+bool ControllerCore::try_caller_write(FileCore& f, Task* t, std::uint64_t offset, const void* src, std::size_t n) {
+  // Not from a continuation or task on one of this controller's workers: those must not block,
+  // and the workers' path queues the write instead.
+  if (n < f.caller_min_bytes || on_own_worker()) return false;
+  // With a CPU to spare, the hand-off overlaps the write with the program's computing
+  // (ControllerOptions::caller_write_threads). This write then goes through push(), which
+  // counts its thread.
+  if (submitting_threads.load(std::memory_order_relaxed) < caller_write_threads) return false;
+  // Begin: one more caller, only while no task but fsyncs is in flight and the file is neither
+  // closing nor waiting for its tree to be replaced. Acquire: every finished task's effects on
+  // the tree, and the tree itself, happen-before this write (the release subtraction in
+  // finish, the release that clears kReopening). Only from here on may this thread look at
+  // f.tree: a close retires it only after its close task, which waits for this caller.
+  std::uint64_t word = f.traffic.load(std::memory_order_relaxed);
+  do {
+    if ((word & (FileTraffic::kOtherMask | FileTraffic::kClosing | FileTraffic::kReopening)) != 0 ||
+        (word & FileTraffic::kCallerMask) == FileTraffic::kCallerMask)
+      return false;
+  } while (!f.traffic.compare_exchange_weak(word, word + FileTraffic::kCallerOne, std::memory_order_acquire,
+                                            std::memory_order_relaxed));
+  std::int64_t result = 0;
+  const bool done = f.tree->caller_write(static_cast<const std::byte*>(src), offset, n, *f.caller_engine, result);
+  // End. Release: pairs with a worker's acquire in wait_for_caller_writes and with the next
+  // caller write's compare-and-swap.
+  f.traffic.fetch_sub(FileTraffic::kCallerOne, std::memory_order_release);
+  if (!done) return false;  // the tree holds something now: the steps' path, with its copy
+  caller_writes.fetch_add(1, std::memory_order_relaxed);
+  t->kind = TaskKind::tree_op;
+  t->op.kind = TreeOp::write;
+  t->op.offset = offset;
+  t->op.length = n;
+  t->op.buffer = nullptr;  // the caller's memory, not the task's: nothing refers to it after this
+  t->owner = this;
+  if (result < 0) {
+    caller_write_failures.fetch_add(1, std::memory_order_relaxed);
+    finish_task(*t, TaskState::failed, static_cast<int>(-result), "the engine's write failed");
+  } else {
+    caller_write_bytes.fetch_add(n, std::memory_order_relaxed);
+    t->result = static_cast<std::int64_t>(n);
+    finish_task(*t, TaskState::done);
+  }
+  return true;
+}
+
+}  // namespace tai::detail

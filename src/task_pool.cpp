@@ -112,7 +112,7 @@ void Task::recycle() noexcept {
   final_state = TaskState::done;
   returns_buffer = false;
   timed = false;
-  traffic = 0;  // already 0: ControllerCore::finish clears it
+  traffic = false;  // already so: ControllerCore::finish clears it
   result = 0;
   op.reset();
   op.kind = TreeOp::read;

@@ -16,7 +16,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +60,8 @@ class SteeredEngine final : public SyncEngine {
   /// Writes whose range holds this offset fail with `fail_errno` (relaxed, as above).
   std::atomic<std::uint64_t> fail_offset{kNone};
   std::atomic<int> fail_errno{0};
+  /// The next this many fsync/fdatasync requests fail with EIO.
+  std::atomic<int> fail_syncs{0};
 
   std::vector<Entry> log() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -89,6 +93,12 @@ class SteeredEngine final : public SyncEngine {
     return {};
   }
   std::int64_t transfer(const Request& r) override {
+    if (r.op == Op::fsync || r.op == Op::fdatasync) {
+      int left = fail_syncs.load(std::memory_order_relaxed);
+      while (left > 0 && !fail_syncs.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) {
+      }
+      if (left > 0) return -EIO;
+    }
     if (r.op == Op::write) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -192,8 +202,10 @@ TEST_P(CallerWritesOverEngines, LargeWritesToAFreshFileAreCallerWritesOnSynchron
     auto opened = open_engine_and_tree(ctl, GetParam(), path, Open::read | Open::write | Open::create);
     ASSERT_TRUE(opened.ok()) << opened.error().message;
     File f = std::move(opened.value());
-    const Receipt ra = f.write(0, a.data(), a.size());
+    std::vector<unsigned char> reused = a;  // the caller's memory, reused once write() returned
+    const Receipt ra = f.write(0, reused.data(), reused.size());
     if (synchronous) EXPECT_TRUE(ra.finished()) << "a caller write's receipt is finished when write() returns";
+    std::fill(reused.begin(), reused.end(), 0xEE);
     const Receipt rb = f.write(kLarge, b.data(), b.size());
     EXPECT_TRUE(wait_ok(ra));
     EXPECT_TRUE(wait_ok(rb));
@@ -470,6 +482,38 @@ TEST(CallerWrites, AFailedCallerWriteReportsWhatTheWorkersPathReports) {
   EXPECT_EQ(callers.sync_error, workers.sync_error);
   EXPECT_EQ(callers.failed, workers.failed);
   EXPECT_GE(callers.failed, 1u);
+}
+
+// Durability after a failed sync: the kernel may have dropped a caller write's pages when the
+// fsync after it failed, so no later fsync may report them durable; what the second fsync
+// reports is what it reports after the same failure on the workers' path (the caller write
+// stamps the sync epoch as the workers' uncached write does).
+TEST(CallerWrites, AFailedFsyncAfterACallerWriteIsNotFollowedBySuccess) {
+  struct Outcome {
+    std::error_code first, second;
+    std::uint64_t caller_writes;
+  };
+  auto run = [](bool caller_writes) {
+    SteeredController c(quiet(caller_writes));
+    File f = c.open("synced");
+    const auto a = pattern(kLarge, 15);
+    EXPECT_TRUE(wait_ok(f.write(0, a.data(), a.size())));
+    c.engine->fail_syncs.store(1, std::memory_order_relaxed);
+    const Receipt first = f.fsync();
+    first.wait();
+    const Receipt second = f.fsync();
+    second.wait();
+    Outcome o{first.error(), second.error(), c.ctl->stats().caller_writes};
+    f.close();
+    return o;
+  };
+  const Outcome workers = run(false), callers = run(true);
+  EXPECT_EQ(callers.caller_writes, 1u);
+  EXPECT_EQ(workers.caller_writes, 0u);
+  EXPECT_EQ(callers.first, std::error_code(EIO, std::generic_category()));
+  EXPECT_TRUE(callers.second) << "an fsync after a failed one said the caller write was durable";
+  EXPECT_EQ(callers.first, workers.first);
+  EXPECT_EQ(callers.second, workers.second);
 }
 
 // --- threads ------------------------------------------------------------------------------

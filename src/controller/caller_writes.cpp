@@ -17,14 +17,15 @@ namespace tai::detail {
 
 void ControllerCore::count_file_task(FileCore& f, Task& t) noexcept {
   // A file with no caller engine never has a caller write: no count, no atomic on its tasks.
-  if (t.traffic != 0 || f.caller_engine == nullptr) return;
-  const bool sync = t.kind == TaskKind::tree_op && (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync);
-  t.traffic = sync ? FileTraffic::kTaskSync : FileTraffic::kTaskOther;
+  // Nor do fsyncs need one: a caller write may run beside them.
+  if (t.traffic || f.caller_engine == nullptr) return;
+  if (t.kind == TaskKind::tree_op && (t.op.kind == TreeOp::fsync || t.op.kind == TreeOp::fdatasync)) return;
+  t.traffic = true;
   // Relaxed is enough for the count itself: the worker learns of t through the push that
   // follows (release/acquire on the queue), and its load of the word after that reads this
   // addition or a later value of the word (read-read coherence through the queue's edge). A
   // caller write's compare-and-swap is totally ordered with this addition on the one word.
-  f.traffic.fetch_add(sync ? FileTraffic::kSyncOne : FileTraffic::kOtherOne, std::memory_order_relaxed);
+  f.traffic.fetch_add(FileTraffic::kOtherOne, std::memory_order_relaxed);
 }
 
 void ControllerCore::wait_for_caller_writes(FileCore& f) noexcept {

@@ -32,10 +32,9 @@ void ControllerCore::finish(Task& t, TaskState s, int error, const char* reason)
   // this task finish and then writes to the file finds it uncounted (a write after a waited
   // fsync can be a caller write). Release: pairs with a caller write's acquire, which then sees
   // everything this task did to the tree.
-  if (const std::uint8_t tr = t.traffic) {
-    t.traffic = 0;
-    t.file->traffic.fetch_sub(tr == FileTraffic::kTaskSync ? FileTraffic::kSyncOne : FileTraffic::kOtherOne,
-                              std::memory_order_release);
+  if (t.traffic) {
+    t.traffic = false;
+    t.file->traffic.fetch_sub(FileTraffic::kOtherOne, std::memory_order_release);
   }
   // Every task a worker ends passes here (completed, failed, rejected after submission), so a
   // counted write is uncounted exactly once. Before finish_task publishes the result: a thread

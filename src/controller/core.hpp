@@ -160,14 +160,14 @@ class EngineTable {
 /// and the wake-up. That is safe only while no other operation of the file is pending or
 /// running, except fsyncs (a write submitted after an fsync may reach the file before that
 /// fsync's engine sync; the fsync then covers more, never less). So:
-///  * every task of the file is counted from before its push until ControllerCore::finish:
-///    fsync/fdatasync operations in the sync count, every other task (writes, reads, hooks,
-///    barriers, close, the internal write-back, evict and collect) in the other count;
-///  * a caller write begins with a compare-and-swap that adds one caller only while the other
+///  * every task of the file but fsync/fdatasync (writes, reads, hooks, barriers, close, the
+///    internal write-back, evict and collect) is counted from before its push until
+///    ControllerCore::finish; fsyncs are not counted (nothing waits for them here);
+///  * a caller write begins with a compare-and-swap that adds one caller only while the task
 ///    count is zero and neither kClosing nor kReopening is set (acquire: every finished task's
 ///    effects on the tree, and the tree pointer itself, are visible), and only then looks at
 ///    the tree; it ends with a release subtraction;
-///  * a worker that admits a task of the other count first waits until no caller write is in
+///  * a worker that admits a counted task first waits until no caller write is in
 ///    progress (acquire loads, pairing with that subtraction). The count was raised before the
 ///    push that gave the worker the task, so no caller write can begin after the worker's wait.
 ///    The wait is one buffered engine write at most (caller writes are never made to direct
@@ -176,17 +176,14 @@ class EngineTable {
 /// caller writes in progress before the tree is retired). kReopening is set when the file was
 /// opened while an earlier handle of its path was still closing, and cleared by the home
 /// worker once it replaced the tree (Worker::progress).
-/// Layout: the other count is below the sync count, so that even a wrap of the syncs (which
-/// no caller write looks at) cannot reach it; 31 bits of tasks in flight cannot wrap.
+/// The task count has the top 46 bits: tasks in flight cannot wrap it.
 struct FileTraffic {
   static constexpr std::uint64_t kCallerOne = 1;
   static constexpr std::uint64_t kCallerMask = 0xFFFF;  // bits 0-15: caller writes in progress
   static constexpr std::uint64_t kClosing = std::uint64_t{1} << 16;
   static constexpr std::uint64_t kReopening = std::uint64_t{1} << 17;
-  static constexpr std::uint64_t kOtherOne = std::uint64_t{1} << 18;  // bits 18-48: other tasks
-  static constexpr std::uint64_t kOtherMask = ((std::uint64_t{1} << 31) - 1) << 18;
-  static constexpr std::uint64_t kSyncOne = std::uint64_t{1} << 49;  // bits 49-63: syncs in flight
-  static constexpr std::uint8_t kTaskSync = 1, kTaskOther = 2;  // Task::traffic
+  static constexpr std::uint64_t kOtherOne = std::uint64_t{1} << 18;  // bits 18-63: counted tasks
+  static constexpr std::uint64_t kOtherMask = ~((std::uint64_t{1} << 18) - 1);
 };
 
 /// One open (or closing) file: the handle's target and the home worker's state for it.
@@ -582,7 +579,7 @@ class ControllerCore {
   bool try_caller_write(FileCore& f, Task* t, std::uint64_t offset, const void* src, std::size_t n);
   /// Counts t in its file's traffic word (before the push that publishes it; t.file is set).
   static void count_file_task(FileCore& f, Task& t) noexcept;
-  /// A worker about to start a task of the other count: waits until no caller write of the
+  /// A worker about to start a counted task: waits until no caller write of the
   /// file is in progress (acquire: their effects on the tree are visible after it).
   static void wait_for_caller_writes(FileCore& f) noexcept;
   Receipt flush();

@@ -38,7 +38,7 @@ void Worker::admit(Task* t) {
     return;
   }
   FileCore& f = *t->file;
-  if (t->traffic == FileTraffic::kTaskOther) ControllerCore::wait_for_caller_writes(f);
+  if (t->traffic) ControllerCore::wait_for_caller_writes(f);
   if (f.predecessor || f.gate || f.held_head) {
     t->phase.store(static_cast<std::uint8_t>(TaskState::waiting), std::memory_order_relaxed);
     t->next = nullptr;

@@ -87,10 +87,10 @@ struct alignas(64) Task {
   // The controller finished this write while a receipt held it and let it keep its small copy
   // (keep_finished_copy in src/detail/task_pool.hpp counts it until the task is recycled).
   bool keeps_copy = false;
-  // Which count of its file's traffic word this task holds (ControllerCore::count_file_task):
-  // 0 none, 1 a sync's, 2 another task's. Set before the push that publishes the task, cleared
-  // by ControllerCore::finish.
-  std::uint8_t traffic = 0;
+  // Whether this task is counted in its file's traffic word (ControllerCore::count_file_task:
+  // every task of a file that may have caller writes, but fsyncs). Set before the push that
+  // publishes the task, cleared by ControllerCore::finish.
+  bool traffic = false;
   std::int64_t result = 0;                  // bytes transferred (read/write)
   Operation op;                             // tree_op, barrier, close, write_back, evict
 

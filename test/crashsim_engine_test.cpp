@@ -99,6 +99,64 @@ TEST(CrashSimLogAsync, AnAsynchronousEngineLogsAtReapAndAbsorbedSyncsComplete) {
   }
 }
 
+// The synchronous kind: what SyncEngine::execute makes on the calling thread (the controller's
+// caller writes) is logged as the requests of submit/reap are.
+class CrashSimSyncLog : public ::testing::TestWithParam<bool /*forward_syncs*/> {};
+
+TEST_P(CrashSimSyncLog, LogsWhatExecuteMakesOnTheCallingThread) {
+  ScratchDir dir;
+  engines::CrashSimOptions o;
+  o.forward_syncs = GetParam();
+  auto sim = engines::make_crashsim_sync(make_engine("posix").value(), o);
+  ASSERT_NE(sim, nullptr);
+  const std::string path = dir.file("f");
+  write_file(path, {1, 2, 3});  // the content before the first open
+  auto f = sim->open(path, Open::read | Open::write).value();
+  std::vector<std::uint8_t> a = pattern(0, 4096, 1), back(4096);
+  EXPECT_EQ(sim->execute(make_request(Op::write, f.get(), a.data(), 0, a.size(), 1)).result, 4096);
+  EXPECT_EQ(sim->execute(make_request(Op::read, f.get(), back.data(), 0, back.size(), 2)).result, 4096);
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(sim->execute(make_request(Op::fsync, f.get(), nullptr, 0, 0, 3)).result, 0);
+  std::vector<std::uint8_t> b = pattern(100, 10, 2), c = pattern(110, 20, 3);
+  std::vector<::iovec> iov = {{b.data(), b.size()}, {c.data(), c.size()}};
+  Request w = make_request(Op::write, f.get(), nullptr, 100, 30, 4);
+  w.iov = iov.data();
+  w.iov_count = static_cast<std::uint32_t>(iov.size());
+  EXPECT_EQ(sim->execute(w).result, 30);
+  EXPECT_EQ(run_one(*sim, make_request(Op::fdatasync, f.get(), nullptr, 0, 0, 5)).result, 0);  // submit/reap
+  ASSERT_FALSE(sim->close(*f));
+  auto g = sim->open(path, Open::write | Open::truncate).value();
+  sim->close(*g);
+
+  const CrashLog log = sim->log().snapshot();
+  ASSERT_EQ(log.paths.size(), 1u);
+  EXPECT_EQ(log.paths[0], path);
+  EXPECT_EQ(log.initial[0], (std::vector<unsigned char>{1, 2, 3}));
+  ASSERT_EQ(log.events.size(), 6u);  // the read is not logged; the vectored write is two
+  EXPECT_EQ(log.events[0].kind, CrashEvent::Kind::write);
+  EXPECT_EQ(log.events[0].data, std::vector<unsigned char>(a.begin(), a.end()));
+  EXPECT_EQ(log.events[0].result, 4096);
+  EXPECT_EQ(log.events[1].op, Op::fsync);
+  EXPECT_GT(log.events[1].submit_seq, log.events[0].complete_seq);
+  EXPECT_EQ(log.events[2].offset, 100u);
+  EXPECT_EQ(log.events[2].data, std::vector<unsigned char>(b.begin(), b.end()));
+  EXPECT_EQ(log.events[3].offset, 110u);
+  EXPECT_EQ(log.events[3].data, std::vector<unsigned char>(c.begin(), c.end()));
+  EXPECT_EQ(log.events[4].op, Op::fdatasync);
+  EXPECT_EQ(log.events[5].kind, CrashEvent::Kind::truncate);
+  for (const auto& e : log.events) EXPECT_LE(e.submit_seq, e.complete_seq);
+  for (std::size_t i = 1; i < log.events.size(); ++i)
+    EXPECT_LE(log.events[i - 1].complete_seq, log.events[i].complete_seq);
+  EXPECT_EQ(file_size(path), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Syncs, CrashSimSyncLog, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "forwarded" : "absorbed"; });
+
+TEST(CrashSimSyncLog, AnEngineThatIsNotSynchronousIsRefused) {
+  EXPECT_EQ(engines::make_crashsim_sync(engines::make_crashsim(make_engine("posix").value())), nullptr);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Enumeration on hand-made logs
 

@@ -7,6 +7,8 @@
 #include <iterator>
 #include <utility>
 
+#include "tai/engine_selector.hpp"
+
 #include <unistd.h>
 
 namespace tai::engines {
@@ -343,6 +345,55 @@ void CrashSimEngine::append_write_locked(CrashEvent e, const std::vector<std::ui
 
 std::unique_ptr<CrashSimEngine> make_crashsim(std::unique_ptr<Engine> inner, CrashSimOptions options) {
   return std::make_unique<CrashSimEngine>(std::move(inner), options);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CrashSimSyncEngine
+
+CrashSimSyncEngine::CrashSimSyncEngine(std::unique_ptr<SyncEngine> inner, CrashSimOptions options)
+    : SyncEngine("crashsim-sync(" + std::string(inner->name()) + ")", inner->capabilities(), inner->options()),
+      options_(options),
+      inner_(std::move(inner)),
+      log_(std::make_unique<CrashSimEngine>(make_engine("null").value(), options)) {}
+
+CrashSimSyncEngine::~CrashSimSyncEngine() = default;
+
+Result<std::unique_ptr<EngineFile>> CrashSimSyncEngine::do_open(const std::string& path, OpenMode mode) {
+  // First sight of the path: its image before any event is what it holds before the open.
+  log_->register_path(path);
+  auto file = native_open(*inner_, path, mode);
+  if (file.ok() && has(mode.flags, Open::truncate) && has(mode.flags, Open::write)) log_->log_truncate(path);
+  return file;
+}
+
+std::error_code CrashSimSyncEngine::do_close(EngineFile& file) { return native_close(*inner_, file); }
+
+std::int64_t CrashSimSyncEngine::transfer(const Request& r) {
+  if (r.op == Op::read) return native_transfer(*inner_, r);
+  const std::string& path = r.file->path();
+  // Taken before the inner transfer starts: a write that overlaps another thread's sync in time
+  // gets a submit_seq before that sync's completion, and the crash states treat it as unsynced.
+  const std::uint64_t submit_seq = log_->tick();
+  if (r.op == Op::write) {
+    const std::int64_t got = native_transfer(*inner_, r);
+    if (r.iov_count != 0) {
+      log_->log_write(path, r.offset, r.iov, static_cast<int>(r.iov_count), got, submit_seq);
+    } else {
+      const ::iovec one{r.buffer, static_cast<std::size_t>(r.length)};
+      log_->log_write(path, r.offset, &one, 1, got, submit_seq);
+    }
+    return got;
+  }
+  const std::int64_t got = options_.forward_syncs ? native_transfer(*inner_, r) : 0;
+  log_->log_sync(path, r.op, got < 0 ? static_cast<int>(-got) : 0, submit_seq);
+  return got;
+}
+
+std::unique_ptr<CrashSimSyncEngine> make_crashsim_sync(std::unique_ptr<Engine> inner, CrashSimOptions options) {
+  auto* sync = dynamic_cast<SyncEngine*>(inner.get());
+  if (sync == nullptr) return nullptr;
+  inner.release();
+  return std::make_unique<CrashSimSyncEngine>(std::unique_ptr<SyncEngine>(sync), options);
 }
 
 }  // namespace tai::engines

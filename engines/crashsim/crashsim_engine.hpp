@@ -187,4 +187,41 @@ class CrashSimEngine final : public WrapperEngine {
 /// Wraps `inner` (which must not be used directly afterwards). Never fails.
 std::unique_ptr<CrashSimEngine> make_crashsim(std::unique_ptr<Engine> inner, CrashSimOptions options = {});
 
+/// The crash-simulation engine over a synchronous inner engine (posix, cstdio, fstream), and a
+/// synchronous engine itself. Why a second kind: the controller makes a buffered file's large
+/// writes on the submitting thread through SyncEngine::execute when the file's engine is
+/// synchronous (ControllerOptions::caller_writes); CrashSimEngine, a WrapperEngine, is
+/// asynchronous to the controller, so those writes never happen under it and its crash states
+/// never contain one. Under this engine the caller's writes and the workers' requests are
+/// logged alike, each on the thread that makes it, into log(): a CrashSimEngine that carries no
+/// request of its own (it wraps the null engine) and lends its log, clock and API (snapshot,
+/// tick, mark, clear) through log_write, log_sync and log_truncate. What is logged is what this
+/// engine's base hands the inner engine (native requests, as under CrashSimEngine); a write's
+/// submit_seq is taken before the inner transfer and its complete_seq after it.
+/// Thread-safety: as SyncEngine (execute from any number of threads at once; submit/reap from
+/// the queue owner's thread; open/close from any thread); log() is safe from any thread.
+class CrashSimSyncEngine final : public SyncEngine {
+ public:
+  CrashSimSyncEngine(std::unique_ptr<SyncEngine> inner, CrashSimOptions options = {});
+  ~CrashSimSyncEngine() override;
+  /// The log every request of this engine goes to. Thread-safe.
+  CrashSimEngine& log() noexcept { return *log_; }
+  /// Delegates: the files are the inner engine's (as WrapperEngine). Thread-safe.
+  bool owns(const EngineFile& file) const noexcept override { return inner_->owns(file); }
+
+ protected:
+  Result<std::unique_ptr<EngineFile>> do_open(const std::string& path, OpenMode mode) override;
+  std::error_code do_close(EngineFile& file) override;
+  std::int64_t transfer(const Request& request) override;
+
+ private:
+  const CrashSimOptions options_;
+  std::unique_ptr<SyncEngine> inner_;
+  std::unique_ptr<CrashSimEngine> log_;
+};
+
+/// Wraps `inner` (which must not be used directly afterwards) when it is a synchronous engine;
+/// nullptr when it is not (an asynchronous engine needs make_crashsim).
+std::unique_ptr<CrashSimSyncEngine> make_crashsim_sync(std::unique_ptr<Engine> inner, CrashSimOptions options = {});
+
 }  // namespace tai::engines

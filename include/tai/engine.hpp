@@ -353,6 +353,10 @@ class SyncEngine : public Engine {
   /// One native transfer (valid, aligned when direct, non-empty). Returns bytes or -errno.
   /// Must be thread-safe for requests on the same or different files.
   virtual std::int64_t transfer(const Request& request) = 0;
+  /// For wrappers that are synchronous engines themselves (the crash simulator's synchronous
+  /// variant): one native transfer of another synchronous engine, which only moves bytes; the
+  /// wrapper's own base validates, bounces and continues short transfers.
+  static std::int64_t native_transfer(SyncEngine& e, const Request& request) { return e.transfer(request); }
 
  private:
   std::size_t do_submit(const Request* requests, std::size_t n) final;

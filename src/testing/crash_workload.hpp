@@ -243,9 +243,16 @@ struct CrashConfig {
   bool direct;         ///< open with Open::direct
   TreeKind tree;
   bool small_quota;    ///< weak 4 KiB / strict 8 KiB (eviction and uncached reroutes) or the defaults
+  /// The crash log is taken by CrashSimSyncEngine, a synchronous engine, and the controller makes
+  /// caller writes from the first thread (ControllerOptions::caller_writes, caller_write_threads
+  /// = 1): a buffered file's writes of at least the write-around size, made while its tree holds
+  /// nothing, are made by the program's thread. Otherwise the log is CrashSimEngine's, which is
+  /// asynchronous to the controller: every write goes through its workers. Buffered posix only.
+  bool caller_writes = false;
 
   std::string label() const {
-    return std::string(engine) + (direct ? "_direct" : "") + "_" + tree_label(tree) + (small_quota ? "_small" : "_default");
+    return std::string(engine) + (direct ? "_direct" : "") + "_" + tree_label(tree) + (small_quota ? "_small" : "_default") +
+           (caller_writes ? "_caller" : "");
   }
 };
 
@@ -256,6 +263,8 @@ inline std::vector<CrashConfig> crash_configs() {
   for (auto tree : {TreeKind::def, TreeKind::trivial, TreeKind::binary})
     for (const auto& e : engines)
       for (bool small : {true, false}) out.push_back({e.first, e.second, tree, small});
+  for (auto tree : {TreeKind::def, TreeKind::trivial, TreeKind::binary})
+    for (bool small : {true, false}) out.push_back({"posix", false, tree, small, true});
   return out;
 }
 
@@ -338,10 +347,28 @@ class CrashRig {
       o.weak_quota = 4096;
       o.strict_quota = 8192;
     }
+    if (config.caller_writes) {
+      o.caller_writes = true;
+      o.caller_write_threads = 1;  // from the first thread: most workloads are one thread's
+    }
     ctl_ = std::make_unique<Controller>(o);
     auto inner = make_engine(config.engine, o.engine_options);
     if (!inner) {
       error_ = inner.error().message;
+      return;
+    }
+    if (config.caller_writes) {
+      if (wrap) {
+        error_ = "a wrapped crashsim engine is asynchronous to the controller: no caller writes under it";
+        return;
+      }
+      auto sync = engines::make_crashsim_sync(std::move(inner.value()));
+      if (!sync) {
+        error_ = std::string("engine '") + config.engine + "' is not synchronous: no caller writes under it";
+        return;
+      }
+      sim_ = &sync->log();
+      ctl_->add_engine("crashsim", std::move(sync));
       return;
     }
     auto sim = engines::make_crashsim(std::move(inner.value()));
@@ -352,6 +379,7 @@ class CrashRig {
       ctl_->add_engine("crashsim", std::move(sim));
   }
   const std::string& error() const { return error_; }
+  /// The crash log (under a caller-writes configuration, CrashSimSyncEngine's).
   engines::CrashSimEngine& sim() { return *sim_; }
   Controller& controller() { return *ctl_; }
 

@@ -9,7 +9,6 @@
 // is still in its cache, as a plain pwrite loop does it, and the workers keep what they are for:
 // the fsyncs, and what the cache holds.
 #include <cerrno>
-#include <thread>
 
 #include "src/controller/core.hpp"
 
@@ -29,18 +28,30 @@ void ControllerCore::count_file_task(FileCore& f, Task& t) noexcept {
 }
 
 void ControllerCore::wait_for_caller_writes(FileCore& f) noexcept {
-  // Acquire: pairs with the release subtraction that ends each caller write, so the worker sees
-  // its effects on the tree (logical size, counters, sync epoch stamp) before it starts a task.
+  // Acquire: pairs with the release (seq_cst) subtraction that ends each caller write, so the
+  // worker sees its effects on the tree (logical size, counters, sync epoch stamp) before it
+  // starts a task.
   if ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) == 0) return;
-  // A caller write is one engine write (a page-cache copy, or a device write on a direct file):
-  // spin briefly, then yield; only a task submitted while another thread writes the same file
-  // around the cache waits here.
-  unsigned turns = 0;
-  while ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) != 0) {
-    if (++turns < 256)
-      cpu_relax();
-    else
-      std::this_thread::yield();
+  // A caller write is one page-cache copy, usually microseconds: spin for a few of them first;
+  // only a task submitted while another thread writes the same file around the cache waits.
+  for (unsigned turns = 0; turns < 256; ++turns) {
+    cpu_relax();
+    if ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) == 0) return;
+  }
+  // Then sleep: the write may be held by the kernel's dirty-page throttle for much longer.
+  for (;;) {
+    // The futex's value before the check: a caller write that ends after the check changes it,
+    // so the futex_wait below returns at once instead of sleeping past the end.
+    const std::uint32_t ends = f.caller_ends.load(std::memory_order_acquire);
+    // seq_cst, both: Dekker's handshake with the caller's end (FileTraffic): the caller's
+    // subtraction and load of caller_sleepers are seq_cst too.
+    f.caller_sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const bool busy = (f.traffic.load(std::memory_order_seq_cst) & FileTraffic::kCallerMask) != 0;
+    // 10 ms: a bound on the sleep should a wake-up ever be missed; never a correctness matter.
+    if (busy) futex_wait(f.caller_ends, ends, 10'000'000);
+    f.caller_sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (!busy) return;  // the seq_cst load was also an acquire of the caller writes' ends
+    if ((f.traffic.load(std::memory_order_acquire) & FileTraffic::kCallerMask) == 0) return;
   }
 }
 
@@ -66,9 +77,15 @@ bool ControllerCore::try_caller_write(FileCore& f, Task* t, std::uint64_t offset
                                             std::memory_order_relaxed));
   std::int64_t result = 0;
   const bool done = f.tree->caller_write(static_cast<const std::byte*>(src), offset, n, *f.caller_engine, result);
-  // End. Release: pairs with a worker's acquire in wait_for_caller_writes and with the next
-  // caller write's compare-and-swap.
-  f.traffic.fetch_sub(FileTraffic::kCallerOne, std::memory_order_release);
+  // End. Release (seq_cst): pairs with a worker's acquire in wait_for_caller_writes and with the
+  // next caller write's compare-and-swap; seq_cst for the handshake with a sleeping worker: it
+  // raised caller_sleepers before it loaded the word, this thread subtracts before it loads
+  // caller_sleepers, so a worker that saw this write in progress is woken.
+  f.traffic.fetch_sub(FileTraffic::kCallerOne, std::memory_order_seq_cst);
+  if (f.caller_sleepers.load(std::memory_order_seq_cst) != 0) {
+    f.caller_ends.fetch_add(1, std::memory_order_release);  // pairs with the sleeper's acquire load
+    futex_wake(f.caller_ends);
+  }
   if (!done) return false;  // the tree holds something now: the steps' path, with its copy
   caller_writes.fetch_add(1, std::memory_order_relaxed);
   t->kind = TaskKind::tree_op;

@@ -172,6 +172,12 @@ class EngineTable {
 ///    push that gave the worker the task, so no caller write can begin after the worker's wait.
 ///    The wait is one buffered engine write at most (caller writes are never made to direct
 ///    files), and it holds that worker's other files too: the price of not parking the task.
+///    Past a short spin the worker sleeps on FileCore::caller_ends (a kernel throttling dirty
+///    pages can hold a write for hundreds of milliseconds, which a spin would take from the
+///    program's threads); a caller write that ends while a worker sleeps or is about to wakes it.
+///    The handshake is Dekker's: the worker adds itself to caller_sleepers and then loads the
+///    word, the caller subtracts from the word and then loads caller_sleepers, all seq_cst, so
+///    at least one of the two sees the other.
 /// kClosing is set for good when the file starts closing (its close task then waits for the
 /// caller writes in progress before the tree is retired). kReopening is set when the file was
 /// opened while an earlier handle of its path was still closing, and cleared by the home
@@ -222,6 +228,11 @@ class FileCore {
   bool detached = false;  // written before the close task is pushed (the queue publishes it)
   // See FileTraffic. Its own line: submitting threads and workers both write it.
   alignas(64) std::atomic<std::uint64_t> traffic{0};
+  // The futex a worker sleeps on while it waits for caller writes (FileTraffic): bumped by a
+  // caller write that ends while caller_sleepers is not 0 (which a worker raises before it
+  // checks the word, and lowers after it woke). On traffic's line: the caller's end reads it.
+  std::atomic<std::uint32_t> caller_ends{0};
+  std::atomic<std::uint32_t> caller_sleepers{0};
   // ControllerOptions::caller_writes and a synchronous engine: set at open, before the handle
   // is returned, never changed; with the smallest write that may be a caller write
   // (TreeCore::caller_write_min_bytes, the same for every tree the factory makes), so that a

@@ -49,7 +49,9 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::millis
   return true;
 }
 
-/// A gate a task or hook waits at (bounded, so that a broken test cannot hang a worker forever).
+/// A gate a task or hook waits at (bounded, so that a broken test cannot hang a worker forever):
+/// pass() holds its thread until open_it(), polling every millisecond, so that a held thread
+/// costs next to no CPU (tests that measure CPU time hold threads here).
 struct Gate {
   std::atomic<bool> open{false};     // release store by open_it(), acquire load by pass()
   std::atomic<bool> reached{false};  // release store by pass(), acquire load by the test
@@ -57,7 +59,7 @@ struct Gate {
     reached.store(true, std::memory_order_release);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   void open_it() { open.store(true, std::memory_order_release); }
 };

@@ -392,25 +392,48 @@ TEST(CallerWrites, NotTakenOnTheControllersOwnThreads) {
 
 // --- order: what is submitted during a caller write waits for it --------------------------
 
+/// A caller write of `data` at offset 0 on a thread of its own, held inside the steered engine
+/// (its gate at `gate_at`) until release(). Not thread-safe: the test's thread only.
+class HeldCallerWrite {
+ public:
+  HeldCallerWrite(SteeredController& c, File& f, const std::vector<unsigned char>& data, std::uint64_t gate_at = 0)
+      : c_(c) {
+    c.engine->gate_offset.store(gate_at, std::memory_order_relaxed);
+    writer_ = std::thread([this, &f, &data] { receipt_ = f.write(0, data.data(), data.size()); });
+  }
+  ~HeldCallerWrite() { release(); }
+  /// Whether the write reached the gate (within the tests' patience).
+  bool held() const {
+    return eventually([&] { return c_.engine->gate.reached.load(std::memory_order_acquire); });
+  }
+  /// Lets the write go on and waits for its thread; its receipt.
+  const Receipt& release() {
+    c_.engine->gate.open_it();
+    if (writer_.joinable()) writer_.join();
+    return receipt_;
+  }
+
+ private:
+  SteeredController& c_;
+  Receipt receipt_;
+  std::thread writer_;
+};
+
 // Another thread's caller write is held inside the engine; a read of its range submitted now
 // must not run before it ends (it would see half of it), nor may a barrier finish.
 TEST(CallerWrites, AReadOrBarrierSubmittedDuringACallerWriteWaitsForIt) {
   SteeredController c;
   File f = c.open("during");
   const auto a = pattern(kLarge, 7);
-  c.engine->gate_offset.store(0, std::memory_order_relaxed);
-  Receipt w;
-  std::thread writer([&] { w = f.write(0, a.data(), a.size()); });
-  ASSERT_TRUE(eventually([&] { return c.engine->gate.reached.load(std::memory_order_acquire); }));
+  HeldCallerWrite w(c, f, a);
+  ASSERT_TRUE(w.held());
   std::vector<unsigned char> back(a.size());
   const Receipt r = f.read(0, back.data(), back.size());
   const Receipt b = f.barrier();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(r.finished()) << "a read ran beside a caller write of its range";
   EXPECT_FALSE(b.finished()) << "a barrier passed a caller write in progress";
-  c.engine->gate.open_it();
-  writer.join();
-  EXPECT_TRUE(wait_ok(w));
+  EXPECT_TRUE(wait_ok(w.release()));
   EXPECT_TRUE(wait_ok(r));
   EXPECT_TRUE(wait_ok(b));
   EXPECT_EQ(back, a) << "the read saw the write whole";
@@ -436,10 +459,8 @@ TEST(CallerWrites, AWorkerWaitingForACallerWriteSleeps) {
   SteeredController c;
   File f = c.open("sleeps");
   const auto a = pattern(kLarge, 9);
-  c.engine->gate_offset.store(0, std::memory_order_relaxed);
-  Receipt w;
-  std::thread writer([&] { w = f.write(0, a.data(), a.size()); });
-  ASSERT_TRUE(eventually([&] { return c.engine->gate.reached.load(std::memory_order_acquire); }));
+  HeldCallerWrite w(c, f, a);
+  ASSERT_TRUE(w.held());
   std::vector<unsigned char> back(a.size());
   const Receipt r = f.read(0, back.data(), back.size());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the worker's short spin
@@ -449,9 +470,7 @@ TEST(CallerWrites, AWorkerWaitingForACallerWriteSleeps) {
   const double cpu = process_cpu_seconds() - cpu0;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(r.finished()) << "the read ran beside a caller write of its range";
-  c.engine->gate.open_it();
-  writer.join();
-  EXPECT_TRUE(wait_ok(w));
+  EXPECT_TRUE(wait_ok(w.release()));
   EXPECT_TRUE(wait_ok(r)) << "the worker was not woken when the caller write ended";
   EXPECT_EQ(back, a);
   EXPECT_EQ(c.ctl->stats().caller_writes, 1u) << "the held write was not a caller write: the test proves nothing";
@@ -467,10 +486,8 @@ TEST(CallerWrites, ACloseWaitsForACallerWriteInProgress) {
   SteeredController c;
   File f = c.open("closing");
   const auto a = pattern(kLarge, 8);
-  c.engine->gate_offset.store(4096, std::memory_order_relaxed);
-  Receipt w;
-  std::thread writer([&] { w = f.write(0, a.data(), a.size()); });
-  ASSERT_TRUE(eventually([&] { return c.engine->gate.reached.load(std::memory_order_acquire); }));
+  HeldCallerWrite w(c, f, a, 4096);
+  ASSERT_TRUE(w.held());
   std::atomic<bool> closed{false};  // release store by the closer, acquire load here
   std::thread closer([&] {
     EXPECT_TRUE(f.close().ok());
@@ -478,10 +495,8 @@ TEST(CallerWrites, ACloseWaitsForACallerWriteInProgress) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(closed.load(std::memory_order_acquire)) << "the close finished during a caller write";
-  c.engine->gate.open_it();
-  writer.join();
+  EXPECT_TRUE(wait_ok(w.release()));
   closer.join();
-  EXPECT_TRUE(wait_ok(w));
   const auto log = c.engine->log();
   EXPECT_LT(position_of(log, Op::write, 0, true), position_of(log, Op::fsync, kNone, true)) << "closed before the write ended";
   EXPECT_EQ(c.engine->bytes("closing"), a);

@@ -150,7 +150,7 @@ constexpr std::uint64_t kRigAlwaysThrough = std::uint64_t{1} << 40;
 posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, const std::string& log_dir = "",
                                              posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
                                              std::shared_ptr<KernelLogger> through = nullptr,
-                                             std::uint64_t through_bytes = kRigThroughBytes) {
+                                             std::uint64_t through_bytes = kRigThroughBytes, bool caller_writes = false) {
   posix::detail::Settings s = layer_settings();
   if (through) {
     s.sync_through_bytes = through_bytes;
@@ -169,9 +169,23 @@ posix::detail::Settings order_crash_settings(const SimSlot& slot, bool busy, con
   s.options.flush_idle_ns = busy ? 200'000 : -1;
   s.write_behind_ms = busy ? 1 : 0;
   s.start_writeback_bytes = 0;
-  s.setup = [slot](Controller& c) {
+  if (caller_writes) {
+    // Writes the program's thread (or the order thread) makes itself, through a synchronous
+    // crash-log engine (CrashSimSyncEngine; CrashSimEngine is asynchronous to the controller and
+    // never sees one): on the trivial tree every write of a file with nothing in flight is one.
+    s.trivial_tree = true;
+    s.options.caller_writes = true;
+    s.options.caller_write_threads = 1;
+  }
+  s.setup = [slot, caller_writes](Controller& c) {
     engines::CrashSimOptions o;
     o.forward_syncs = false;
+    if (caller_writes) {
+      auto e = engines::make_crashsim_sync(engines::make_posix({}), o);
+      *slot = &e->log();
+      c.add_engine("crashsim", std::move(e));
+      return;
+    }
     auto e = engines::make_crashsim(engines::make_posix({}), o);
     *slot = e.get();
     c.add_engine("crashsim", std::move(e));
@@ -704,6 +718,7 @@ struct OrderCrashTally {
   // open, the crash log's writes in all (engine and kernel), closes that took the write-through way.
   std::uint64_t kernel_writes = 0, kernel_write_events = 0, kernel_syncs = 0, unknown = 0, logged_writes = 0,
                 closes_through = 0, name_changes = 0, program_dir_syncs = 0;
+  std::uint64_t caller_writes = 0;  // writes the controller let a program or order thread make itself
   void add(const OrderCrashTally& t) {
     stats += t.stats;
     runs += t.runs;
@@ -719,6 +734,7 @@ struct OrderCrashTally {
     closes_through += t.closes_through;
     name_changes += t.name_changes;
     program_dir_syncs += t.program_dir_syncs;
+    caller_writes += t.caller_writes;
     for (const auto& v : t.violations) violations.push_back(v);
   }
 };
@@ -787,11 +803,12 @@ void run_order_crash(const std::string& dir, const std::string& prefix, bool bus
                      const std::function<void(OrderProgram&, std::mt19937_64&)>& workload, OrderCrashTally& tally,
                      bool with_log = false,
                      posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
-                     bool through = false, bool exit_at_end = false, std::uint64_t through_bytes = kRigThroughBytes) {
+                     bool through = false, bool exit_at_end = false, std::uint64_t through_bytes = kRigThroughBytes,
+                     bool caller_writes = false) {
   SimSlot slot = std::make_shared<engines::CrashSimEngine*>(nullptr);
   std::shared_ptr<KernelLogger> logger = through ? std::make_shared<KernelLogger>(slot) : nullptr;
-  const ShutdownReport before = posix::detail::restart_for_testing(
-      order_crash_settings(slot, busy, with_log ? dir : std::string(), inline_epochs, logger, through_bytes));
+  const ShutdownReport before = posix::detail::restart_for_testing(order_crash_settings(
+      slot, busy, with_log ? dir : std::string(), inline_epochs, logger, through_bytes, caller_writes));
   ASSERT_TRUE(before.ok()) << before.to_string();
   // The controller (and the hook) is made at the first use: an open.
   ASSERT_NE(posix::detail::controller(), nullptr);
@@ -809,6 +826,10 @@ void run_order_crash(const std::string& dir, const std::string& prefix, bool bus
     FAIL() << "seed " << seed << ": " << e.what();
   }
   const CrashLog log = (*slot)->snapshot();
+  if (caller_writes) {
+    Controller* const c = posix::detail::controller();  // null after an exit
+    if (c != nullptr) tally.caller_writes += c->stats().caller_writes;
+  }
   if (logger) {
     tally.kernel_writes += logger->writes();
     tally.kernel_write_events += logger->write_events();
@@ -894,7 +915,7 @@ std::uint64_t order_crash_seed(const char* what, std::uint64_t salt, double& sca
 bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, const std::vector<OrderCrashKind>& kinds,
                            std::uint64_t seed, unsigned busy_parity, bool with_log, OrderCrashTally& total,
                            posix::detail::InlineEpochs inline_epochs = posix::detail::InlineEpochs::automatic,
-                           bool through = false, bool exit_at_end = false) {
+                           bool through = false, bool exit_at_end = false, bool caller_writes = false) {
   const auto t0 = std::chrono::steady_clock::now();
   std::uint64_t run_seed = seed;
   for (const OrderCrashKind& k : kinds) {
@@ -903,7 +924,7 @@ bool run_order_crash_kinds(const std::string& dir, const std::string& prefix, co
     for (unsigned i = 0; i < k.runs; ++i) {
       run_seed = run_seed * 6364136223846793005ull + 1442695040888963407ull;
       run_order_crash(dir, prefix + k.name + std::to_string(i) + "_", i % 2 == busy_parity, run_seed, k.body, t, with_log,
-                      inline_epochs, through, exit_at_end);
+                      inline_epochs, through, exit_at_end, kRigThroughBytes, caller_writes);
       if (::testing::Test::HasFatalFailure()) return false;
     }
     print_order_crash(k.name, t, std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count());
@@ -943,6 +964,23 @@ TEST_F(FsyncOrderCrash, EveryCrashStateWithInlineEpochsKeepsTheEpochOrder) {
   EXPECT_GT(after.epochs_inline, before.epochs_inline);
   // Epochs made durable inline count in the longest time from an fsync to durable too.
   EXPECT_GT(total.max_lag_ns, 0u);
+}
+
+// Caller writes (ControllerOptions::caller_writes): the controller lets the thread that calls
+// File::write (the program's, or the order thread applying held writes) make the write itself
+// when nothing else of the file is in flight. The same workloads over the trivial tree, where
+// every such write is one, logged by the synchronous crash-log engine; the same oracle.
+TEST_F(FsyncOrderCrash, EveryCrashStateWithCallerWritesKeepsTheEpochOrder) {
+  double scale = 0;
+  const std::uint64_t seed = order_crash_seed(", caller writes", 0xca11e7, scale);
+  OrderCrashTally total;
+  if (!run_order_crash_kinds(file(""), "caller_", order_crash_kinds({8, 4, 6, 12}, scale), seed, 1, false, total,
+                             posix::detail::InlineEpochs::automatic, false, false, true))
+    return;
+  EXPECT_EQ(total.stats.violations, 0u) << "seed " << seed << " (replay with TAI_TEST_SEED=" << (seed ^ 0xca11e7) << ")";
+  std::printf("[crashsim] order mode, caller writes: %llu writes made by the thread that asked for them\n",
+              static_cast<unsigned long long>(total.caller_writes));
+  EXPECT_GT(total.caller_writes, 0u) << "no caller write: the test checks nothing the others do not";
 }
 
 // The proof that the suite sees a broken order: the order thread told to skip the syncs of every
@@ -986,6 +1024,19 @@ TEST_F(FsyncOrderCrash, AnOrderThreadThatSkipsTheSyncsIsCaught) {
   std::printf("[crashsim] order mode, inline epochs, the syncs of every second epoch skipped, journal: %llu of %llu "
               "states rejected\n",
               static_cast<unsigned long long>(t.stats.violations), static_cast<unsigned long long>(t.stats.unique));
+  // The same with caller writes, whose bytes only the synchronous crash-log engine logs.
+  OrderCrashTally tc;
+  posix::detail::skip_epoch_syncs_for_testing(1);
+  run_order_crash(dir, "broken_caller_overwrite_", false, 7, cases[0].body, tc, false,
+                  posix::detail::InlineEpochs::automatic, false, false, kRigThroughBytes, true);
+  posix::detail::skip_epoch_syncs_for_testing(0);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(tc.caller_writes, 0u) << "overwrite, caller writes: none made";
+  EXPECT_GT(tc.stats.violations, 0u) << "overwrite, every epoch, caller writes";
+  std::printf("[crashsim] order mode, caller writes (%llu), the syncs of every epoch skipped, overwrite: %llu of %llu "
+              "states rejected\n",
+              static_cast<unsigned long long>(tc.caller_writes), static_cast<unsigned long long>(tc.stats.violations),
+              static_cast<unsigned long long>(tc.stats.unique));
 }
 
 // The log of epochs: the same workloads, the order thread held now and then so that epochs queue

@@ -7,9 +7,9 @@
 #include <iterator>
 #include <utility>
 
-#include "tai/engine_selector.hpp"
-
 #include <unistd.h>
+
+#include "tai/engine_selector.hpp"
 
 namespace tai::engines {
 

@@ -347,10 +347,8 @@ class CrashRig {
       o.weak_quota = 4096;
       o.strict_quota = 8192;
     }
-    if (config.caller_writes) {
-      o.caller_writes = true;
-      o.caller_write_threads = 1;  // from the first thread: most workloads are one thread's
-    }
+    // Caller writes are on by default; from the first thread here: most workloads are one thread's.
+    if (config.caller_writes) o.caller_write_threads = 1;
     ctl_ = std::make_unique<Controller>(o);
     auto inner = make_engine(config.engine, o.engine_options);
     if (!inner) {
